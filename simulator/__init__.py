@@ -1,0 +1,1 @@
+"""Predicting: the vocabulary (model, cluster, strategy), analytical cost models and learned simulators."""

@@ -1,0 +1,45 @@
+"""The vocabulary every stage speaks: models, clusters, strategies, plans, and their errors."""
+
+from simulator.spec.cluster import GBPS, ClusterSpec, Device, DeviceType, Node
+from simulator.spec.errors import Issue, SpecError
+from simulator.spec.io import Spec, dump_json, load_spec, parse_spec
+from simulator.spec.model import DTYPE_BYTES, Layer, ModelSpec, Variable
+from simulator.spec.plan import Plan, Stage
+from simulator.spec.strategy import (
+    CollectiveSync,
+    Compressor,
+    Partition,
+    PSSync,
+    Shard,
+    Strategy,
+    Synchronizer,
+    VariableStrategy,
+)
+
+__all__ = [
+    "DTYPE_BYTES",
+    "GBPS",
+    "ClusterSpec",
+    "CollectiveSync",
+    "Compressor",
+    "Device",
+    "DeviceType",
+    "Issue",
+    "Layer",
+    "ModelSpec",
+    "Node",
+    "PSSync",
+    "Partition",
+    "Plan",
+    "Shard",
+    "Spec",
+    "SpecError",
+    "Stage",
+    "Strategy",
+    "Synchronizer",
+    "Variable",
+    "VariableStrategy",
+    "dump_json",
+    "load_spec",
+    "parse_spec",
+]

@@ -1,0 +1,142 @@
+"""ClusterSpec: device types, nodes and links of a GPU cluster, and bandwidth b_{j,k} between them."""
+
+from __future__ import annotations
+
+from functools import cached_property
+from typing import Literal, NamedTuple
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from simulator.spec.errors import Issue, structural
+
+GBPS = 1e9 / 8  # bytes per second in one gigabit per second
+
+
+class DeviceType(BaseModel):
+    """An accelerator model with its published peak figures."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    name: str = Field(min_length=1, description="e.g. 'V100-SXM2-32GB'.")
+    fp32_tflops: float = Field(gt=0, description="Peak FP32 TFLOPS.")
+    fp16_tflops: float = Field(gt=0, description="Peak FP16 TFLOPS (tensor cores where present).")
+    memory_gb: float = Field(gt=0, description="Device memory, GB.")
+    memory_bw_gbs: float = Field(gt=0, description="Device memory bandwidth, GB/s.")
+
+
+class Node(BaseModel):
+    """One machine: its GPUs, NIC, CPU, host memory and price."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    name: str = Field(min_length=1, description="Unique node name; PS placements refer to it.")
+    device: str = Field(min_length=1, description="Name of one of the cluster's device types.")
+    gpus: int = Field(ge=0, description="GPUs on this node (0 for a CPU-only server node).")
+    nic_gbps: float = Field(gt=0, description="NIC bandwidth, Gbit/s.")
+    latency_us: float = Field(0.0, ge=0, description="One-way network latency of the node's link, us.")
+    cpu_cores: int = Field(8, ge=1, description="Host CPU cores.")
+    host_memory_gb: float = Field(64.0, gt=0, description="Host RAM, GB (PS shards live here).")
+    price_per_hour: float = Field(0.0, ge=0, description="On-demand price, USD per hour.")
+    instance_type: str = Field("", description="Cloud instance type or hardware description.")
+    intra_gbps: float | None = Field(
+        None, gt=0, description="GPU-to-GPU bandwidth inside this node; default: the cluster's."
+    )
+
+
+class Device(NamedTuple):
+    """A GPU, addressed by its node index and its local index on that node."""
+
+    node: int
+    local: int
+
+
+class ClusterSpec(BaseModel):
+    """A cluster: device types, nodes, intra-node link bandwidth and an optional single-flow cap.
+
+    Bandwidth between two endpoints (Eq. 2's b_{j,k}) is ``link_gbps``: inside one node the
+    node's intra-node bandwidth; across nodes the smaller NIC, capped by ``single_flow_gbps``
+    (a single TCP flow on AWS is capped below the NIC rate; AutoSync Table 2).
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    kind: Literal["cluster"] = "cluster"
+    name: str = Field(min_length=1)
+    device_types: tuple[DeviceType, ...] = Field(min_length=1)
+    nodes: tuple[Node, ...] = Field(min_length=1)
+    intra_node_gbps: float = Field(gt=0, description="Default GPU-to-GPU bandwidth inside a node.")
+    single_flow_gbps: float | None = Field(None, gt=0, description="Per-flow cap across nodes.")
+    description: str = ""
+
+    @model_validator(mode="after")
+    def _check(self) -> ClusterSpec:
+        issues: list[Issue] = []
+        types = set()
+        for i, t in enumerate(self.device_types):
+            if t.name in types:
+                issues.append(Issue(("device_types", i, "name"), f"duplicate device type {t.name!r}"))
+            types.add(t.name)
+        names: set[str] = set()
+        for i, n in enumerate(self.nodes):
+            if n.name in names:
+                issues.append(Issue(("nodes", i, "name"), f"duplicate node name {n.name!r}"))
+            names.add(n.name)
+            if n.device not in types:
+                issues.append(Issue(("nodes", i, "device"), f"unknown device type {n.device!r}"))
+        if not issues and self.num_gpus == 0:
+            issues.append(Issue(("nodes",), "the cluster has no GPU"))
+        structural(issues)
+        return self
+
+    @cached_property
+    def node_index(self) -> dict[str, int]:
+        return {n.name: i for i, n in enumerate(self.nodes)}
+
+    @cached_property
+    def device_type_of(self) -> dict[str, DeviceType]:
+        return {t.name: t for t in self.device_types}
+
+    def node(self, name: str) -> Node:
+        return self.nodes[self.node_index[name]]
+
+    def device_type(self, node: int | str) -> DeviceType:
+        n = self.nodes[node] if isinstance(node, int) else self.node(node)
+        return self.device_type_of[n.device]
+
+    @property
+    def num_gpus(self) -> int:
+        return sum(n.gpus for n in self.nodes)
+
+    @cached_property
+    def devices(self) -> tuple[Device, ...]:
+        """Every GPU in rank order: node by node, local index within the node."""
+        return tuple(Device(i, g) for i, n in enumerate(self.nodes) for g in range(n.gpus))
+
+    @property
+    def worker_nodes(self) -> tuple[int, ...]:
+        """Indices of the nodes with at least one GPU."""
+        return tuple(i for i, n in enumerate(self.nodes) if n.gpus > 0)
+
+    def intra_gbps(self, node: int) -> float:
+        return self.nodes[node].intra_gbps or self.intra_node_gbps
+
+    def link_gbps(self, a: int, b: int) -> float:
+        """Bandwidth b_{a,b} in Gbit/s between nodes a and b (a == b: inside the node)."""
+        if a == b:
+            return self.intra_gbps(a)
+        bw = min(self.nodes[a].nic_gbps, self.nodes[b].nic_gbps)
+        if self.single_flow_gbps is not None:
+            bw = min(bw, self.single_flow_gbps)
+        return bw
+
+    def link_bytes_per_s(self, a: int, b: int) -> float:
+        return self.link_gbps(a, b) * GBPS
+
+    def device_link_gbps(self, a: Device, b: Device) -> float:
+        """Bandwidth between two GPUs (same node: intra-node link; else the nodes' network link)."""
+        return self.link_gbps(a.node, b.node)
+
+    def node_bandwidth_gbps(self, node: int) -> float:
+        """A node's own network bandwidth b_{j,j} (Algorithm 1's weights): NIC, capped per flow."""
+        bw = self.nodes[node].nic_gbps
+        return bw
