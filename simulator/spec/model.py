@@ -39,7 +39,7 @@ class Variable(BaseModel):
             given = data.pop("bytes")
             shape = data.get("shape") or ()
             dtype = data.get("dtype", "float32")
-            if all(isinstance(d, int) for d in shape) and dtype in DTYPE_BYTES:
+            if all(isinstance(d, int) and d >= 1 for d in shape) and dtype in DTYPE_BYTES:
                 want = math.prod(shape) * DTYPE_BYTES[dtype]
                 if given != want:
                     structural([Issue(("bytes",), f"is {given} but shape x dtype gives {want}")])
