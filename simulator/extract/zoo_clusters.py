@@ -1,0 +1,147 @@
+"""The cluster zoo: AutoSync's Table 2 setups (A1, A2, B1-B12) plus A100x8 and H100-4x8, from a table.
+
+Every cluster is assembled from the instance types below; the figures are the published ones
+collected in DESIGN.md ("Published hardware figures") and the vendors' instance pages. Prices are
+approximate AWS on-demand prices (us-east-1, USD per hour); the in-house Cluster A has no price.
+
+Bandwidth conventions: ``nic_gbps`` is the instance's advertised network bandwidth; inside a node
+GPUs talk over PCIe 3.0 x16 (15.75 GB/s, about 126 Gbit/s) on the AWS g3/g4dn instances and over
+NVLink/NVSwitch on the A100 and H100 nodes (per direction, per GPU). AutoSync Table 2 notes that a
+single flow on AWS is capped at 10 Gbit/s; that is the clusters' ``single_flow_gbps``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from simulator.spec import ClusterSpec, DeviceType, Node
+
+GIB_IN_GB = 1.073741824  # AWS publishes host memory in GiB; ClusterSpec wants GB
+
+TITAN_X = DeviceType(
+    name="TITAN-X-Maxwell-12GB",
+    fp32_tflops=6.6,
+    fp16_tflops=6.6,  # Maxwell has no fast FP16 path: FP16 math runs at the FP32 rate
+    memory_gb=12,
+    memory_bw_gbs=336.5,
+)
+M60 = DeviceType(name="M60-8GB", fp32_tflops=4.8, fp16_tflops=4.8, memory_gb=8, memory_bw_gbs=160)
+T4 = DeviceType(name="T4-16GB", fp32_tflops=8.1, fp16_tflops=65, memory_gb=16, memory_bw_gbs=320)
+A100 = DeviceType(name="A100-SXM4-80GB", fp32_tflops=19.5, fp16_tflops=312, memory_gb=80, memory_bw_gbs=2039)
+H100 = DeviceType(name="H100-SXM5-80GB", fp32_tflops=67, fp16_tflops=989, memory_gb=80, memory_bw_gbs=3350)
+
+PCIE3_X16_GBPS = 126.0  # 15.75 GB/s per direction
+
+
+@dataclass(frozen=True)
+class InstanceType:
+    """One kind of machine a zoo cluster is built from."""
+
+    short: str  # prefix of node names, e.g. 'g4dn12'
+    description: str  # cloud instance type or hardware description (Node.instance_type)
+    device: DeviceType  # its GPU
+    gpus: int  # GPUs per node
+    nic_gbps: float  # advertised network bandwidth, Gbit/s
+    latency_us: float  # one-way network latency, microseconds (approximate)
+    cpu_cores: int  # physical cores (in-house) or vCPUs (cloud)
+    host_memory_gb: float  # host RAM, GB
+    price_per_hour: float  # on-demand USD per hour (approximate); 0 for in-house hardware
+    intra_gbps: float  # GPU-to-GPU bandwidth inside the node, Gbit/s
+
+
+CLUSTER_A_NODE = InstanceType(
+    "a", "in-house Cluster A node: 1x GeForce TITAN X, Intel 16-core CPU, 64 GB RAM, 40GbE",
+    TITAN_X, 1, 40.0, 10.0, 16, 64.0, 0.0, PCIE3_X16_GBPS,
+)  # fmt: skip
+G3_4XL = InstanceType(
+    "g3-4xl", "AWS g3.4xlarge", M60, 1, 10.0, 50.0, 16, 122 * GIB_IN_GB, 1.14, PCIE3_X16_GBPS
+)
+G3_16XL = InstanceType(
+    "g3-16xl", "AWS g3.16xlarge", M60, 4, 25.0, 50.0, 64, 488 * GIB_IN_GB, 4.56, PCIE3_X16_GBPS
+)
+G4DN_2XL = InstanceType(
+    "g4dn-2xl", "AWS g4dn.2xlarge", T4, 1, 25.0, 50.0, 8, 32 * GIB_IN_GB, 0.752, PCIE3_X16_GBPS
+)
+G4DN_12XL = InstanceType(
+    "g4dn-12xl", "AWS g4dn.12xlarge", T4, 4, 50.0, 50.0, 48, 192 * GIB_IN_GB, 3.912, PCIE3_X16_GBPS
+)
+# p4de.24xlarge-class: 8x A100 80GB on NVSwitch (NVLink 3: 300 GB/s per direction per GPU), 400 Gbps EFA.
+A100_NODE = InstanceType(
+    "a100", "AWS p4de.24xlarge (8x A100 80GB, NVSwitch)", A100, 8, 400.0, 15.0, 96,
+    1152 * GIB_IN_GB, 40.97, 2400.0,
+)  # fmt: skip
+# DGX H100 / p5.48xlarge-class: 8x H100 SXM on NVSwitch (NVLink 4: 450 GB/s per direction per GPU),
+# 8 x 400 Gbit/s NDR rails per node (one per GPU); one flow rides one rail (single_flow_gbps=400).
+H100_NODE = InstanceType(
+    "h100", "AWS p5.48xlarge / DGX H100 class (8x H100 SXM, NVSwitch, 8x400G NICs)", H100, 8, 3200.0,
+    2.0, 192, 2048 * GIB_IN_GB, 98.32, 3600.0,
+)  # fmt: skip
+
+AWS_SINGLE_FLOW_GBPS = 10.0  # AutoSync Table 2: "they all have 10GbE single-flow bandwidth"
+
+
+def _nodes(groups: list[tuple[InstanceType, int]]) -> tuple[Node, ...]:
+    nodes: list[Node] = []
+    for itype, count in groups:
+        for i in range(count):
+            nodes.append(
+                Node(
+                    name=f"{itype.short}-{i}",
+                    device=itype.device.name,
+                    gpus=itype.gpus,
+                    nic_gbps=itype.nic_gbps,
+                    latency_us=itype.latency_us,
+                    cpu_cores=itype.cpu_cores,
+                    host_memory_gb=round(itype.host_memory_gb, 2),
+                    price_per_hour=itype.price_per_hour,
+                    instance_type=itype.description,
+                    intra_gbps=itype.intra_gbps,
+                )
+            )
+    return tuple(nodes)
+
+
+def make_cluster(
+    name: str,
+    groups: list[tuple[InstanceType, int]],
+    description: str,
+    single_flow_gbps: float | None = None,
+) -> ClusterSpec:
+    """A cluster of ``count`` nodes of each instance type in ``groups``, in that order."""
+    devices: dict[str, DeviceType] = {}
+    for itype, _ in groups:
+        devices.setdefault(itype.device.name, itype.device)
+    return ClusterSpec(
+        name=name,
+        device_types=tuple(devices.values()),
+        nodes=_nodes(groups),
+        intra_node_gbps=groups[0][0].intra_gbps,
+        single_flow_gbps=single_flow_gbps,
+        description=description,
+    )
+
+
+def zoo_clusters() -> list[ClusterSpec]:
+    """The 16 zoo clusters: AutoSync Table 2 (14 setups), one 8x A100 node, 4x8 H100."""
+    a = "AutoSync Table 2 {}: {}; Cluster A (in-house, 40GbE switch)"
+    b = "AutoSync Table 2 {}: {}; Cluster B (AWS, 10 Gbps single-flow cap)"
+    aws = AWS_SINGLE_FLOW_GBPS
+    table: list[tuple[str, list[tuple[InstanceType, int]], str, float | None]] = [
+        ("A1", [(CLUSTER_A_NODE, 16)], a.format("A1", "16x Cluster A nodes, [1] x 16, 40GbE"), None),
+        ("A2", [(CLUSTER_A_NODE, 11)], a.format("A2", "11x Cluster A nodes, [1] x 11, 40GbE"), None),
+        ("B1", [(G3_16XL, 2)], b.format("B1", "2x g3.16xlarge, [4] x 2, 25GbE"), aws),
+        ("B2", [(G3_16XL, 3)], b.format("B2", "3x g3.16xlarge, [4] x 3, 25GbE"), aws),
+        ("B3", [(G3_16XL, 4)], b.format("B3", "4x g3.16xlarge, [4] x 4, 25GbE"), aws),
+        ("B4", [(G4DN_12XL, 1)], b.format("B4", "1x g4dn.12xlarge, [4] x 1, 50GbE"), aws),
+        ("B5", [(G4DN_12XL, 2)], b.format("B5", "2x g4dn.12xlarge, [4] x 2, 50GbE"), aws),
+        ("B6", [(G4DN_12XL, 3)], b.format("B6", "3x g4dn.12xlarge, [4] x 3, 50GbE"), aws),
+        ("B7", [(G4DN_12XL, 4)], b.format("B7", "4x g4dn.12xlarge, [4] x 4, 50GbE"), aws),
+        ("B8", [(G4DN_12XL, 8)], b.format("B8", "8x g4dn.12xlarge, [4] x 8, 50GbE"), aws),
+        ("B9", [(G3_4XL, 1), (G3_16XL, 1)], b.format("B9", "1x g3.4xlarge + 1x g3.16xlarge, [1, 4], 10/25GbE"), aws),  # noqa: E501
+        ("B10", [(G3_16XL, 1), (G4DN_12XL, 1)], b.format("B10", "1x g3.16xlarge + 1x g4dn.12xlarge, [4] x 2, 25/50GbE"), aws),  # noqa: E501
+        ("B11", [(G3_16XL, 2), (G4DN_12XL, 2)], b.format("B11", "2x g3.16xlarge + 2x g4dn.12xlarge, [4] x 4, 25/50GbE"), aws),  # noqa: E501
+        ("B12", [(G4DN_2XL, 1), (G4DN_12XL, 1)], b.format("B12", "1x g4dn.2xlarge + 1x g4dn.12xlarge, [1, 4], 25/50GbE"), aws),  # noqa: E501
+        ("A100x8", [(A100_NODE, 1)], "One node with 8x A100 80GB on NVSwitch (p4de.24xlarge class).", None),
+        ("H100-4x8", [(H100_NODE, 4)], "4 nodes x 8 H100 SXM on NVSwitch, 8x400 Gbit/s rails per node; one flow rides one rail.", 400.0),  # noqa: E501
+    ]  # fmt: skip
+    return [make_cluster(name, groups, desc, cap) for name, groups, desc, cap in table]
