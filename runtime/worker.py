@@ -1,0 +1,199 @@
+"""The trial worker: pulls trials from the service API, runs them, heartbeats, and reports measurements.
+
+Contract (the queue delivers at least once; the database is the source of truth):
+- a trial runs only after this worker *claimed* it through the API; a nudge (a queue message, or a
+  poll tick) only says "there may be work", so a duplicated or redelivered nudge finds nothing to
+  claim and never produces a second measurement;
+- while a trial runs, a background thread heartbeats it every ``heartbeat_s``; if the API answers
+  that the trial was cancelled (its search was cancelled) or is no longer ours (it went stale and
+  was requeued), the running trial is killed and nothing is reported;
+- the trial itself runs in a child process (``python -m runtime.worker_trial``) in its own process
+  group, so a cancel kills everything it started, and the child dies with the worker
+  (PR_SET_PDEATHSIG) if the worker is killed;
+- one trial at a time: a trial occupies the whole emulated cluster (or the host's GPUs).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import json
+import logging
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+
+from runtime.worker_api import ApiClient, ClaimedTrial
+from simulator.spec.measurement import Measurement
+
+log = logging.getLogger("strategist.worker")
+
+
+@dataclass(frozen=True)
+class WorkerConfig:
+    """How a worker finds work and runs it."""
+
+    # Base URL of the service, e.g. http://127.0.0.1:8000.
+    api_url: str
+    # A token with the worker role.
+    token: str
+    # 'testbed' (emulated cluster on this machine) or 'gpu' (the host's GPUs with NCCL).
+    pool: str
+    # Names of the clusters this worker advertises; it only claims trials on these.
+    clusters: tuple[str, ...]
+    # Seconds between heartbeats of a running trial (must be well under the service's stale timeout).
+    heartbeat_s: float = 2.0
+    # Seconds between claim polls when idle (the safety net behind queue nudges).
+    poll_s: float = 1.0
+    # A trial that runs longer than this is killed and reported as failed.
+    trial_timeout_s: float = 600.0
+    # Name reported to the API (shown on trials).
+    name: str = field(default_factory=lambda: f"{socket.gethostname()}-{os.getpid()}")
+
+
+class Worker:
+    """Claims and runs trials one at a time. ``run_once`` may be called from several threads."""
+
+    def __init__(self, config: WorkerConfig, api: ApiClient | None = None) -> None:
+        self.config = config
+        self.api = api or ApiClient(config.api_url, config.token, worker_name=config.name)
+        self._busy = threading.Lock()
+        self._stopping = threading.Event()
+        self.trials_run = 0
+
+    def stop(self) -> None:
+        """Ask ``serve_forever`` to return after the trial in progress."""
+        self._stopping.set()
+
+    def run_once(self) -> bool:
+        """Claim one trial and run it to the end; False when none was claimed or a trial is running."""
+        if not self._busy.acquire(blocking=False):
+            return False  # one trial at a time; the running one will poll again when it ends
+        try:
+            trial = self.api.claim(pool=self.config.pool, clusters=list(self.config.clusters))
+            if trial is None:
+                return False
+            self._run(trial)
+            self.trials_run += 1
+            return True
+        finally:
+            self._busy.release()
+
+    def serve_forever(self) -> None:
+        """Poll the API for work until ``stop``; API outages are retried with back-off."""
+        backoff = self.config.poll_s
+        while not self._stopping.is_set():
+            try:
+                ran = self.run_once()
+                backoff = self.config.poll_s
+            except Exception as e:  # an API outage must not kill a long-lived worker
+                log.warning("worker: %s; retrying in %.1f s", e, backoff)
+                ran = False
+                backoff = min(backoff * 2, 30.0)
+            if not ran:
+                self._stopping.wait(backoff)
+
+    def _run(self, trial: ClaimedTrial) -> None:
+        log.info("worker %s: running trial %s on %s", self.config.name, trial.id, trial.cluster.name)
+        child = _start_child(trial)
+        stop = threading.Event()
+        verdict: dict[str, bool] = {"cancel": False, "lost": False}
+        beat = threading.Thread(
+            target=self._heartbeat, args=(trial.id, child, stop, verdict), name=f"heartbeat-{trial.id}"
+        )
+        beat.start()
+        try:
+            measurement = _wait_child(child, self.config.trial_timeout_s)
+        finally:
+            stop.set()
+            beat.join()
+        if verdict["cancel"] or verdict["lost"]:
+            log.info("worker: trial %s stopped (%s); not reported", trial.id, verdict)
+            return
+        accepted = self.api.report(trial.id, measurement)
+        log.info("worker: trial %s reported (accepted=%s, ok=%s)", trial.id, accepted, measurement.ok)
+
+    def _heartbeat(
+        self, trial_id: str, child: subprocess.Popen[bytes], stop: threading.Event, verdict: dict[str, bool]
+    ) -> None:
+        while not stop.wait(self.config.heartbeat_s):
+            try:
+                reply = self.api.heartbeat(trial_id)
+            except Exception as e:  # a missed beat is retried; the stale timeout is several beats long
+                log.warning("heartbeat of %s failed: %s", trial_id, e)
+                continue
+            if reply.cancel or reply.lost:
+                verdict["cancel"], verdict["lost"] = reply.cancel, reply.lost
+                _kill_group(child)
+                return
+
+
+def _set_pdeathsig() -> None:
+    """In the child, before exec: die with SIGKILL when the worker dies (Linux prctl)."""
+    with contextlib.suppress(Exception):
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+
+
+def _start_child(trial: ClaimedTrial) -> subprocess.Popen[bytes]:
+    payload = {
+        "trial_id": trial.id,
+        "model": trial.model.model_dump(mode="json"),
+        "cluster": trial.cluster.model_dump(mode="json"),
+        "strategy": trial.strategy.model_dump(mode="json"),
+        "options": trial.options,
+    }
+    child = subprocess.Popen(
+        [sys.executable, "-m", "runtime.worker_trial"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        start_new_session=True,  # its own process group: a cancel kills all it started
+        preexec_fn=_set_pdeathsig,
+    )
+    assert child.stdin is not None
+    child.stdin.write(json.dumps(payload).encode())
+    child.stdin.close()
+    return child
+
+
+def _wait_child(child: subprocess.Popen[bytes], timeout_s: float) -> Measurement:
+    """The child's Measurement, or a failed Measurement saying why there is none."""
+    assert child.stdout is not None
+    try:
+        out, _ = child.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        _kill_group(child)
+        child.communicate()
+        return Measurement(failure=f"trial timed out after {timeout_s:.0f} s")
+    lines = [ln for ln in out.decode(errors="replace").splitlines() if ln.startswith("{")]
+    if child.returncode != 0 or not lines:
+        return Measurement(failure=f"trial process exited with code {child.returncode}")
+    try:
+        return Measurement.model_validate_json(lines[-1])
+    except ValueError as e:
+        return Measurement(failure=f"trial process printed no valid measurement: {e}")
+
+
+def _kill_group(child: subprocess.Popen[bytes]) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(child.pid, signal.SIGKILL)
+
+
+def wait_for_api(api_url: str, timeout_s: float = 60.0) -> None:
+    """Block until the API answers /healthz (a worker started beside the API waits for it)."""
+    import httpx
+
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            if httpx.get(api_url.rstrip("/") + "/healthz", timeout=2.0).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"the API at {api_url} did not answer /healthz within {timeout_s:.0f} s")
+        time.sleep(0.3)

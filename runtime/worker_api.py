@@ -1,0 +1,109 @@
+"""The worker's HTTP client for the service API: claim a trial, heartbeat it, report its measurement.
+
+The worker never touches the database or the broker's state of a trial: the API (and behind it the
+database) is the source of truth. Every call carries the worker token as a bearer token.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+
+from simulator.spec import ClusterSpec, ModelSpec, Strategy
+from simulator.spec.io import parse_as
+from simulator.spec.measurement import Measurement
+
+API_PREFIX = "/api/v1"
+
+
+@dataclass(frozen=True)
+class ClaimedTrial:
+    """A trial the API handed to this worker: what to run and how long to measure it."""
+
+    id: str
+    search_id: str | None
+    model: ModelSpec
+    cluster: ClusterSpec
+    strategy: Strategy
+    # Executor options chosen by the service (iterations, warm-up, scale, compute mode, ...).
+    options: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> ClaimedTrial:
+        return cls(
+            id=str(data["id"]),
+            search_id=None if data.get("search_id") is None else str(data["search_id"]),
+            model=parse_as(ModelSpec, data["model"]),
+            cluster=parse_as(ClusterSpec, data["cluster"]),
+            strategy=parse_as(Strategy, data["strategy"]),
+            options=dict(data.get("options") or {}),
+        )
+
+
+@dataclass(frozen=True)
+class HeartbeatReply:
+    """What the API answered to a heartbeat."""
+
+    # The trial was cancelled (its search was cancelled): stop running it and do not report.
+    cancel: bool
+    # The trial is no longer this worker's (requeued after a stale heartbeat, or finished).
+    lost: bool
+
+
+class ApiError(RuntimeError):
+    """The API answered with an unexpected status."""
+
+
+class ApiClient:
+    """Thread-safe client of the worker endpoints (httpx.Client is safe to share between threads)."""
+
+    def __init__(self, base_url: str, token: str, *, timeout_s: float = 30.0, worker_name: str = "") -> None:
+        self.base_url = base_url.rstrip("/")
+        self.worker_name = worker_name
+        self._http = httpx.Client(
+            base_url=self.base_url + API_PREFIX,
+            headers={"Authorization": f"Bearer {token}"},
+            timeout=timeout_s,
+        )
+
+    def close(self) -> None:
+        self._http.close()
+
+    def claim(self, *, pool: str, clusters: list[str]) -> ClaimedTrial | None:
+        """Claim the oldest queued trial on one of ``clusters``; None when there is none."""
+        r = self._http.post(
+            "/workers/claim", json={"pool": pool, "clusters": clusters, "worker": self.worker_name}
+        )
+        if r.status_code == 204:
+            return None
+        _check(r, "claim")
+        body = r.json()
+        if not body:
+            return None
+        return ClaimedTrial.from_json(body.get("trial", body))
+
+    def heartbeat(self, trial_id: str) -> HeartbeatReply:
+        r = self._http.post(f"/trials/{trial_id}/heartbeat", json={"worker": self.worker_name})
+        if r.status_code in (404, 409):
+            return HeartbeatReply(cancel=False, lost=True)
+        _check(r, "heartbeat")
+        body = r.json()
+        return HeartbeatReply(cancel=bool(body.get("cancel", False)), lost=False)
+
+    def report(self, trial_id: str, measurement: Measurement) -> bool:
+        """Report a measurement; False when the API refused it (already reported, lost, cancelled)."""
+        r = self._http.post(
+            f"/trials/{trial_id}/report",
+            json={"worker": self.worker_name, "measurement": measurement.model_dump(mode="json")},
+        )
+        if r.status_code in (404, 409):
+            return False
+        _check(r, "report")
+        return True
+
+
+def _check(r: httpx.Response, what: str) -> None:
+    if r.status_code >= 300:
+        raise ApiError(f"{what}: HTTP {r.status_code}: {r.text[:300]}")
