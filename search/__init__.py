@@ -1,0 +1,61 @@
+"""Deciding: the strategy space, samplers under AutoSync's constraints, memory feasibility,
+similarity, diverse selection (Eq. 11) and the searchers that drive them."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from search.feasibility import Feasibility, MemoryConfig, MemoryModel
+from search.samplers import (
+    ConstrainedSampler,
+    Constraints,
+    InfeasibleSpaceError,
+    Sampler,
+    UniformSampler,
+)
+from search.space import Space, SpaceConfig
+from simulator.spec import ClusterSpec, ModelSpec
+
+SamplerKind = Literal["random", "constrained"]
+
+
+def make_sampler(
+    kind: SamplerKind,
+    model: ModelSpec,
+    cluster: ClusterSpec,
+    seed: int = 0,
+    *,
+    space: SpaceConfig | None = None,
+    memory: MemoryConfig | Literal[False] | None = None,
+    constraints: Constraints | None = None,
+) -> Sampler:
+    """A sampler of ``kind`` over the space of ``model`` on ``cluster``.
+
+    ``memory=None`` rejects strategies that do not fit with the default MemoryConfig; pass a
+    MemoryConfig to change its assumptions, or False to keep every draw.
+    """
+    sp = Space(model, cluster, space)
+    mm = None if memory is False else MemoryModel(model, cluster, memory or None)
+    if kind == "random":
+        if constraints is not None:
+            raise ValueError("constraints: the random sampler has none")
+        return UniformSampler(sp, seed, mm)
+    if kind == "constrained":
+        return ConstrainedSampler(sp, seed, mm, constraints)
+    raise ValueError(f"kind: unknown sampler {kind!r}; expected 'random' or 'constrained'")
+
+
+__all__ = [
+    "ConstrainedSampler",
+    "Constraints",
+    "Feasibility",
+    "InfeasibleSpaceError",
+    "MemoryConfig",
+    "MemoryModel",
+    "Sampler",
+    "SamplerKind",
+    "Space",
+    "SpaceConfig",
+    "UniformSampler",
+    "make_sampler",
+]

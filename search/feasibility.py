@@ -1,0 +1,120 @@
+"""Memory feasibility: does a strategy fit in every GPU's memory and every PS server's host memory?
+
+Per GPU (data parallel: every GPU holds a full replica), bytes needed =
+    parameters                       sum of variable bytes
+  + gradients                        sum of gradient bytes (density-scaled for sparse variables)
+  + optimizer state of collective shards   state_factor x shard bytes
+                                     (a PS shard's optimizer state lives on its server's host)
+  + PowerSGD error-feedback buffers  shard bytes for each PowerSGD-compressed shard
+  + activations                      activation_bytes per sample x per-GPU batch x activation_factor
+and must not exceed ``device_usable`` x the device's memory (the rest is CUDA context, workspace
+and allocator fragmentation). The smallest device of the cluster's GPU nodes decides.
+
+Per PS server node, bytes needed = sum over hosted shards of shard bytes x (1 parameter copy
++ 1 gradient accumulator + state_factor), against ``host_usable`` x its host memory.
+
+state_factor: Adam keeps two moments (2x parameter bytes), SGD with momentum one (1x), plain
+SGD none. Adam is the default: it is what BERT and NCF train with in MLPerf, the worst common case.
+GB in ``DeviceType.memory_gb`` and ``Node.host_memory_gb`` is read as 1e9 bytes (conservative
+against the GiB that vendors mean).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from simulator.spec import ClusterSpec, CollectiveSync, ModelSpec, PSSync, Strategy
+
+_STATE_FACTOR = {"adam": 2.0, "sgd_momentum": 1.0, "sgd": 0.0}
+GB = 1e9
+
+
+@dataclass(frozen=True)
+class MemoryConfig:
+    """Assumptions of the memory model."""
+
+    # Optimizer whose state is counted (Adam: 2x parameters; SGD momentum: 1x; SGD: 0).
+    optimizer: Literal["adam", "sgd_momentum", "sgd"] = "adam"
+    # Multiplier on the per-sample activation bytes stored for the backward pass.
+    activation_factor: float = 1.0
+    # Fraction of a GPU's memory the training step may use.
+    device_usable: float = 0.9
+    # Fraction of a server's host memory its PS shards may use.
+    host_usable: float = 0.8
+    # Per-GPU batch size; None = the model's default.
+    batch_size: int | None = None
+
+
+@dataclass(frozen=True)
+class Feasibility:
+    """The verdict of the memory check: per-GPU and per-server bytes, and every reason it fails."""
+
+    ok: bool
+    device_bytes: float
+    device_capacity: float
+    host_bytes: dict[str, float]
+    reasons: tuple[str, ...]
+
+
+class MemoryModel:
+    """Checks strategies of ``model`` on ``cluster`` against device and host memory."""
+
+    def __init__(self, model: ModelSpec, cluster: ClusterSpec, config: MemoryConfig | None = None) -> None:
+        self.model = model
+        self.cluster = cluster
+        self.config = config or MemoryConfig()
+        c = self.config
+        batch = c.batch_size or model.batch_size
+        self.state_factor = _STATE_FACTOR[c.optimizer]
+        self._params = float(model.param_bytes)
+        self._grads = float(sum(v.grad_bytes for v in model.variables))
+        self._activations = model.activation_bytes * batch * c.activation_factor
+        gpu_nodes = [n for n in cluster.nodes if n.gpus > 0]
+        smallest = min(gpu_nodes, key=lambda n: cluster.device_type(n.name).memory_gb)
+        self._device_name = cluster.device_type(smallest.name).name
+        self.device_capacity = cluster.device_type(smallest.name).memory_gb * GB * c.device_usable
+
+    def check(self, strategy: Strategy) -> Feasibility:
+        """Bytes needed per GPU and per server, and why it does not fit (empty reasons: it fits)."""
+        optimizer = 0.0
+        powersgd = 0.0
+        hosted: dict[str, float] = {}
+        for shard in strategy.shards(self.model):
+            sync = shard.sync
+            if isinstance(sync, PSSync):
+                hosted[sync.server] = hosted.get(sync.server, 0.0) + shard.bytes
+            elif isinstance(sync, CollectiveSync):
+                optimizer += self.state_factor * shard.bytes
+                if sync.compressor.kind == "powersgd":
+                    powersgd += shard.bytes
+        device = self._params + self._grads + optimizer + powersgd + self._activations
+        reasons = []
+        if device > self.device_capacity:
+            reasons.append(
+                f"device memory: {device / GB:.2f} GB per GPU > {self.device_capacity / GB:.2f} GB usable "
+                f"on {self._device_name} (params {self._params / GB:.2f}, grads {self._grads / GB:.2f}, "
+                f"optimizer {optimizer / GB:.2f}, powersgd {powersgd / GB:.2f}, "
+                f"activations {self._activations / GB:.2f})"
+            )
+        host_bytes = {}
+        for server, shard_bytes in sorted(hosted.items()):
+            need = shard_bytes * (2.0 + self.state_factor)
+            host_bytes[server] = need
+            cap = self.cluster.node(server).host_memory_gb * GB * self.config.host_usable
+            if need > cap:
+                reasons.append(
+                    f"host memory of PS server {server}: {need / GB:.2f} GB > {cap / GB:.2f} GB usable "
+                    f"({shard_bytes / GB:.2f} GB of shards x {2.0 + self.state_factor:g})"
+                )
+        return Feasibility(
+            ok=not reasons,
+            device_bytes=device,
+            device_capacity=self.device_capacity,
+            host_bytes=host_bytes,
+            reasons=tuple(reasons),
+        )
+
+    def headroom(self) -> float:
+        """Device bytes left when every variable is PS-synchronised (the strategy-free floor)."""
+        return self.device_capacity - (self._params + self._grads + self._activations)

@@ -1,0 +1,114 @@
+"""Partial strategies: every choice of the Space drawn factor by factor, placement and groups left open.
+
+AutoSync §6: "the strategy sampler first generates a partial strategy S, leaving two fields,
+variable placement (PS-based) and the group (collective-based) undecided". Both samplers draw the
+partial strategy here and differ only in how they fill those two fields.
+
+Factor-wise uniform: each factor is drawn uniformly among its options, independently (partition:
+"not partitioned" with probability 1/2 when the variable is partitionable, else axis and shard
+count uniform; per shard: PS or collective with probability 1/2, then local replication, or
+compressor and algorithm, uniform; N uniform in 1..max_groups). This is not uniform over the
+*set* of strategies: that measure puts almost all mass on the largest shard counts, since a
+variable's number of sub-strategies grows exponentially with its shards.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from search.space import Space, shard_message_bytes
+from simulator.spec import (
+    CollectiveSync,
+    Compressor,
+    Partition,
+    PSSync,
+    Strategy,
+    Synchronizer,
+    VariableStrategy,
+)
+
+
+@dataclass
+class ShardDraft:
+    """One shard's drawn choices; ``server`` / ``group`` are filled later (-1 = undecided)."""
+
+    variable: int  # variable index, forward order
+    message_bytes: float
+    ps: bool
+    local_replication: bool = False
+    compressor: Compressor = field(default_factory=Compressor)
+    algorithm: str = "ring"
+    server: int = -1
+    group: int = -1
+
+
+@dataclass
+class PartialStrategy:
+    """Per variable its partition and shard drafts (forward order), and the merge-group count N."""
+
+    partitions: list[Partition]
+    shards: list[list[ShardDraft]]
+    n_groups: int
+
+    def ps_shards(self) -> list[ShardDraft]:
+        return [s for var in self.shards for s in var if s.ps]
+
+    def collective_shards_backprop(self) -> list[ShardDraft]:
+        """Collective shards in back-propagation order: exactly the reverse of ``Strategy.shards``.
+
+        Gradients become ready from the loss towards the input; Algorithm 2's "back-propagation
+        order" is read as that order (its text's "from input to loss" would be forward order,
+        which gives the same kind of adjacent byte-balanced split with the boundaries placed from
+        the other end).
+        """
+        return [s for var in reversed(self.shards) for s in reversed(var) if not s.ps]
+
+
+def draw_partial(space: Space, rng: np.random.Generator) -> PartialStrategy:
+    """Draw every factor but placement and merge group, factor-wise uniformly."""
+    partitions: list[Partition] = []
+    shards: list[list[ShardDraft]] = []
+    algorithms = space.config.algorithms
+    for vs in space.variables:
+        var = vs.variable
+        if vs.partitionable and rng.random() < 0.5:
+            axes = sorted(vs.k_max)
+            axis = axes[int(rng.integers(len(axes)))]
+            part = Partition(axis=axis, shards=int(rng.integers(2, vs.k_max[axis] + 1)))
+        else:
+            part = Partition()
+        drafts = []
+        for shape in part.shard_shapes(var.shape):
+            d = ShardDraft(vs.index, shard_message_bytes(var, shape), ps=bool(rng.random() < 0.5))
+            if d.ps:
+                d.local_replication = bool(rng.random() < 0.5)
+            else:
+                options = space.compressors(var, shape)
+                d.compressor = options[int(rng.integers(len(options)))]
+                d.algorithm = algorithms[int(rng.integers(len(algorithms)))]
+            drafts.append(d)
+        partitions.append(part)
+        shards.append(drafts)
+    n_cc = sum(1 for var in shards for s in var if not s.ps)
+    n_groups = int(rng.integers(1, space.max_groups(n_cc) + 1))
+    return PartialStrategy(partitions, shards, n_groups)
+
+
+def assemble(space: Space, partial: PartialStrategy, name: str = "") -> Strategy:
+    """The Strategy of a partial strategy whose placement and groups are all decided."""
+    variables = []
+    for vs, part, drafts in zip(space.variables, partial.partitions, partial.shards, strict=True):
+        syncs: list[Synchronizer] = []
+        for d in drafts:
+            if d.ps:
+                if d.server < 0:
+                    raise ValueError(f"{vs.name}: a PS shard has no server")
+                syncs.append(PSSync(server=space.servers[d.server], local_replication=d.local_replication))
+            else:
+                if d.group < 0:
+                    raise ValueError(f"{vs.name}: a collective shard has no group")
+                syncs.append(CollectiveSync(group=d.group, compressor=d.compressor, algorithm=d.algorithm))
+        variables.append(VariableStrategy(variable=vs.name, partition=part, shards=tuple(syncs)))
+    return Strategy(name=name, model=space.model.name, cluster=space.cluster.name, variables=tuple(variables))
