@@ -1,0 +1,264 @@
+"""StrategyBatch: N strategies of one model flattened into one row per shard (CSR), and back.
+
+A sampler can build a batch straight from numpy choices with ``make_batch`` (no pydantic objects
+per strategy), score it with ``simulator.analytical.vectorised.score`` and ``decode`` only the
+strategies it keeps; ``encode`` builds a batch from ``Strategy`` objects.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from simulator.analytical.arrays import (
+    ALGORITHMS,
+    COMPRESSORS,
+    OP_ALLGATHER,
+    ClusterArrays,
+    ModelArrays,
+)
+from simulator.analytical.geometry import ShardGeometry, shard_geometry
+from simulator.spec import (
+    CollectiveSync,
+    Compressor,
+    Partition,
+    PSSync,
+    Strategy,
+    VariableStrategy,
+)
+
+
+@dataclass(frozen=True, eq=False)
+class StrategyBatch:
+    """N strategies as flat shard rows; rows of strategy n are ``offsets[n]:offsets[n+1]``.
+
+    Shapes: N strategies, T shard rows, G collective calls (distinct (strategy, group, op)).
+        offsets (N+1,) int64; strategy (T,) int64; variable (T,) int64 (forward index);
+        axis, num_shards, shard_index (T,) int64 (the variable's partition and this shard);
+        is_ps (T,) bool; server (T,) int64 node index (-1 for collective rows);
+        local_replication (T,) bool; staleness (T,) int64;
+        group (T,) int64 merge group id as written (-1 for PS rows);
+        algorithm (T,) int64 (0 ring, 1 hierarchical); compressor (T,) int64 (0 none, 1 fp16,
+        2 powersgd); rank (T,) int64 (PowerSGD rank, 0 otherwise);
+        op (T,) int64 collective op code (``arrays.OP_NAMES``; -1 for PS rows);
+        call (T,) int64 index of the row's collective call in [0, G) (-1 for PS rows);
+        call_strategy, call_group, call_op (G,) int64: each call's strategy, group id and op.
+        geo: ``ShardGeometry`` of the rows (sizes, m_i, c_i(m_i); independent of CostParams);
+        code (T,) int64: index into ``ClusterArrays.code_*`` (2·server + I_p, or 2·J + op);
+        bin (T,) int64: where the row's time accumulates: strategy·J + server for PS rows,
+            N·J + call for collective rows.
+    Rows of one strategy are in forward order of variables, then shard index. Everything that
+    does not depend on CostParams is computed here, once; ``score`` only applies φ, δ and the
+    per-byte coefficients.
+    """
+
+    offsets: np.ndarray
+    strategy: np.ndarray
+    variable: np.ndarray
+    axis: np.ndarray
+    num_shards: np.ndarray
+    shard_index: np.ndarray
+    is_ps: np.ndarray
+    server: np.ndarray
+    local_replication: np.ndarray
+    staleness: np.ndarray
+    group: np.ndarray
+    algorithm: np.ndarray
+    compressor: np.ndarray
+    rank: np.ndarray
+    op: np.ndarray
+    call: np.ndarray
+    call_strategy: np.ndarray
+    call_group: np.ndarray
+    call_op: np.ndarray
+    geo: ShardGeometry
+    code: np.ndarray
+    bin: np.ndarray
+
+    @property
+    def size(self) -> int:
+        """N, the number of strategies."""
+        return len(self.offsets) - 1
+
+    @property
+    def rows(self) -> int:
+        """T, the number of shard rows."""
+        return len(self.strategy)
+
+
+def make_batch(
+    ma: ModelArrays,
+    ca: ClusterArrays,
+    *,
+    strategy: np.ndarray,
+    variable: np.ndarray,
+    axis: np.ndarray,
+    num_shards: np.ndarray,
+    shard_index: np.ndarray,
+    is_ps: np.ndarray,
+    server: np.ndarray,
+    local_replication: np.ndarray,
+    staleness: np.ndarray,
+    group: np.ndarray,
+    algorithm: np.ndarray,
+    compressor: np.ndarray,
+    rank: np.ndarray,
+) -> StrategyBatch:
+    """Build a batch from per-row choices (all shape (T,), rows grouped by strategy 0..N-1).
+
+    Derives the collective op of each row (all-gather for sparse variables, else the row's
+    all-reduce algorithm) and numbers the distinct (strategy, group, op) collective calls.
+    """
+    strategy = np.asarray(strategy, dtype=np.int64)
+    if strategy.size and np.any(np.diff(strategy) < 0):
+        raise ValueError("strategy: rows must be grouped by strategy in increasing order")
+    n = int(strategy[-1]) + 1 if strategy.size else 0
+    counts = np.bincount(strategy, minlength=n)
+    if np.any(counts == 0):
+        raise ValueError(f"strategy: strategy {int(np.argmin(counts))} has no shard rows")
+    offsets = np.concatenate(([0], np.cumsum(counts))).astype(np.int64)
+    variable = np.asarray(variable, dtype=np.int64)
+    is_ps = np.asarray(is_ps, dtype=bool)
+    group = np.where(is_ps, -1, np.asarray(group, dtype=np.int64))
+    algorithm = np.asarray(algorithm, dtype=np.int64)
+    op = np.where(is_ps, -1, np.where(ma.sparse[variable], OP_ALLGATHER, algorithm))
+    cc = ~is_ps
+    call = np.full(strategy.shape, -1, dtype=np.int64)
+    gspan = int(group.max()) + 1 if cc.any() else 1
+    key = (strategy[cc] * gspan + group[cc]) * 3 + op[cc]
+    uniq, inv = np.unique(key, return_inverse=True)
+    call[cc] = inv
+    server = np.where(is_ps, np.asarray(server, dtype=np.int64), -1)
+    local_replication = np.asarray(local_replication, dtype=bool) & is_ps
+    axis = np.asarray(axis, dtype=np.int64)
+    num_shards = np.asarray(num_shards, dtype=np.int64)
+    shard_index = np.asarray(shard_index, dtype=np.int64)
+    compressor = np.asarray(compressor, dtype=np.int64)
+    rank = np.asarray(rank, dtype=np.int64)
+    j = len(ca.gpus)
+    return StrategyBatch(
+        offsets=offsets,
+        strategy=strategy,
+        variable=variable,
+        axis=axis,
+        num_shards=num_shards,
+        shard_index=shard_index,
+        is_ps=is_ps,
+        server=server,
+        local_replication=local_replication,
+        staleness=np.asarray(staleness, dtype=np.int64),
+        group=group,
+        algorithm=algorithm,
+        compressor=compressor,
+        rank=rank,
+        op=op,
+        call=call,
+        call_strategy=uniq // (3 * gspan),
+        call_group=(uniq // 3) % gspan,
+        call_op=uniq % 3,
+        geo=shard_geometry(ma, variable, axis, num_shards, shard_index, compressor, rank),
+        code=np.where(is_ps, 2 * server + local_replication, 2 * j + op),
+        bin=np.where(is_ps, strategy * j + server, n * j + call),
+    )
+
+
+def encode(ma: ModelArrays, ca: ClusterArrays, strategies: Sequence[Strategy]) -> StrategyBatch:
+    """Flatten ``strategies`` (valid for ma.model on ca.cluster) into a StrategyBatch."""
+    node_index = ca.cluster.node_index
+    names = [v.name for v in ma.model.variables]
+    cols: dict[str, list[int]] = {k: [] for k in _CHOICES}
+    for n, s in enumerate(strategies):
+        if s.plan is not None:
+            raise ValueError(f"strategies.{n}.plan: hybrid plans are not modelled by the analytical cost")
+        by_var = s.by_variable
+        for vi, name in enumerate(names):
+            vs = by_var[name]
+            k = vs.partition.shards
+            for si, sync in enumerate(vs.shards):
+                row = (n, vi, vs.partition.axis, k, si)
+                if isinstance(sync, PSSync):
+                    tail = (
+                        1,
+                        node_index[sync.server],
+                        int(sync.local_replication),
+                        sync.staleness,
+                        0,
+                        0,
+                        0,
+                        0,
+                    )
+                else:
+                    comp = sync.compressor
+                    tail = (
+                        0,
+                        -1,
+                        0,
+                        0,
+                        sync.group,
+                        ALGORITHMS.index(sync.algorithm),
+                        COMPRESSORS.index(comp.kind),
+                        comp.rank or 0,
+                    )
+                for key, value in zip(_CHOICES, row + tail, strict=True):
+                    cols[key].append(value)
+    return make_batch(ma, ca, **{k: np.array(v, dtype=np.int64) for k, v in cols.items()})
+
+
+_CHOICES = (
+    "strategy",
+    "variable",
+    "axis",
+    "num_shards",
+    "shard_index",
+    "is_ps",
+    "server",
+    "local_replication",
+    "staleness",
+    "group",
+    "algorithm",
+    "compressor",
+    "rank",
+)
+
+
+def decode(ma: ModelArrays, ca: ClusterArrays, batch: StrategyBatch, n: int, name: str = "") -> Strategy:
+    """Strategy ``n`` of ``batch`` as a ``Strategy`` (the inverse of ``encode``)."""
+    lo, hi = int(batch.offsets[n]), int(batch.offsets[n + 1])
+    nodes = ca.cluster.nodes
+    per_var: dict[int, list[int]] = {}
+    for r in range(lo, hi):
+        per_var.setdefault(int(batch.variable[r]), []).append(r)
+    out = []
+    for vi, rows in per_var.items():
+        syncs: list[PSSync | CollectiveSync] = []
+        for r in sorted(rows, key=lambda r: int(batch.shard_index[r])):
+            if batch.is_ps[r]:
+                syncs.append(
+                    PSSync(
+                        server=nodes[int(batch.server[r])].name,
+                        local_replication=bool(batch.local_replication[r]),
+                        staleness=int(batch.staleness[r]),
+                    )
+                )
+            else:
+                kind = COMPRESSORS[int(batch.compressor[r])]
+                syncs.append(
+                    CollectiveSync(
+                        group=int(batch.group[r]),
+                        compressor=Compressor(
+                            kind=kind, rank=int(batch.rank[r]) if kind == "powersgd" else None
+                        ),
+                        algorithm=ALGORITHMS[int(batch.algorithm[r])],
+                    )
+                )
+        r0 = rows[0]
+        out.append(
+            VariableStrategy(
+                variable=ma.model.variables[vi].name,
+                partition=Partition(axis=int(batch.axis[r0]), shards=int(batch.num_shards[r0])),
+                shards=tuple(syncs),
+            )
+        )
+    return Strategy(name=name, model=ma.model.name, cluster=ca.cluster.name, variables=tuple(out))

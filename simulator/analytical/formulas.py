@@ -1,0 +1,181 @@
+"""AutoSync's predefined cost formulas for one message: PS (Eq. 2), collectives (Eq. 3), compute (§1).
+
+These scalar functions are the single statement of the maths. The vectorised scorer precomputes
+their per-byte coefficients once per cluster (``ClusterArrays``); the reference loop calls them
+shard by shard. Every time is split into ``Terms`` = [network transfer, coefficient of φ,
+coefficient of δ], which are also AutoSync's domain-agnostic features z_i (supplementary §2-§3).
+"""
+
+from __future__ import annotations
+
+from typing import Literal, NamedTuple
+
+from simulator.analytical.params import CostParams
+from simulator.spec import GBPS, ClusterSpec, ModelSpec
+
+Primitive = Literal["allreduce", "reducescatter", "allgather", "broadcast", "reduce"]
+CompressorKind = Literal["none", "fp16", "powersgd"]
+
+#: Bytes of one row index of a sparse gradient (int64, as in TensorFlow's IndexedSlices).
+INDEX_BYTES = 8
+#: FLOPs of one training step per forward FLOP: forward + backward (2x forward: input and weight grads).
+TRAIN_FLOPS_PER_FWD = 3.0
+
+
+class Terms(NamedTuple):
+    """A synchronisation time split as in Eq. 2/3: transfer seconds + phi_coef·φ + delta_coef·δ."""
+
+    transfer: float
+    phi_coef: float
+    delta_coef: float
+
+    def seconds(self, params: CostParams) -> float:
+        return self.transfer + self.phi_coef * params.phi + self.delta_coef * params.delta
+
+
+def sparse_message_bytes(values_bytes: float, rows: int, density: float) -> float:
+    """m_i of a row-sparse gradient: the touched rows' values plus their int64 indices.
+
+    With ``density`` the expected fraction of rows touched per step, a worker sends
+    ``density·values_bytes`` of values and ``density·rows·INDEX_BYTES`` of indices.
+    """
+    return density * values_bytes + density * rows * INDEX_BYTES
+
+
+def compressed_bytes(
+    kind: CompressorKind,
+    values_bytes: float,
+    index_bytes: float,
+    dtype_bytes: int,
+    rows: int,
+    cols: int,
+    rank: int = 0,
+) -> float:
+    """c_i(m_i): the bytes actually sent for a message of ``values_bytes`` (+ ``index_bytes``).
+
+    none: unchanged. fp16: values cast to 2-byte floats (half of fp32; indices unchanged).
+    powersgd (dense matrices only): the rank-r factors P (rows x r) and Q (cols x r), i.e.
+    ``rank·(rows + cols)`` values of the variable's dtype, with rows = shape[0] and
+    cols = prod(shape[1:]) of the shard.
+    """
+    if kind == "none":
+        return values_bytes + index_bytes
+    if kind == "fp16":
+        return values_bytes * min(1.0, 2.0 / dtype_bytes) + index_bytes
+    return float(rank * (rows + cols) * dtype_bytes)
+
+
+def ps_terms(cluster: ClusterSpec, server: int, local_replication: bool, message_bytes: float) -> Terms:
+    """Eq. 2, T_server^PS(v_i) for one message of ``message_bytes`` = c_i(m_i) on node ``server``.
+
+    T = Σ_k I_d(j,k)·c_i(m_i)/b_{j,k}·r_k + Σ_k I_d(j,k)·r_k·φ + δ, summed over worker nodes k,
+    where I_d(j,k) = 0 when the server is on worker k's own machine (its GPUs reach it over the
+    host, not the network), and r_k is the number of messages node k sends: its GPU count
+    (one replica per GPU), or 1 with hierarchical reduction (I_p, ``local_replication``: the
+    node's GPUs reduce locally first). The paper writes this as r^{I_p}; its text makes clear the
+    count drops to one per node when I_p holds, which is what is computed here.
+    Both directions are counted: workers push gradients and pull parameters, two symmetric
+    transfers (supplementary §2), so the transfer and overhead sums are doubled; δ is paid once.
+    """
+    transfer = 0.0
+    messages = 0.0
+    for k in cluster.worker_nodes:
+        if k == server:
+            continue
+        r = 1 if local_replication else cluster.nodes[k].gpus
+        transfer += message_bytes / cluster.link_bytes_per_s(server, k) * r
+        messages += r
+    return Terms(2.0 * transfer, 2.0 * messages, 1.0)
+
+
+def ring_bandwidth_gbps(cluster: ClusterSpec) -> float:
+    """b_m of Eq. 3: the lowest bandwidth between consecutive devices of the ring in rank order.
+
+    The ring visits every GPU node by node (``ClusterSpec.devices``) and closes back to the first.
+    """
+    devs = cluster.devices
+    if len(devs) == 1:
+        return cluster.intra_gbps(devs[0].node)
+    return min(cluster.device_link_gbps(devs[i], devs[(i + 1) % len(devs)]) for i in range(len(devs)))
+
+
+def collective_factor(primitive: Primitive, w: int) -> float:
+    """How many times the message crosses the slowest ring link per device in Eq. 3.
+
+    AllReduce 2(w-1)/w; ReduceScatter and AllGather (w-1)/w; Broadcast and Reduce 1 (pipelined).
+    """
+    if primitive == "allreduce":
+        return 2.0 * (w - 1) / w
+    if primitive in ("reducescatter", "allgather"):
+        return (w - 1) / w
+    return 1.0
+
+
+def collective_terms(primitive: Primitive, message_bytes: float, w: int, ring_gbps: float) -> Terms:
+    """Eq. 3: T^CC = I_1·2(w-1)c/(w·b_m) + I_2·(w-1)c/(w·b_m) + I_3·c/b_m + w·φ + δ.
+
+    ``message_bytes`` is c_i(m_i), the full buffer the primitive operates on (for AllGather the
+    gathered result, i.e. w times one worker's contribution).
+    """
+    transfer = 0.0 if w <= 1 else collective_factor(primitive, w) * message_bytes / (ring_gbps * GBPS)
+    return Terms(transfer, float(w), 1.0)
+
+
+def hierarchical_allreduce_terms(cluster: ClusterSpec, message_bytes: float) -> Terms:
+    """Hierarchical all-reduce: intra-node reduce-scatter, inter-node all-reduce, intra-node all-gather.
+
+    Each phase is Eq. 3 on its own ring. Intra-node phases run on every node at once, so the
+    slowest node bounds them: max_k (g_k-1)/g_k·c/b_intra(k), each paid twice (RS and AG), with
+    g_max·φ each. The inter-node phase all-reduces across the n worker nodes: 2(n-1)/n·c/b_n,
+    with b_n the lowest link of the ring of nodes, plus n·φ. (NCCL runs g concurrent rings of c/g
+    bytes, one per local rank; they share the node's NIC, which is the same traffic as one GPU
+    per node all-reducing all c bytes.) δ is paid once: the phases are one fused call.
+    """
+    workers = cluster.worker_nodes
+    g_max = max(cluster.nodes[k].gpus for k in workers)
+    intra = max(
+        (
+            collective_factor("reducescatter", cluster.nodes[k].gpus)
+            * message_bytes
+            / (cluster.intra_gbps(k) * GBPS)
+            for k in workers
+        ),
+        default=0.0,
+    )
+    n = len(workers)
+    transfer = 2.0 * intra
+    phi_coef = 2.0 * g_max if g_max > 1 else 0.0
+    if n > 1:
+        b_n = min(cluster.link_gbps(workers[i], workers[(i + 1) % n]) for i in range(n))
+        transfer += collective_factor("allreduce", n) * message_bytes / (b_n * GBPS)
+        phi_coef += n
+    return Terms(transfer, phi_coef, 1.0)
+
+
+def node_compute_times(model: ModelSpec, cluster: ClusterSpec, params: CostParams) -> dict[int, float]:
+    """T_comp of one step on each worker node's GPUs: 3·F·B / (peak FP32 · efficiency).
+
+    F is the model's forward FLOPs per sample, B the per-GPU batch; backward costs twice the
+    forward (gradients for inputs and weights).
+    """
+    out = {}
+    for k in cluster.worker_nodes:
+        dt = cluster.device_type(k)
+        peak = dt.fp32_tflops * 1e12 * params.efficiency_of(dt.name)
+        out[k] = TRAIN_FLOPS_PER_FWD * model.fwd_flops * model.batch_size / peak
+    return out
+
+
+def compute_time(model: ModelSpec, cluster: ClusterSpec, params: CostParams) -> float:
+    """T_comp of a synchronous data-parallel step: the slowest worker bounds it."""
+    return max(node_compute_times(model, cluster, params).values())
+
+
+def iteration_time(t_comp: float, t_sync: float) -> float:
+    """Supplementary Eq. 1: T = max(T_comp, T_sync) (communication overlaps computation)."""
+    return max(t_comp, t_sync)
+
+
+def price_per_second(cluster: ClusterSpec) -> float:
+    """What the whole cluster costs per second of use, from its nodes' hourly prices (USD)."""
+    return sum(n.price_per_hour for n in cluster.nodes) / 3600.0

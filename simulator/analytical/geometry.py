@@ -1,0 +1,66 @@
+"""Shard sizes and message bytes (m_i, c_i(m_i)) of every row of a batch, from its partition choices."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from simulator.analytical import formulas as f
+from simulator.analytical.arrays import ModelArrays
+
+
+@dataclass(frozen=True, eq=False)
+class ShardGeometry:
+    """Per-row sizes derived from the partition and compressor choices.
+
+    Shapes: T rows, all float64 (T,): numel; rows, cols of the shard as a matrix
+    (rows = shape[0], cols = prod(shape[1:])); values_bytes (the shard's parameter bytes);
+    message_bytes (m_i: density-scaled values plus int64 row indices for sparse gradients);
+    sent_bytes (c_i(m_i), ``formulas.compressed_bytes``).
+    """
+
+    numel: np.ndarray
+    rows: np.ndarray
+    cols: np.ndarray
+    values_bytes: np.ndarray
+    message_bytes: np.ndarray
+    sent_bytes: np.ndarray
+
+
+def shard_geometry(
+    ma: ModelArrays,
+    variable: np.ndarray,
+    axis: np.ndarray,
+    num_shards: np.ndarray,
+    shard_index: np.ndarray,
+    compressor: np.ndarray,
+    rank: np.ndarray,
+) -> ShardGeometry:
+    """Sizes of each row's shard (``Partition.shard_shapes``: near-equal parts, the first ones larger).
+
+    Whole variables are looked up; only partitioned rows and compressed rows are computed.
+    """
+    v = variable
+    numel = ma.numel[v]
+    rows = ma.rows[v]
+    part = np.flatnonzero(num_shards > 1)
+    if part.size:
+        vp, ap, kp = v[part], axis[part], num_shards[part]
+        d = ma.dims[vp, ap]
+        size = d // kp + (shard_index[part] < d % kp)
+        numel[part] = ma.numel[vp] / d * size
+        rows[part] = np.where(ap == 0, size, ma.dims[vp, 0])
+    values = numel * ma.dtype_bytes_f[v]
+    message = numel * ma.message_per_element[v] + rows * ma.index_per_row[v]
+    sent = message.copy()
+    squeezed = np.flatnonzero(compressor != 0)
+    if squeezed.size:
+        vs, cs = v[squeezed], compressor[squeezed]
+        index = rows[squeezed] * ma.index_per_row[vs]
+        fp16 = (message[squeezed] - index) * np.minimum(1.0, 2.0 / ma.dtype_bytes_f[vs]) + index
+        cols_s = numel[squeezed] / rows[squeezed]
+        psgd = rank[squeezed] * (rows[squeezed] + cols_s) * ma.dtype_bytes_f[vs]
+        sent[squeezed] = np.where(cs == 1, fp16, psgd)
+    assert f.INDEX_BYTES > 0  # index_per_row in ModelArrays is density * INDEX_BYTES
+    return ShardGeometry(numel, rows, numel / rows, values, message, sent)

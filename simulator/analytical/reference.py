@@ -1,0 +1,71 @@
+"""A plain loop over one strategy's shards with the scalar formulas: the vectorised scorer's oracle.
+
+Used by tests only (and the throughput benchmark's comparison column); it shares nothing with
+the vectorised path but ``formulas``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from simulator.analytical import formulas as f
+from simulator.analytical.params import CostParams
+from simulator.spec import DTYPE_BYTES, ClusterSpec, ModelSpec, PSSync, Strategy
+
+
+@dataclass(frozen=True)
+class ReferenceCost:
+    """One strategy's times, seconds; servers by node index, calls by (group, op name)."""
+
+    t_comp: float
+    t_ps: float
+    t_cc: float
+    t_sync: float
+    t_iter: float
+    server_time: dict[int, float]
+    call_time: dict[tuple[int, str], float]
+
+
+def reference_cost(model: ModelSpec, cluster: ClusterSpec, s: Strategy, params: CostParams) -> ReferenceCost:
+    """Eq. 1-3 for one strategy, shard by shard."""
+    server_time: dict[int, float] = {}
+    call_bytes: dict[tuple[int, str], float] = {}
+    for shard in s.shards(model):
+        var = model.variables[shard.var_index]
+        dtype_bytes = DTYPE_BYTES[var.dtype]
+        rows = shard.shape[0]
+        cols = math.prod(shard.shape[1:])
+        values = float(shard.bytes)
+        if shard.sparse:
+            index = var.density * rows * f.INDEX_BYTES
+            values = shard.grad_bytes
+        else:
+            index = 0.0
+        sync = shard.sync
+        if isinstance(sync, PSSync):
+            j = cluster.node_index[sync.server]
+            terms = f.ps_terms(cluster, j, sync.local_replication, values + index)
+            server_time[j] = server_time.get(j, 0.0) + terms.seconds(params)
+        else:
+            comp = sync.compressor
+            c = f.compressed_bytes(comp.kind, values, index, dtype_bytes, rows, cols, comp.rank or 0)
+            op = "allgather" if shard.sparse else f"allreduce-{sync.algorithm}"
+            key = (sync.group, op)
+            call_bytes[key] = call_bytes.get(key, 0.0) + c
+    w = cluster.num_gpus
+    ring = f.ring_bandwidth_gbps(cluster)
+    call_time = {}
+    for (group, op), nbytes in call_bytes.items():
+        if op == "allgather":
+            terms = f.collective_terms("allgather", w * nbytes, w, ring)
+        elif op == "allreduce-ring":
+            terms = f.collective_terms("allreduce", nbytes, w, ring)
+        else:
+            terms = f.hierarchical_allreduce_terms(cluster, nbytes)
+        call_time[(group, op)] = terms.seconds(params)
+    t_ps = max(server_time.values(), default=0.0)
+    t_cc = sum(call_time.values())
+    t_sync = t_ps + t_cc if params.combine == "sum" else max(t_ps, t_cc)
+    t_comp = f.compute_time(model, cluster, params)
+    return ReferenceCost(t_comp, t_ps, t_cc, t_sync, f.iteration_time(t_comp, t_sync), server_time, call_time)
