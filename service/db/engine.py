@@ -1,0 +1,88 @@
+"""Engines, sessions and migrations for SQLite (embedded, WAL, foreign keys on) and PostgreSQL."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from alembic import command
+from alembic.config import Config
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
+from sqlalchemy import Engine, create_engine, event, text
+from sqlalchemy.engine import make_url
+from sqlalchemy.orm import Session, sessionmaker
+
+ALEMBIC_INI = Path(__file__).resolve().parent / "alembic.ini"
+
+
+def make_engine(url: str, *, echo: bool = False) -> Engine:
+    """An engine for ``url``; SQLite gets WAL, foreign keys, and a busy timeout for concurrent writers.
+
+    The folder of a SQLite file is created if missing. PostgreSQL URLs should use the psycopg 3
+    driver (``postgresql+psycopg://``); a bare ``postgresql://`` is rewritten to it.
+    """
+    parsed = make_url(url)
+    if parsed.drivername == "postgresql":
+        parsed = parsed.set(drivername="postgresql+psycopg")
+    kwargs: dict[str, Any] = {"echo": echo, "future": True}
+    if parsed.get_backend_name() == "sqlite":
+        if parsed.database and parsed.database != ":memory:":
+            Path(parsed.database).expanduser().parent.mkdir(parents=True, exist_ok=True)
+        kwargs["connect_args"] = {"check_same_thread": False, "timeout": 30}
+    else:
+        kwargs["pool_pre_ping"] = True
+    engine = create_engine(parsed, **kwargs)
+    if parsed.get_backend_name() == "sqlite":
+        event.listen(engine, "connect", _sqlite_pragmas)
+    return engine
+
+
+def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
+    cursor = dbapi_connection.cursor()
+    # WAL lets readers (the dashboard) proceed while a writer (a worker's report) commits.
+    cursor.execute("PRAGMA journal_mode=WAL")
+    cursor.execute("PRAGMA foreign_keys=ON")
+    cursor.execute("PRAGMA busy_timeout=30000")
+    cursor.execute("PRAGMA synchronous=NORMAL")
+    cursor.close()
+
+
+def session_factory(engine: Engine) -> sessionmaker[Session]:
+    """Sessions whose loaded objects stay readable after commit (domain objects are built inside)."""
+    return sessionmaker(bind=engine, expire_on_commit=False, autoflush=True)
+
+
+def alembic_config(url: str) -> Config:
+    """The packaged Alembic configuration pointed at ``url`` (works from an installed package)."""
+    cfg = Config(str(ALEMBIC_INI))
+    cfg.set_main_option("script_location", str(ALEMBIC_INI.parent / "migrations"))
+    cfg.attributes["database_url"] = url
+    return cfg
+
+
+def upgrade(url: str, revision: str = "head") -> None:
+    """Apply migrations up to ``revision`` (``strategist db upgrade``)."""
+    command.upgrade(alembic_config(url), revision)
+
+
+def head_revision() -> str | None:
+    """The newest migration shipped with the package."""
+    return ScriptDirectory.from_config(alembic_config("")).get_current_head()
+
+
+def current_revision(engine: Engine) -> str | None:
+    """The migration the database is at (None for an empty database)."""
+    with engine.connect() as conn:
+        return MigrationContext.configure(conn).get_current_revision()
+
+
+def at_head(engine: Engine) -> bool:
+    """True when the database schema is at the newest shipped migration."""
+    return current_revision(engine) == head_revision()
+
+
+def ping(engine: Engine) -> None:
+    """Run ``SELECT 1``; raises if the database is unreachable."""
+    with engine.connect() as conn:
+        conn.execute(text("SELECT 1"))

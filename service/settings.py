@@ -1,0 +1,88 @@
+"""Service configuration: the one `Settings` class, and the only code that reads the environment.
+
+Every field can be set with an environment variable named ``STRATEGIST_<FIELD>`` (for example
+``STRATEGIST_DATABASE_URL``) or a ``.env`` file in the working directory. Empty URLs and folders
+are filled in from ``data_dir`` so that, with nothing set, everything lives in one local folder
+and ``strategist serve`` needs no server (SQLite database, SQLite-backed Celery broker).
+"""
+
+from __future__ import annotations
+
+from functools import cached_property
+from pathlib import Path
+
+from pydantic import Field, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+def default_data_dir() -> Path:
+    """``~/.local/share/strategist``: where the embedded database, broker and simulators live."""
+    return Path.home() / ".local" / "share" / "strategist"
+
+
+class Settings(BaseSettings):
+    """Typed configuration of the API, the database, the queue and the worker sweep."""
+
+    model_config = SettingsConfigDict(
+        env_prefix="STRATEGIST_", env_file=".env", env_file_encoding="utf-8", extra="ignore"
+    )
+
+    # Folder for everything embedded: the SQLite database, the SQLite broker, simulator files.
+    data_dir: Path = Field(default_factory=default_data_dir)
+    # SQLAlchemy URL of the database; empty: sqlite:///<data_dir>/strategist.db.
+    # PostgreSQL in production: postgresql+psycopg://user:password@host:5432/strategist.
+    database_url: str = ""
+    # Celery broker; empty: kombu's SQLAlchemy transport on sqla+sqlite:///<data_dir>/broker.db.
+    # Production: redis://host:6379/0.
+    broker_url: str = ""
+    # Celery result backend; empty: db+sqlite:///<data_dir>/results.db.
+    result_backend: str = ""
+    # Folder where trained simulator versions are written; empty: <data_dir>/simulators.
+    simulators_dir: Path | None = None
+    # A running trial whose last heartbeat is older than this many seconds is requeued.
+    heartbeat_timeout_s: float = Field(60.0, gt=0)
+    # How often (seconds) the sweep looks for stale trials.
+    sweep_interval_s: float = Field(15.0, gt=0)
+    # After this many claims that lost their heartbeat, a trial fails instead of being requeued.
+    max_trial_attempts: int = Field(3, ge=1)
+    # Interface and port the API listens on.
+    api_host: str = "127.0.0.1"
+    api_port: int = Field(8000, ge=1, le=65535)
+    # Public base URL of the API as workers should reach it; empty: http://<api_host>:<api_port>.
+    api_url: str = ""
+    # If set, an admin token with exactly this secret is ensured at start-up (bootstrapping a
+    # fresh deployment, e.g. from docker-compose); leave empty and use `strategist token create`.
+    admin_token: str = ""
+    # Log SQL statements (debugging).
+    echo_sql: bool = False
+
+    @model_validator(mode="after")
+    def _fill_defaults(self) -> Settings:
+        data = self.data_dir.expanduser()
+        self.data_dir = data
+        if not self.database_url:
+            self.database_url = f"sqlite:///{data / 'strategist.db'}"
+        if not self.broker_url:
+            self.broker_url = f"sqla+sqlite:///{data / 'broker.db'}"
+        if not self.result_backend:
+            self.result_backend = f"db+sqlite:///{data / 'results.db'}"
+        if self.simulators_dir is None:
+            self.simulators_dir = data / "simulators"
+        if not self.api_url:
+            self.api_url = f"http://{self.api_host}:{self.api_port}"
+        return self
+
+    @cached_property
+    def simulators_path(self) -> Path:
+        """``simulators_dir`` with its default resolved (never None after validation)."""
+        return self.simulators_dir or self.data_dir / "simulators"
+
+    @property
+    def embedded_database(self) -> bool:
+        """True when the database is a local SQLite file (the folder must then exist)."""
+        return self.database_url.startswith("sqlite")
+
+    def ensure_dirs(self) -> None:
+        """Create the data folder and the simulators folder if they are missing."""
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        self.simulators_path.mkdir(parents=True, exist_ok=True)

@@ -1,0 +1,243 @@
+"""Shared fixtures of the service tests: one database per backend (SQLite and PostgreSQL), sessions,
+settings, small specs, tokens and an API test client.
+
+Every test that uses ``database_url`` (directly or through ``session``/``client``) runs twice, once
+per backend. PostgreSQL: ``STRATEGIST_TEST_POSTGRES_URL`` (default
+``postgresql+psycopg://postgres@127.0.0.1:5432/test``) names a server and maintenance database; a
+uniquely named database is created for the test session, migrated, and dropped at the end. When
+the server cannot be reached the PostgreSQL half is skipped, saying why.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+from sqlalchemy import Engine, create_engine, text
+from sqlalchemy.engine import make_url
+from sqlalchemy.orm import Session, sessionmaker
+
+from service.db import repository as repo
+from service.db.engine import make_engine, session_factory, upgrade
+from service.db.models import Base
+from service.settings import Settings
+from simulator import zoo
+
+PG_DEFAULT = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
+
+
+def small_model(name: str = "tiny-mlp") -> dict[str, Any]:
+    """A two-layer model spec (JSON): fc1 (64x32 weight + bias) → fc2 (32x10 weight)."""
+    return {
+        "kind": "model",
+        "name": name,
+        "family": "IC",
+        "batch_size": 8,
+        "layers": [
+            {
+                "name": "fc1",
+                "kind": "linear",
+                "fwd_flops": 4096.0,
+                "activation_bytes": 128.0,
+                "variables": [
+                    {"name": "fc1.weight", "shape": [64, 32]},
+                    {"name": "fc1.bias", "shape": [32]},
+                ],
+            },
+            {
+                "name": "fc2",
+                "kind": "linear",
+                "fwd_flops": 640.0,
+                "activation_bytes": 40.0,
+                "variables": [{"name": "fc2.weight", "shape": [32, 10]}],
+                "inputs": ["fc1"],
+            },
+        ],
+    }
+
+
+def small_cluster(name: str = "two-node") -> dict[str, Any]:
+    """Two nodes with one GPU each on a 10 Gbit/s network (JSON)."""
+    gpu = {"name": "T4", "fp32_tflops": 8.1, "fp16_tflops": 65, "memory_gb": 16, "memory_bw_gbs": 320}
+    return {
+        "kind": "cluster",
+        "name": name,
+        "device_types": [gpu],
+        "nodes": [
+            {"name": "n0", "device": "T4", "gpus": 1, "nic_gbps": 10, "price_per_hour": 1.0},
+            {"name": "n1", "device": "T4", "gpus": 1, "nic_gbps": 10, "price_per_hour": 1.0},
+        ],
+        "intra_node_gbps": 100,
+    }
+
+
+def small_strategy(label: str = "", *, ps: bool = False, group: int = 0) -> dict[str, Any]:
+    """A valid strategy of ``small_model`` on ``small_cluster``: all-reduce, or PS on node n0."""
+    sync: dict[str, Any] = {"kind": "ps", "server": "n0"} if ps else {"kind": "collective", "group": group}
+    names = ("fc1.weight", "fc1.bias", "fc2.weight")
+    return {
+        "kind": "strategy",
+        "name": label,
+        "variables": [{"variable": n, "shards": [sync]} for n in names],
+    }
+
+
+class SpecFactory:
+    """The small specs above, as a fixture (test modules cannot import conftest by name)."""
+
+    model = staticmethod(small_model)
+    cluster = staticmethod(small_cluster)
+    strategy = staticmethod(small_strategy)
+
+
+@pytest.fixture
+def specs() -> SpecFactory:
+    return SpecFactory()
+
+
+def _pg_url() -> str:
+    return os.environ.get("STRATEGIST_TEST_POSTGRES_URL", PG_DEFAULT)
+
+
+@pytest.fixture(scope="session")
+def _postgres_database() -> Iterator[str]:
+    """A fresh, migrated PostgreSQL database for this test session (dropped afterwards)."""
+    admin_url = make_url(_pg_url())
+    try:
+        admin = create_engine(admin_url, isolation_level="AUTOCOMMIT")
+        with admin.connect() as conn:
+            conn.execute(text("SELECT 1"))
+    except Exception as e:  # any connection failure: skip the PostgreSQL half, with the reason
+        pytest.skip(f"PostgreSQL at {admin_url.render_as_string(hide_password=True)} unreachable: {e}")
+    name = f"strategist_test_{uuid.uuid4().hex[:12]}"
+    with admin.connect() as conn:
+        conn.execute(text(f'CREATE DATABASE "{name}"'))
+    url = admin_url.set(database=name).render_as_string(hide_password=False)
+    try:
+        upgrade(url)
+        yield url
+    finally:
+        with admin.connect() as conn:
+            conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+        admin.dispose()
+
+
+@pytest.fixture(scope="session")
+def _sqlite_database(tmp_path_factory: pytest.TempPathFactory) -> str:
+    url = f"sqlite:///{tmp_path_factory.mktemp('sqlite') / 'strategist.db'}"
+    upgrade(url)
+    return url
+
+
+@pytest.fixture(scope="session", params=["sqlite", "postgresql"])
+def database_url(request: pytest.FixtureRequest) -> str:
+    """URL of a migrated database; the test runs once on SQLite and once on PostgreSQL."""
+    if request.param == "postgresql":
+        return str(request.getfixturevalue("_postgres_database"))
+    return str(request.getfixturevalue("_sqlite_database"))
+
+
+def clear_tables(engine: Engine) -> None:
+    """Empty every table (keeping the schema and Alembic's version), ids restarting at 1."""
+    tables = [t.name for t in Base.metadata.sorted_tables]
+    with engine.begin() as conn:
+        if engine.dialect.name == "postgresql":
+            conn.execute(text(f"TRUNCATE {', '.join(tables)} RESTART IDENTITY CASCADE"))
+        else:
+            for name in reversed(tables):
+                conn.execute(text(f"DELETE FROM {name}"))
+
+
+@pytest.fixture
+def engine(database_url: str) -> Iterator[Engine]:
+    """An engine on an empty database (tables cleared before the test)."""
+    eng = make_engine(database_url)
+    clear_tables(eng)
+    yield eng
+    eng.dispose()
+
+
+@pytest.fixture
+def sessions(engine: Engine) -> sessionmaker[Session]:
+    """The session factory; use one session per thread."""
+    return session_factory(engine)
+
+
+@pytest.fixture
+def session(sessions: sessionmaker[Session]) -> Iterator[Session]:
+    with sessions() as s:
+        yield s
+
+
+@pytest.fixture
+def zoo_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """A private zoo holding ``tiny-mlp`` and ``two-node`` (STRATEGIST_DATASETS points at it)."""
+    root = tmp_path / "zoo"
+    (root / "models").mkdir(parents=True)
+    (root / "clusters").mkdir()
+    (root / "models" / "tiny-mlp.json").write_text(json.dumps(small_model()))
+    (root / "clusters" / "two-node.json").write_text(json.dumps(small_cluster()))
+    monkeypatch.setenv("STRATEGIST_DATASETS", str(root))
+    zoo.model.cache_clear()
+    zoo.cluster.cache_clear()
+    yield root
+    zoo.model.cache_clear()
+    zoo.cluster.cache_clear()
+
+
+@pytest.fixture
+def settings(database_url: str, tmp_path: Path) -> Settings:
+    """Settings on the test database, with data under tmp_path and no broker configured for use."""
+    return Settings(
+        data_dir=tmp_path / "data",
+        database_url=database_url,
+        broker_url="memory://",
+        result_backend="cache+memory://",
+        heartbeat_timeout_s=30.0,
+    )
+
+
+@pytest.fixture
+def client(settings: Settings, engine: Engine, zoo_dir: Path) -> Iterator[TestClient]:
+    """A TestClient on ``create_app(settings)`` over the cleared test database."""
+    from service.api.app import create_app
+
+    with TestClient(create_app(settings)) as c:
+        yield c
+
+
+def bearer(secret: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {secret}"}
+
+
+@pytest.fixture
+def search_of(session: Session, zoo_dir: Path) -> Any:
+    """``search_of(owner_name, **options) -> Search``: a pending search of tiny-mlp on two-node."""
+
+    def make(owner: str = "alice", **options: Any) -> Any:
+        principal = repo.create_token(session, name=owner, role="user").info
+        model = repo.zoo_spec(session, kind="model", name="tiny-mlp")
+        cluster = repo.zoo_spec(session, kind="cluster", name="two-node")
+        return repo.create_search(
+            session, owner_id=principal.user_id, model=model, cluster=cluster, **options
+        )
+
+    return make
+
+
+@pytest.fixture
+def tokens(session: Session) -> dict[str, dict[str, str]]:
+    """Auth headers for two users (alice, bob), a worker and an admin."""
+    made = {
+        "alice": repo.create_token(session, name="alice", role="user"),
+        "bob": repo.create_token(session, name="bob", role="user"),
+        "worker": repo.create_token(session, name="worker-1", role="worker"),
+        "admin": repo.create_token(session, name="root", role="admin"),
+    }
+    return {k: bearer(v.secret) for k, v in made.items()}
