@@ -1,4 +1,4 @@
-"""Hidden-representation similarity (AutoSync supplementary §7, second approach): cosine of a simulator's hidden outputs."""
+"""Hidden-representation similarity (AutoSync supplementary §7, second approach): cosine of hidden outputs."""
 
 from __future__ import annotations
 
