@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from service.cli import spec_commands
+from service.cli import cost_commands, import_commands, spec_commands
 
 app = typer.Typer(
     name="strategist",
@@ -14,6 +14,8 @@ app = typer.Typer(
 )
 
 spec_commands.register(app)
+import_commands.register(app)
+cost_commands.register(app)
 
 
 def main() -> None:

@@ -20,15 +20,18 @@ from simulator.analytical.arrays import (
     cluster_arrays,
     model_arrays,
 )
+from simulator.analytical.baselines import BASELINES, baseline
 from simulator.analytical.breakdown import CallCost, CostBreakdown, ServerCost, cost_breakdown
 from simulator.analytical.encode import StrategyBatch, decode, encode, make_batch
 from simulator.analytical.features import GLOBAL_FEATURES, RAW_FEATURES, Features, features
+from simulator.analytical.fit import FitResult, FitSample, fit, predict_samples
 from simulator.analytical.geometry import ShardGeometry, shard_geometry
 from simulator.analytical.params import CostParams
 from simulator.analytical.simulator import AnalyticalSimulator
 from simulator.analytical.vectorised import Scores, score
 
 __all__ = [
+    "BASELINES",
     "COMPRESSORS",
     "GLOBAL_FEATURES",
     "OP_NAMES",
@@ -39,18 +42,23 @@ __all__ = [
     "CostBreakdown",
     "CostParams",
     "Features",
+    "FitResult",
+    "FitSample",
     "ModelArrays",
     "Scores",
     "ServerCost",
     "ShardGeometry",
     "StrategyBatch",
+    "baseline",
     "cluster_arrays",
     "cost_breakdown",
     "decode",
     "encode",
     "features",
+    "fit",
     "make_batch",
     "model_arrays",
+    "predict_samples",
     "score",
     "shard_geometry",
 ]

@@ -1,0 +1,100 @@
+"""`strategist cost`: the analytical cost (AutoSync Eq. 1-3) of a baseline or a strategy file."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from service.cli.spec_commands import fail, resolve_cluster, resolve_model
+from simulator.analytical import CostBreakdown, cost_breakdown
+from simulator.analytical.baselines import BASELINES, baseline
+from simulator.spec import ClusterSpec, ModelSpec, SpecError, Strategy, load_spec
+
+
+def register(app: typer.Typer) -> None:
+    """Add the ``cost`` command to the root app."""
+    app.command("cost")(cost)
+
+
+def cost(
+    model: str = typer.Option(..., "--model", help="Zoo model name or model JSON file."),
+    cluster: str = typer.Option(..., "--cluster", help="Zoo cluster name or cluster JSON file."),
+    strategy: str = typer.Option(
+        ..., "--strategy", help=f"A baseline ({', '.join(BASELINES)}) or a strategy JSON file."
+    ),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+    trials: int = typer.Option(24, "--trials", min=1, help="Optuna trials for the tuned baselines."),
+    seed: int = typer.Option(0, "--seed", help="Seed of the baselines' tuning."),
+) -> None:
+    """Predict T_comp, T_sync, T = max(T_comp, T_sync) and throughput, per server and per group."""
+    m = resolve_model(model)
+    c = resolve_cluster(cluster)
+    s = _resolve_strategy(strategy, m, c, trials, seed)
+    result = cost_breakdown(m, c, s)
+    if as_json:
+        out = {"model": m.name, "cluster": c.name, "strategy": s.name or strategy, **result.to_json()}
+        typer.echo(json.dumps(out, indent=2))
+    else:
+        _print(result, m, c, s.name or strategy)
+
+
+def _resolve_strategy(ref: str, model: ModelSpec, cluster: ClusterSpec, trials: int, seed: int) -> Strategy:
+    if ref in BASELINES:
+        return baseline(ref, model, cluster, trials=trials, seed=seed)
+    path = Path(ref)
+    if not path.is_file():
+        raise fail(f"--strategy: {ref!r} is neither a baseline ({', '.join(BASELINES)}) nor a file")
+    try:
+        spec = load_spec(path)
+        if not isinstance(spec, Strategy):
+            raise fail(f"--strategy: {ref}: is a {spec.kind} spec, expected a strategy")
+        spec.check(model, cluster)
+    except SpecError as e:
+        raise fail(f"--strategy: {ref}: {e}") from None
+    except OSError as e:
+        raise fail(f"--strategy: {ref}: {e}") from None
+    return spec
+
+
+def _print(r: CostBreakdown, model: ModelSpec, cluster: ClusterSpec, name: str) -> None:
+    console = Console()
+    top = Table("quantity", "value", title=f"{name}: {model.name} on {cluster.name}")
+    for label, value in [
+        ("T_comp", f"{r.t_comp * 1e3:.3f} ms"),
+        ("T_sync^PS (busiest server)", f"{r.t_ps * 1e3:.3f} ms"),
+        ("T_sync^CC (all calls)", f"{r.t_cc * 1e3:.3f} ms"),
+        ("T_sync", f"{r.t_sync * 1e3:.3f} ms"),
+        ("T = max(T_comp, T_sync)", f"{r.t_iter * 1e3:.3f} ms"),
+        ("throughput", f"{r.throughput:,.1f} samples/s"),
+        ("cost per iteration", f"${r.cost_per_iteration:.6f}"),
+    ]:
+        top.add_row(label, value)
+    console.print(top)
+    if r.ps:
+        t = Table("server", "time ms", "transfer ms", "messages", "shards", "MB", title="PS servers (Eq. 2)")
+        for node, sv in sorted(r.ps.items(), key=lambda kv: -kv[1].time):
+            t.add_row(
+                node,
+                f"{sv.time * 1e3:.3f}",
+                f"{sv.transfer * 1e3:.3f}",
+                f"{sv.messages:g}",
+                str(sv.shards),
+                f"{sv.bytes / 1e6:.2f}",
+            )
+        console.print(t)
+    if r.collective:
+        t = Table("group", "op", "time ms", "transfer ms", "shards", "MB", title="Collective calls (Eq. 3)")
+        for call in sorted(r.collective.values(), key=lambda cc: (cc.group, cc.op)):
+            t.add_row(
+                str(call.group),
+                call.op,
+                f"{call.time * 1e3:.3f}",
+                f"{call.transfer * 1e3:.3f}",
+                str(call.shards),
+                f"{call.bytes / 1e6:.2f}",
+            )
+        console.print(t)
