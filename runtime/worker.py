@@ -52,6 +52,8 @@ class WorkerConfig:
     poll_s: float = 1.0
     # A trial that runs longer than this is killed and reported as failed.
     trial_timeout_s: float = 600.0
+    # How trials are measured: ExecutorConfig fields (compute, warmup, iterations, timeout_s, ...).
+    trial_options: dict[str, object] = field(default_factory=dict)
     # Name reported to the API (shown on trials).
     name: str = field(default_factory=lambda: f"{socket.gethostname()}-{os.getpid()}")
 
@@ -100,11 +102,11 @@ class Worker:
 
     def _run(self, trial: ClaimedTrial) -> None:
         log.info("worker %s: running trial %s on %s", self.config.name, trial.id, trial.cluster.name)
-        child = _start_child(trial)
+        child = _start_child(trial, {"pool": self.config.pool, **self.config.trial_options})
         stop = threading.Event()
         verdict: dict[str, bool] = {"cancel": False, "lost": False}
         beat = threading.Thread(
-            target=self._heartbeat, args=(trial.id, child, stop, verdict), name=f"heartbeat-{trial.id}"
+            target=self._heartbeat, args=(trial, child, stop, verdict), name=f"heartbeat-{trial.id}"
         )
         beat.start()
         try:
@@ -115,17 +117,17 @@ class Worker:
         if verdict["cancel"] or verdict["lost"]:
             log.info("worker: trial %s stopped (%s); not reported", trial.id, verdict)
             return
-        accepted = self.api.report(trial.id, measurement)
+        accepted = self.api.report(trial, measurement)
         log.info("worker: trial %s reported (accepted=%s, ok=%s)", trial.id, accepted, measurement.ok)
 
     def _heartbeat(
-        self, trial_id: str, child: subprocess.Popen[bytes], stop: threading.Event, verdict: dict[str, bool]
+        self, trial: ClaimedTrial, child: subprocess.Popen[bytes], stop: threading.Event, verdict: dict[str, bool]
     ) -> None:
         while not stop.wait(self.config.heartbeat_s):
             try:
-                reply = self.api.heartbeat(trial_id)
+                reply = self.api.heartbeat(trial)
             except Exception as e:  # a missed beat is retried; the stale timeout is several beats long
-                log.warning("heartbeat of %s failed: %s", trial_id, e)
+                log.warning("heartbeat of %s failed: %s", trial.id, e)
                 continue
             if reply.cancel or reply.lost:
                 verdict["cancel"], verdict["lost"] = reply.cancel, reply.lost
@@ -139,13 +141,13 @@ def _set_pdeathsig() -> None:
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
 
 
-def _start_child(trial: ClaimedTrial) -> subprocess.Popen[bytes]:
+def _start_child(trial: ClaimedTrial, options: dict[str, object]) -> subprocess.Popen[bytes]:
     payload = {
         "trial_id": trial.id,
         "model": trial.model.model_dump(mode="json"),
         "cluster": trial.cluster.model_dump(mode="json"),
         "strategy": trial.strategy.model_dump(mode="json"),
-        "options": trial.options,
+        "options": options,
     }
     child = subprocess.Popen(
         [sys.executable, "-m", "runtime.worker_trial"],

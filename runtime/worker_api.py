@@ -6,7 +6,7 @@ database) is the source of truth. Every call carries the worker token as a beare
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import httpx
@@ -22,23 +22,25 @@ API_PREFIX = "/api/v1"
 class ClaimedTrial:
     """A trial the API handed to this worker: what to run and how long to measure it."""
 
-    id: str
-    search_id: str | None
+    id: int
+    # The claim this worker holds: heartbeats and the report must quote it, so a worker whose
+    # claim went stale (and was requeued to another) can neither heartbeat nor report.
+    claim_token: str
+    attempt: int
     model: ModelSpec
     cluster: ClusterSpec
     strategy: Strategy
-    # Executor options chosen by the service (iterations, warm-up, scale, compute mode, ...).
-    options: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> ClaimedTrial:
+        trial = data.get("trial", data)
         return cls(
-            id=str(data["id"]),
-            search_id=None if data.get("search_id") is None else str(data["search_id"]),
+            id=int(trial["id"]),
+            claim_token=str(data["claim_token"]),
+            attempt=int(data["attempt"]),
             model=parse_as(ModelSpec, data["model"]),
             cluster=parse_as(ClusterSpec, data["cluster"]),
-            strategy=parse_as(Strategy, data["strategy"]),
-            options=dict(data.get("options") or {}),
+            strategy=parse_as(Strategy, trial["strategy"]),
         )
 
 
@@ -82,26 +84,34 @@ class ApiClient:
         body = r.json()
         if not body:
             return None
-        return ClaimedTrial.from_json(body.get("trial", body))
+        return ClaimedTrial.from_json(body)
 
-    def heartbeat(self, trial_id: str) -> HeartbeatReply:
-        r = self._http.post(f"/trials/{trial_id}/heartbeat", json={"worker": self.worker_name})
+    def heartbeat(self, trial: ClaimedTrial) -> HeartbeatReply:
+        r = self._http.post(
+            f"/trials/{trial.id}/heartbeat",
+            json={"claim_token": trial.claim_token, "attempt": trial.attempt, "worker": self.worker_name},
+        )
         if r.status_code in (404, 409):
             return HeartbeatReply(cancel=False, lost=True)
         _check(r, "heartbeat")
         body = r.json()
-        return HeartbeatReply(cancel=bool(body.get("cancel", False)), lost=False)
+        return HeartbeatReply(cancel=bool(body.get("stop", False)), lost=not body.get("accepted", True))
 
-    def report(self, trial_id: str, measurement: Measurement) -> bool:
-        """Report a measurement; False when the API refused it (already reported, lost, cancelled)."""
+    def report(self, trial: ClaimedTrial, measurement: Measurement) -> bool:
+        """Report a measurement; False when it was not recorded (a duplicate, a stale claim, cancelled)."""
         r = self._http.post(
-            f"/trials/{trial_id}/report",
-            json={"worker": self.worker_name, "measurement": measurement.model_dump(mode="json")},
+            f"/trials/{trial.id}/report",
+            json={
+                "claim_token": trial.claim_token,
+                "attempt": trial.attempt,
+                "worker": self.worker_name,
+                "measurement": measurement.model_dump(mode="json"),
+            },
         )
         if r.status_code in (404, 409):
             return False
         _check(r, "report")
-        return True
+        return bool(r.json().get("recorded", True))
 
 
 def _check(r: httpx.Response, what: str) -> None:

@@ -1,0 +1,292 @@
+"""The AutoSync search loop: sample → score → select → (approve) → trial → retrain, round after round.
+
+The loop holds no state of its own: every step reads the search from the database, does the one
+thing its state calls for, and writes the result back in one unit of work. ``advance(search_id)``
+is therefore idempotent and can be triggered by anything (a periodic tick, a trial's report): after
+a restart of the service a search simply continues where the database says it is.
+
+One step of ``advance`` for a search in state:
+- ``pending``: take it (pending → running, atomic) and queue the baselines (Horovod, PS: measured
+  once per search, so the result states its speed-up honestly);
+- ``awaiting_approval``: nothing (the user decides candidates through the API);
+- ``running``: if the current round still has unfinished trials, nothing; when they are all
+  finished, mark the round completed and ask for the domain's simulator to be retrained on the new
+  measurements; once that retraining is done (or failed), plan the next round with the newest
+  simulator, or, when the trial budget is spent and the baselines are measured, complete the search.
+
+Contract: ``advance`` for one search must not run concurrently with itself (``SearchLoop`` runs all
+steps on its one ticker thread; a deployment runs one ticker, in the API process).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from sqlalchemy.orm import Session, sessionmaker
+
+from service import domain as d
+from service.db import repository as repo
+from service.loop_round import RoundConfig, baseline_strategies, plan_round, strategy_key
+from service.loop_simulators import RetrainConfig, Retrainer, current_simulator
+from service.loop_store import search_specs
+from service.queue.nudge import Nudger
+from simulator.spec import ClusterSpec, ModelSpec
+
+log = logging.getLogger("strategist.loop")
+
+#: The baselines every search measures once.
+BASELINES = ("horovod", "ps")
+
+
+@dataclass(frozen=True)
+class LoopConfig:
+    """Timing and search knobs of the loop."""
+
+    # Seconds between ticks (advance every active search); API events wake the loop sooner.
+    tick_s: float = 1.0
+    # Seconds between sweeps for stale trials.
+    sweep_s: float = 5.0
+    # A running trial whose heartbeat is older than this is requeued by the sweep.
+    heartbeat_timeout_s: float = 60.0
+    # After this many claims that lost their heartbeat, a trial fails instead of being requeued.
+    max_trial_attempts: int = 3
+    # A queued trial is nudged again if it is still queued this many seconds after its last nudge.
+    renudge_s: float = 10.0
+    # How candidates are sampled, scored and selected.
+    round: RoundConfig = field(default_factory=RoundConfig)
+    # How the domain's simulator is retrained between rounds.
+    retrain: RetrainConfig = field(default_factory=RetrainConfig)
+    # Folder of saved simulator versions (None: never train a learned simulator).
+    registry_dir: Path | None = None
+
+
+class SearchLoop:
+    """Drives every active search; ``tick`` is one pass, ``run_forever`` ticks until stopped."""
+
+    def __init__(
+        self,
+        sessions: sessionmaker[Session],
+        *,
+        config: LoopConfig = LoopConfig(),
+        nudger: Nudger | None = None,
+    ) -> None:
+        self.sessions = sessions
+        self.config = config
+        self.nudger = nudger
+        self.retrainer = Retrainer(sessions, config.registry_dir, config.retrain)
+        self._nudged: dict[int, float] = {}  # trial id -> monotonic time of its last nudge
+        self._stop = threading.Event()
+        self._wake = threading.Event()
+        self._last_sweep = float("-inf")
+
+    # ----------------------------------------------------------------- ticking
+
+    def run_forever(self) -> None:
+        """Tick every ``tick_s`` (or when woken) until ``stop``; a failing tick is logged, not fatal."""
+        while not self._stop.is_set():
+            try:
+                self.tick()
+            except Exception:  # the loop must outlive one bad step (the database may be restarting)
+                log.exception("loop tick failed")
+            self._wake.wait(self.config.tick_s)
+            self._wake.clear()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._wake.set()
+        self.retrainer.stop()
+
+    def wake(self) -> None:
+        """Run the next tick now (thread-safe; called by the API's hooks)."""
+        self._wake.set()
+
+    # The API's Orchestrator hooks (service.api.hooks): the change is already committed, so all a
+    # hook does is wake the loop, which then reads it from the database like any other state.
+    def search_created(self, search: d.Search) -> None:
+        self.wake()
+
+    def search_cancelled(self, search: d.Search) -> None:
+        self.wake()
+
+    def candidate_decided(self, candidate: d.Candidate, trial: d.Trial | None) -> None:
+        self.wake()
+
+    def trial_finished(self, trial: d.Trial) -> None:
+        self.wake()
+
+    def retrain_requested(self, request: d.RetrainRequest) -> None:
+        self.wake()
+
+    def tick(self) -> None:
+        """Sweep stale trials (every ``sweep_s``), advance every active search, start retraining."""
+        if time.monotonic() - self._last_sweep >= self.config.sweep_s:
+            self._last_sweep = time.monotonic()
+            self.sweep()
+        with self.sessions() as s:
+            active = repo.list_searches(s, states=["pending", "running", "awaiting_approval"])
+        for search in sorted(active, key=lambda x: x.id):
+            try:
+                self.advance(search.id)
+            except Exception as e:  # one broken search must not stall the others
+                log.exception("advancing search %s failed", search.id)
+                self._fail(search.id, f"loop error: {type(e).__name__}: {e}")
+        self.retrainer.poll()
+
+    def sweep(self) -> list[d.Trial]:
+        """Requeue trials whose heartbeat went stale, and nudge them at once."""
+        with self.sessions() as s:
+            changed = repo.requeue_stale_trials(
+                s, timeout_s=self.config.heartbeat_timeout_s, max_attempts=self.config.max_trial_attempts
+            )
+        for t in changed:
+            log.info("sweep: trial %s (attempt %s) is now %s", t.id, t.attempt, t.state)
+            if t.state == "queued":
+                self._nudge(t, force=True)
+        return changed
+
+    # ----------------------------------------------------------------- one step
+
+    def advance(self, search_id: int) -> str:
+        """Do the next step of a search; returns what was done (for logs and tests)."""
+        with self.sessions() as s:
+            search = repo.get_search(s, search_id=search_id)
+        if search.state in d.SEARCH_FINAL:
+            return "final"
+        if search.state == "pending":
+            return self._start(search)
+        self._nudge_queued(search)
+        if search.state == "awaiting_approval":
+            return "awaiting approval"
+        with self.sessions() as s:
+            rounds = repo.list_rounds(s, search_id=search_id)
+            trials = repo.list_trials(s, search_id=search_id)
+        current = rounds[-1] if rounds else None
+        if current is not None and current.state == "running":
+            open_trials = [
+                t for t in trials if t.round_index == current.index and t.state not in d.TRIAL_FINAL
+            ]
+            if open_trials:
+                return f"round {current.index}: {len(open_trials)} trials running"
+            with self.sessions() as s:
+                repo.set_round_state(s, round_id=current.id, state="completed")
+            self.retrainer.request(search.domain)
+            log.info("search %s: round %s completed", search_id, current.index)
+            return f"round {current.index} completed"
+        if self.retrainer.busy(search.domain):
+            return "retraining"
+        done = sum(1 for t in trials if t.candidate_id is not None)
+        remaining = search.trial_budget - done
+        if remaining <= 0:
+            return self._finish(search, trials)
+        return self._next_round(search, trials, min(search.candidates_per_round, remaining))
+
+    def _start(self, search: d.Search) -> str:
+        with self.sessions() as s:
+            taken = repo.transition_search(
+                s, search_id=search.id, from_states=["pending"], to_state="running"
+            )
+        if taken is None:
+            return "taken by another step"
+        model, cluster = self._specs(search)
+        for name, strategy in baseline_strategies(model, cluster, BASELINES).items():
+            with self.sessions() as s:
+                trial = repo.enqueue_trial(
+                    s, search_id=search.id, strategy=strategy.model_dump(mode="json"), baseline=name
+                )
+            self._nudge(trial, force=True)
+        log.info("search %s: started, baselines queued", search.id)
+        return "started"
+
+    def _next_round(self, search: d.Search, trials: list[d.Trial], k: int) -> str:
+        model, cluster = self._specs(search)
+        with self.sessions() as s:
+            simulator, version = current_simulator(s, search.domain, self.config.registry_dir)
+        tried = {strategy_key(t.strategy) for t in trials}
+        drafts = plan_round(
+            model,
+            cluster,
+            simulator,
+            samples=search.samples_per_round,
+            k=k,
+            seed=search.seed * 1_000 + search.current_round + 1,
+            exclude=tried,
+            config=self.config.round,
+        )
+        with self.sessions() as s:
+            rnd, cands = repo.add_round(
+                s,
+                search_id=search.id,
+                candidates=drafts,
+                samples=search.samples_per_round,
+                simulator_kind=simulator.name,
+                simulator_version_id=version.id if version else None,
+            )
+        log.info(
+            "search %s: round %s planned with %s (%s candidates)",
+            search.id,
+            rnd.index,
+            simulator.name,
+            len(cands),
+        )
+        self._nudge_queued(search)
+        return f"round {rnd.index} planned"
+
+    def _finish(self, search: d.Search, trials: list[d.Trial]) -> str:
+        if any(t.baseline and t.state not in d.TRIAL_FINAL for t in trials):
+            return "waiting for baselines"
+        with self.sessions() as s:
+            repo.transition_search(
+                s, search_id=search.id, from_states=["running", "awaiting_approval"], to_state="completed"
+            )
+        log.info("search %s: completed", search.id)
+        return "completed"
+
+    def _fail(self, search_id: int, reason: str) -> None:
+        with self.sessions() as s:
+            repo.transition_search(
+                s,
+                search_id=search_id,
+                from_states=["pending", "running", "awaiting_approval"],
+                to_state="failed",
+                failure_reason=reason[:2000],
+            )
+
+    # ----------------------------------------------------------------- helpers
+
+    def _specs(self, search: d.Search) -> tuple[ModelSpec, ClusterSpec]:
+        with self.sessions() as s:
+            return search_specs(s, search=search)
+
+    def _nudge_queued(self, search: d.Search) -> None:
+        with self.sessions() as s:
+            queued = repo.list_trials(s, search_id=search.id, states=["queued"])
+        for t in queued:
+            self._nudge(t)
+
+    def _nudge(self, trial: d.Trial, *, force: bool = False) -> None:
+        """Publish a nudge for a queued trial, at most every ``renudge_s`` unless forced."""
+        if self.nudger is None:
+            return
+        now = time.monotonic()
+        last = self._nudged.get(trial.id)
+        if not force and last is not None and now - last < self.config.renudge_s:
+            return
+        self._nudged[trial.id] = now
+        self.nudger.nudge(trial.id, trial.cluster_name)
+
+
+def run_in_thread(loop: SearchLoop, name: str = "search-loop") -> Callable[[], None]:
+    """Start ``loop.run_forever`` on a daemon thread; returns a function that stops and joins it."""
+    thread = threading.Thread(target=loop.run_forever, name=name, daemon=True)
+    thread.start()
+
+    def stop() -> None:
+        loop.stop()
+        thread.join(timeout=30)
+
+    return stop

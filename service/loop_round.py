@@ -1,0 +1,118 @@
+"""One round's decision: sample M strategies under the constraints, score them, pick K diverse ones.
+
+AutoSync supplementary §7: the M sampled strategies are first filtered by the simulator's score
+(the best ``qualified_fraction`` of them are "qualified"), then K are chosen by Eq. 11's greedy
+diverse selection (``search.selection.select_diverse``). Strategies a search already tried are
+never proposed again. For the 'cost' objective the order is the same as for time: one search runs
+on one cluster, whose price per second is fixed.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import numpy as np
+
+from search import make_sampler
+from search.selection import select_diverse
+from search.similarity import FactorSimilarity, HiddenSimilarity, Similarity
+from service.domain import CandidateDraft
+from simulator.base import Simulator
+from simulator.spec import ClusterSpec, ModelSpec, Strategy
+from simulator.spec.io import parse_as
+
+
+@dataclass(frozen=True)
+class RoundConfig:
+    """How one round samples, filters and selects."""
+
+    # Sampler of the round: 'constrained' (Alg. 1 + 2, AutoSync) or 'random' (the ablation).
+    sampler: Literal["constrained", "random"] = "constrained"
+    # Fraction of the M samples, best predicted first, that qualify for selection (at least K).
+    qualified_fraction: float = 0.25
+    # Eq. 11's trade-off between low predicted time and low similarity among the picks.
+    alpha: float = 0.5
+    # Similarity of Eq. 11: 'factor' (shared per-variable choices) or 'hidden' (simulator cosine).
+    similarity: Literal["factor", "hidden"] = "factor"
+
+
+def strategy_key(strategy: Strategy | dict[str, Any]) -> str:
+    """A strategy's identity for "already tried": its content, not its label or names."""
+    s = strategy if isinstance(strategy, Strategy) else parse_as(Strategy, strategy)
+    body = s.model_dump(mode="json", exclude={"name", "model", "cluster"})
+    return json.dumps(body, sort_keys=True)
+
+
+def plan_round(
+    model: ModelSpec,
+    cluster: ClusterSpec,
+    simulator: Simulator,
+    *,
+    samples: int,
+    k: int,
+    seed: int,
+    exclude: Iterable[str] = (),
+    config: RoundConfig = RoundConfig(),
+) -> list[CandidateDraft]:
+    """The K candidates of a round, rank 1 = fastest predicted, with their mean similarity to the others."""
+    if k < 1 or samples < k:
+        raise ValueError(f"samples/k: need samples >= k >= 1, got samples={samples}, k={k}")
+    seen = set(exclude)
+    pool: list[Strategy] = []
+    for s in make_sampler(config.sampler, model, cluster, seed).sample(samples):
+        key = strategy_key(s)
+        if key not in seen:
+            seen.add(key)
+            pool.append(s)
+    if not pool:
+        raise RuntimeError(f"all {samples} sampled strategies were already tried in this search")
+    k = min(k, len(pool))
+    predicted = np.asarray(simulator.predict(model, cluster, pool), dtype=np.float64)
+    n_qualified = max(k, math.ceil(config.qualified_fraction * len(pool)))
+    qualified = np.argsort(predicted, kind="stable")[:n_qualified]
+    chosen = select_diverse(
+        [pool[i] for i in qualified],
+        predicted[qualified],
+        k,
+        config.alpha,
+        _similarity(config, simulator, model, cluster),
+    )
+    return drafts(chosen.strategies, chosen.predicted, chosen.similarity)
+
+
+def drafts(
+    strategies: Sequence[Strategy], predicted: Sequence[float], similarity: Sequence[Sequence[float]]
+) -> list[CandidateDraft]:
+    """Candidate drafts ranked by predicted time; similarity = mean sim to the other picks."""
+    k = len(strategies)
+    sim = np.asarray(similarity, dtype=np.float64).reshape(k, k)
+    mean_sim = (sim.sum(axis=1) - np.diag(sim)) / max(k - 1, 1)
+    order = sorted(range(k), key=lambda i: (predicted[i], i))
+    return [
+        CandidateDraft(
+            rank=rank,
+            strategy=strategies[i].model_dump(mode="json"),
+            predicted_time=float(predicted[i]),
+            similarity=float(mean_sim[i]),
+        )
+        for rank, i in enumerate(order, start=1)
+    ]
+
+
+def _similarity(
+    config: RoundConfig, simulator: Simulator, model: ModelSpec, cluster: ClusterSpec
+) -> Similarity:
+    if config.similarity == "hidden":
+        return HiddenSimilarity(simulator, model, cluster)
+    return FactorSimilarity(model)
+
+
+def baseline_strategies(model: ModelSpec, cluster: ClusterSpec, names: Sequence[str]) -> dict[str, Strategy]:
+    """The hand-optimised baselines (supplementary §8) as strategies, by name."""
+    from simulator.analytical import baseline
+
+    return {name: baseline(name, model, cluster) for name in names}
