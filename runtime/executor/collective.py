@@ -1,0 +1,121 @@
+"""Collective synchronisation of one fused unit: ring or hierarchical all-reduce, sparse all-gather.
+
+Dense shards of a unit are flattened into one buffer and all-reduced once (fp16: cast to half
+before and back after, so half the bytes travel). Sparse shards are all-gathered as (indices,
+rows), padded to the largest worker's count, then summed row by row. PowerSGD shards go through
+:mod:`runtime.executor.powersgd`. Every function returns *updates* (closures) instead of writing
+the parameters, because backward may still be running while this executes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+import torch.distributed as dist
+
+from runtime.executor.groups import CommGroups
+from runtime.executor.plan import CollectiveUnit, SyncPlan
+from runtime.executor.powersgd import PowerSGD
+from runtime.executor.shards import ShardTensors, powersgd_rank
+
+Update = Callable[[], None]
+
+
+def allreduce_(t: torch.Tensor, algorithm: str, g: CommGroups) -> None:
+    """Sum ``t`` over all workers in place.
+
+    ``ring``: the backend's flat all-reduce over all workers (gloo: ring; NCCL picks ring/tree).
+    ``hierarchical``: reduce to the node leader, all-reduce among node leaders, broadcast back
+    inside the node (AutoSync supplementary §2, hierarchical all-reduce).
+    """
+    if algorithm != "hierarchical":
+        dist.all_reduce(t, group=g.workers)
+        return
+    leader = g.layout.leader(g.node)
+    if g.intra is not None:
+        dist.reduce(t, dst=leader, group=g.intra)
+    if g.rank == leader and g.leaders is not None:
+        dist.all_reduce(t, group=g.leaders)
+    if g.intra is not None:
+        dist.broadcast(t, src=leader, group=g.intra)
+
+
+def _dense_update(param: torch.Tensor, avg: torch.Tensor, lr: float) -> Update:
+    return lambda: param.sub_(avg.view(param.shape).to(param.device), alpha=lr)
+
+
+def _sparse_update(param: torch.Tensor, idx: torch.Tensor, rows: torch.Tensor, scale: float) -> Update:
+    return lambda: param.index_add_(0, idx.to(param.device), rows.to(param.device), alpha=scale)
+
+
+def allgather_sparse(
+    parts: list[tuple[torch.Tensor, torch.Tensor]], row_numels: list[int], fp16: bool, g: CommGroups
+) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """All-gather several sparse gradients at once; per part, every worker's indices and rows."""
+    dev = g.device
+    world = g.layout.num_workers
+    counts = torch.tensor([p[0].numel() for p in parts], dtype=torch.int64, device=dev)
+    all_counts = [torch.empty_like(counts) for _ in range(world)]
+    dist.all_gather(all_counts, counts, group=g.workers)
+    table = torch.stack(all_counts).cpu()  # [world, parts]
+    widths = torch.tensor(row_numels, dtype=torch.int64)
+    max_idx = int(table.sum(1).max())
+    max_val = int((table * widths).sum(1).max())
+    idx = torch.cat([p[0].to(dev) for p in parts])
+    vals = torch.cat([p[1].reshape(-1).to(dev) for p in parts])
+    if fp16:
+        vals = vals.half()
+    idx = torch.nn.functional.pad(idx, (0, max_idx - idx.numel()))
+    vals = torch.nn.functional.pad(vals, (0, max_val - vals.numel()))
+    all_idx = [torch.empty_like(idx) for _ in range(world)]
+    all_vals = [torch.empty_like(vals) for _ in range(world)]
+    dist.all_gather(all_idx, idx, group=g.workers)
+    dist.all_gather(all_vals, vals, group=g.workers)
+    out: list[tuple[list[torch.Tensor], list[torch.Tensor]]] = [([], []) for _ in parts]
+    for w in range(world):
+        io = vo = 0
+        for j, width in enumerate(row_numels):
+            k = int(table[w, j])
+            out[j][0].append(all_idx[w][io : io + k])
+            out[j][1].append(all_vals[w][vo : vo + k * width].float().view(k, width))
+            io += k
+            vo += k * width
+    return [(torch.cat(i), torch.cat(v)) for i, v in out]
+
+
+def run_collective(
+    unit: CollectiveUnit,
+    plan: SyncPlan,
+    tensors: ShardTensors,
+    g: CommGroups,
+    powersgd: PowerSGD,
+    lr: float,
+) -> list[Update]:
+    """Synchronise one unit; return the parameter updates to apply after backward."""
+    world = g.layout.num_workers
+    fp16 = unit.compressor.kind == "fp16"
+    dense = [s for s in unit.shards if not plan.shards[s].sparse and powersgd_rank(plan.shards[s]) is None]
+    lowrank = [s for s in unit.shards if powersgd_rank(plan.shards[s]) is not None]
+    sparse = [s for s in unit.shards if plan.shards[s].sparse]
+    updates: list[Update] = []
+    if dense:
+        grads = [tensors.dense_grad(s).to(g.device) for s in dense]
+        flat = torch.cat(grads)
+        if fp16:
+            flat = flat.half()
+        allreduce_(flat, unit.algorithm, g)
+        avg = flat.float().div_(world)
+        for s, piece in zip(dense, avg.split([t.numel() for t in grads]), strict=True):
+            updates.append(_dense_update(tensors.param(s), piece, lr))
+    if lowrank:
+        mats = [tensors.dense_grad(s).to(g.device).view(tensors.param(s).shape[0], -1) for s in lowrank]
+        approx = powersgd.reduce(lowrank, mats, lambda t: allreduce_(t, unit.algorithm, g), world)
+        for s, a in zip(lowrank, approx, strict=True):
+            updates.append(_dense_update(tensors.param(s), a, lr))
+    if sparse:
+        parts = [tensors.sparse_grad(s) for s in sparse]
+        widths = [tensors.param(s).shape[1] for s in sparse]
+        for s, (idx, rows) in zip(sparse, allgather_sparse(parts, widths, fp16, g), strict=True):
+            updates.append(_sparse_update(tensors.param(s), idx, rows, -lr / world))
+    return updates

@@ -1,0 +1,137 @@
+"""SyncEngine: launches the plan's units as gradients become ready, overlapping backward.
+
+Three ordered channels (a thread each) carry the work, like Horovod's background thread:
+collectives, PS pushes, PS pulls. A unit is launched when all its shards' variables are ready and
+every earlier unit has been launched, so each channel sees the same sequence on every rank. The
+channels run chains of dependent calls (hierarchical all-reduce, PowerSGD's two all-reduces, a
+local-replication reduce then send), which a single ``async_op=True`` call cannot express.
+Parameter updates are collected and applied by the main thread after backward, so autograd never
+sees a parameter change under it.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+from collections.abc import Callable
+
+import torch.distributed as dist
+
+from runtime.executor import ps
+from runtime.executor.collective import Update, run_collective
+from runtime.executor.groups import CommGroups
+from runtime.executor.plan import CollectiveUnit, SyncPlan
+from runtime.executor.powersgd import PowerSGD
+from runtime.executor.shards import ShardTensors
+
+
+class Channel:
+    """One thread executing submitted callables in order; the first error is kept and re-raised."""
+
+    def __init__(self, name: str) -> None:
+        self._q: queue.Queue[Callable[[], None] | None] = queue.Queue()
+        self.error: BaseException | None = None
+        self._thread = threading.Thread(target=self._loop, name=name, daemon=True)
+        self._thread.start()
+
+    def _loop(self) -> None:
+        while True:
+            fn = self._q.get()
+            try:
+                if fn is None:
+                    return
+                if self.error is None:
+                    fn()
+            except BaseException as e:  # kept for the main thread, which fails the trial
+                self.error = e
+            finally:
+                self._q.task_done()
+
+    def submit(self, fn: Callable[[], None]) -> None:
+        self._q.put(fn)
+
+    def drain(self) -> None:
+        self._q.join()
+        if self.error is not None:
+            raise self.error
+
+    def close(self) -> None:
+        self._q.put(None)
+        self._thread.join(timeout=5)
+
+
+class SyncEngine:
+    """Per-trial synchronisation state of one worker."""
+
+    def __init__(self, plan: SyncPlan, tensors: ShardTensors, g: CommGroups, lr: float, seed: int) -> None:
+        self.plan = plan
+        self.tensors = tensors
+        self.g = g
+        self.lr = lr
+        self.powersgd = PowerSGD(plan, seed, g.device)
+        self.unit_vars = [
+            {plan.shards[s].var_index for s in plan.unit_shards(u)} for u in plan.units
+        ]
+        self.channels = {k: Channel(f"sync-{k}") for k in ("collective", "push", "pull")}
+        self._lock = threading.Lock()
+        self._updates: list[Update] = []
+        self._sends: list[tuple[dist.Work, object]] = []
+        self._ready: set[int] = set()
+        self._next = 0
+
+    def begin_iteration(self) -> None:
+        self._ready = set()
+        self._next = 0
+
+    def variable_ready(self, var_index: int) -> None:
+        """Mark one variable's gradient final; launch every unit that is now complete, in order."""
+        self._ready.add(var_index)
+        units = self.plan.units
+        while self._next < len(units) and self.unit_vars[self._next] <= self._ready:
+            self._launch(self._next)
+            self._next += 1
+
+    def _launch(self, i: int) -> None:
+        unit = self.plan.units[i]
+        if isinstance(unit, CollectiveUnit):
+            cu = unit
+
+            def collective() -> None:
+                ups = run_collective(cu, self.plan, self.tensors, self.g, self.powersgd, self.lr)
+                with self._lock:
+                    self._updates.extend(ups)
+
+            self.channels["collective"].submit(collective)
+            return
+        pu = unit
+
+        def push() -> None:
+            sends = ps.push(pu, self.plan, self.tensors, self.g)
+            with self._lock:
+                self._sends.extend(sends)
+
+        def pull() -> None:
+            up = ps.pull(pu, self.plan, self.tensors, self.g)
+            with self._lock:
+                self._updates.append(up)
+
+        self.channels["push"].submit(push)
+        self.channels["pull"].submit(pull)
+
+    def finish(self, num_vars: int) -> None:
+        """After backward: launch what is left, wait for all communication, apply the updates."""
+        for v in range(num_vars):
+            if v not in self._ready:
+                self.variable_ready(v)
+        for ch in self.channels.values():
+            ch.drain()
+        for work, _ in self._sends:
+            work.wait()
+        for up in self._updates:
+            up()
+        self._updates.clear()
+        self._sends.clear()
+
+    def close(self) -> None:
+        for ch in self.channels.values():
+            ch.close()

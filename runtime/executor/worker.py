@@ -1,0 +1,145 @@
+"""One trial inside one process: a worker's training iterations, or a server's serving steps.
+
+Replay compute (issue 5, part 2): layer l's forward takes ``fwd_flops_l * batch / (peak FP32
+FLOPS * efficiency)`` seconds and its backward twice that, spent sleeping until a deadline
+measured from the start of the pass (so wake-up jitter does not accumulate). Backward walks the
+layers in reverse and marks a layer's variables ready when its backward time is over.
+
+Timestamps are ``time.monotonic()`` (CLOCK_MONOTONIC, one clock for every process on a host);
+each worker records per iteration (start, end of backward, end of synchronisation).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from runtime.executor.config import ExecutorConfig
+from runtime.executor.engine import SyncEngine
+from runtime.executor.groups import CommGroups
+from runtime.executor.layout import RankLayout
+from runtime.executor.model import SpecNet, local_slice
+from runtime.executor.plan import PSUnit, SyncPlan, build_plan
+from runtime.executor.ps import Server
+from runtime.executor.shards import RealShards, ReplayShards, ShardTensors, server_initial_param
+from simulator.spec import ClusterSpec, DeviceType, ModelSpec, Strategy
+
+
+@dataclass
+class Context:
+    """What a process knows for the whole session."""
+
+    model: ModelSpec
+    cluster: ClusterSpec
+    config: ExecutorConfig
+    layout: RankLayout
+    rank: int
+    groups: CommGroups
+
+    @property
+    def batch(self) -> int:
+        return self.config.batch_size or self.model.batch_size
+
+
+def layer_seconds(model: ModelSpec, device: DeviceType, batch: int, efficiency: float) -> list[float]:
+    """Forward seconds of every layer on ``device`` for ``batch`` samples (backward: twice that)."""
+    rate = device.fp32_tflops * 1e12 * efficiency
+    return [layer.fwd_flops * batch / rate for layer in model.layers]
+
+
+def _sleep_until(deadline: float) -> None:
+    left = deadline - time.monotonic()
+    if left > 0:
+        time.sleep(left)
+
+
+def run_trial(ctx: Context, trial: int, strategy: Strategy) -> dict[str, Any]:
+    plan = build_plan(ctx.model, ctx.cluster, strategy)
+    if ctx.layout.is_worker(ctx.rank):
+        return _worker(ctx, trial, plan)
+    return _server(ctx, plan)
+
+
+def _server(ctx: Context, plan: SyncPlan) -> dict[str, Any]:
+    node = ctx.layout.node_of(ctx.rank)
+    mine = [u.shard for u in plan.units if isinstance(u, PSUnit) and u.server == node]
+    net = SpecNet(ctx.model, ctx.config.seed, torch.device("cpu")) if ctx.config.compute == "real" and mine else None
+    params = {s: server_initial_param(plan, s, net, ctx.config.scale) for s in mine}
+    server = Server(plan, node, ctx.groups, params, ctx.config.lr)
+    dist.barrier()
+    for _ in range(ctx.config.warmup + ctx.config.iterations):
+        server.iteration()
+    return {"rank": ctx.rank, "role": "server", "shards": len(mine)}
+
+
+def _worker(ctx: Context, trial: int, plan: SyncPlan) -> dict[str, Any]:
+    cfg = ctx.config
+    dev = ctx.groups.device
+    net: SpecNet | None = None
+    tensors: ShardTensors
+    if cfg.compute == "real":
+        net = SpecNet(ctx.model, cfg.seed, dev)
+        tensors = RealShards(plan, net)
+    else:
+        tensors = ReplayShards(plan, cfg.scale, cfg.seed, ctx.rank, dev)
+    engine = SyncEngine(plan, tensors, ctx.groups, cfg.lr, cfg.seed)
+    if net is not None:
+        for vi, p in enumerate(net.params):
+            p.register_post_accumulate_grad_hook(_ready_hook(engine, vi, dev))
+    node = ctx.layout.node_of(ctx.rank)
+    fwd = layer_seconds(ctx.model, ctx.cluster.device_type(node), ctx.batch, cfg.efficiency)
+    nvars = len(ctx.model.variables)
+    times: list[tuple[float, float, float]] = []
+    losses: list[float] = []
+    dist.barrier()
+    try:
+        for it in range(cfg.warmup + cfg.iterations):
+            t0 = time.monotonic()
+            if cfg.crash_rank == ctx.rank:
+                raise RuntimeError(f"injected crash on rank {ctx.rank} (ExecutorConfig.crash_rank)")
+            tensors.new_iteration()
+            engine.begin_iteration()
+            if net is not None:
+                glob = net.global_batch(it, cfg.seed, ctx.batch * ctx.layout.num_workers, dev)
+                loss = net.loss(local_slice(glob, ctx.rank, ctx.batch))
+                losses.append(float(loss))
+                loss.backward()
+            else:
+                _replay(ctx, engine, fwd, t0)
+            t1 = time.monotonic()
+            engine.finish(nvars)
+            times.append((t0, t1, time.monotonic()))
+    finally:
+        engine.close()
+    if cfg.param_dump_dir and net is not None:
+        path = Path(cfg.param_dump_dir) / f"trial{trial}_rank{ctx.rank}.pt"
+        tmp = path.with_suffix(".tmp")
+        torch.save({v.name: p.detach().cpu() for v, p in zip(ctx.model.variables, net.params, strict=True)}, tmp)
+        os.replace(tmp, path)
+    return {"rank": ctx.rank, "role": "worker", "times": times, "losses": losses}
+
+
+def _replay(ctx: Context, engine: SyncEngine, fwd: list[float], t0: float) -> None:
+    deadline = t0 + sum(fwd)
+    _sleep_until(deadline)
+    index = ctx.model.variable_index
+    for layer, seconds in zip(reversed(ctx.model.layers), reversed(fwd), strict=True):
+        deadline += 2 * seconds
+        _sleep_until(deadline)
+        for var in layer.variables:
+            engine.variable_ready(index[var.name])
+
+
+def _ready_hook(engine: SyncEngine, vi: int, dev: torch.device):  # type: ignore[no-untyped-def]
+    def hook(_: torch.Tensor) -> None:
+        if dev.type == "cuda":
+            torch.cuda.current_stream(dev).synchronize()
+        engine.variable_ready(vi)
+
+    return hook

@@ -1,0 +1,110 @@
+"""Process entry point: ``python -m runtime.executor.worker_main --spec-dir D --rank R --master A --port P``.
+
+Every process of a session runs this. It joins the session's process group (the TCPStore lives
+in the coordinator, the lowest rank on node 0), creates the subgroups once, then runs trials
+until told to close. The coordinator reads one JSON command per line from stdin (EOF = close),
+publishes it to the others through the store, gathers every rank's result from the store and
+prints ``@@RESULT <json>`` on stdout. Any error prints a traceback on stderr and exits non-zero:
+the driver then kills the session (other ranks may be blocked in a collective).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import traceback
+from datetime import timedelta
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+
+from runtime.executor.config import ExecutorConfig
+from runtime.executor.groups import build_groups
+from runtime.executor.layout import RankLayout
+from runtime.executor.worker import Context, run_trial
+from simulator.spec import ClusterSpec, ModelSpec, Strategy
+
+READY = "@@READY"
+RESULT = "@@RESULT "
+
+
+def _device(cfg: ExecutorConfig, layout: RankLayout, rank: int) -> torch.device:
+    if cfg.backend == "nccl" and layout.is_worker(rank):
+        dev = torch.device("cuda", layout.local_index(rank) % torch.cuda.device_count())
+        torch.cuda.set_device(dev)
+        return dev
+    return torch.device("cpu")
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--spec-dir", required=True, type=Path)
+    ap.add_argument("--rank", required=True, type=int)
+    ap.add_argument("--master", required=True)
+    ap.add_argument("--port", required=True, type=int)
+    args = ap.parse_args(argv)
+    torch.set_num_threads(1)
+    model = ModelSpec.model_validate_json((args.spec_dir / "model.json").read_text())
+    cluster = ClusterSpec.model_validate_json((args.spec_dir / "cluster.json").read_text())
+    cfg = ExecutorConfig.from_json((args.spec_dir / "config.json").read_text())
+    layout = RankLayout(cluster)
+    rank = args.rank
+    coordinator = rank == layout.coordinator
+    store = dist.TCPStore(
+        args.master,
+        args.port,
+        is_master=coordinator,
+        timeout=timedelta(seconds=cfg.startup_timeout_s),
+        wait_for_workers=False,
+    )
+    dist.init_process_group(
+        "gloo",
+        store=dist.PrefixStore("pg", store),
+        rank=rank,
+        world_size=layout.world,
+        timeout=timedelta(seconds=cfg.timeout_s + 60),
+    )
+    groups = build_groups(layout, rank, cfg.backend, _device(cfg, layout, rank))
+    ctx = Context(model, cluster, cfg, layout, rank, groups)
+    dist.barrier()
+    store.set_timeout(timedelta(days=7))  # idle between trials; the driver bounds each trial
+    if coordinator:
+        print(READY, flush=True)
+    n = 0
+    while True:
+        if coordinator:
+            line = sys.stdin.readline() or json.dumps({"cmd": "close"})
+            store.set(f"cmd/{n}", line)
+        else:
+            line = store.get(f"cmd/{n}").decode()
+        cmd = json.loads(line)
+        if cmd["cmd"] == "close":
+            break
+        strategy = Strategy.model_validate(cmd["strategy"])
+        result = run_trial(ctx, int(cmd["trial"]), strategy)
+        store.set(f"res/{n}/{rank}", json.dumps(result))
+        if coordinator:
+            keys = [f"res/{n}/{r}" for r in range(layout.world)]
+            store.wait(keys)
+            ranks = [json.loads(store.get(k)) for k in keys]
+            for k in keys:
+                store.delete_key(k)
+            print(RESULT + json.dumps({"trial": cmd["trial"], "ranks": ranks}), flush=True)
+        n += 1
+    # Let every rank read the close command before the store (in the coordinator) goes away.
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    try:
+        main()
+    except BaseException:
+        traceback.print_exc()
+        sys.stderr.flush()
+        os._exit(1)
+    sys.stdout.flush()
+    os._exit(0)
