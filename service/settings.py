@@ -53,6 +53,9 @@ class Settings(BaseSettings):
     # If set, an admin token with exactly this secret is ensured at start-up (bootstrapping a
     # fresh deployment, e.g. from docker-compose); leave empty and use `strategist token create`.
     admin_token: str = ""
+    # Upgrade the database schema to the newest migration when the API starts (the embedded
+    # default); docker-compose runs `strategist db upgrade` as its own step and turns this off.
+    migrate_on_start: bool = True
     # Log SQL statements (debugging).
     echo_sql: bool = False
 

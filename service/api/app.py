@@ -1,0 +1,92 @@
+"""The FastAPI application factory: routes under /api/v1, health at the root, OpenAPI with examples."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI
+
+from service.api import errors
+from service.api.hooks import Orchestrator, StoreOnly
+from service.api.routes import (
+    candidates,
+    clusters,
+    health,
+    models,
+    runtimes,
+    searches,
+    simulators,
+    tokens,
+    trials,
+    workers,
+)
+from service.db import repository as repo
+from service.db.engine import make_engine, session_factory, upgrade
+from service.settings import Settings
+
+API_PREFIX = "/api/v1"
+log = logging.getLogger("strategist.api")
+
+DESCRIPTION = """
+strategist finds the synchronisation and parallelisation strategy that trains a model fastest (or
+cheapest) on a cluster: it samples strategies, scores them with a simulator, runs the best diverse
+candidates as real trials on workers, and retrains the simulator on what it measured.
+
+Authenticate with `Authorization: Bearer <token>` (`strategist token create --role user`).
+Users see only their own searches; worker tokens may only claim, heartbeat and report trials.
+"""
+
+
+def create_app(settings: Settings | None = None, *, orchestrator: Orchestrator | None = None) -> FastAPI:
+    """Build the API on ``settings``'s database.
+
+    ``orchestrator`` hears about new searches, decisions, finished trials and retrain requests (the
+    search loop passes itself); without one the API only stores them and a loop polling the
+    database picks them up. With ``settings.migrate_on_start`` the schema is upgraded to head first;
+    with ``settings.admin_token`` that admin token is ensured.
+    """
+    settings = settings or Settings()
+    if settings.embedded_database:
+        settings.ensure_dirs()
+    if settings.migrate_on_start:
+        upgrade(settings.database_url)
+    engine = make_engine(settings.database_url, echo=settings.echo_sql)
+    sessions = session_factory(engine)
+    if settings.admin_token:
+        with sessions() as session:
+            repo.ensure_token(session, name="admin", role="admin", secret=settings.admin_token)
+
+    @asynccontextmanager
+    async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
+        yield
+        engine.dispose()
+
+    app = FastAPI(
+        title="strategist",
+        version="0.1.0",
+        description=DESCRIPTION,
+        lifespan=lifespan,
+        openapi_tags=[
+            {"name": "models", "description": "Model specs: upload, list, the zoo."},
+            {"name": "clusters", "description": "Cluster specs: upload, list, the zoo."},
+            {"name": "searches", "description": "Strategy searches and their progress."},
+            {"name": "candidates", "description": "Each round's selected strategies; approval."},
+            {"name": "trials", "description": "Trial runs, their measurements; worker heartbeat/report."},
+            {"name": "workers", "description": "Workers claim trials."},
+            {"name": "runtimes", "description": "Measured runtimes from your own training runs."},
+            {"name": "simulators", "description": "Simulator versions and retraining."},
+            {"name": "tokens", "description": "API tokens and the caller."},
+            {"name": "health", "description": "Liveness and readiness."},
+        ],
+    )
+    app.state.settings = settings
+    app.state.engine = engine
+    app.state.sessions = sessions
+    app.state.orchestrator = orchestrator or StoreOnly()
+    errors.install(app)
+    for module in (models, clusters, searches, candidates, trials, workers, runtimes, simulators, tokens):
+        app.include_router(module.router, prefix=API_PREFIX)
+    app.include_router(health.router)
+    return app

@@ -1,0 +1,92 @@
+"""Dependencies shared by the routes: database session, settings, the caller and role checks, hooks."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterator
+from typing import Annotated
+
+from fastapi import Depends, HTTPException, Request, status
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from sqlalchemy.orm import Session
+
+from service.api.hooks import Orchestrator
+from service.db import repository as repo
+from service.domain import Principal, Role
+from service.settings import Settings
+
+log = logging.getLogger("strategist.api")
+
+_bearer = HTTPBearer(auto_error=False, description="An API token: `Authorization: Bearer stg_...`.")
+
+
+def get_session(request: Request) -> Iterator[Session]:
+    """One session per request (each data-access call in it is its own unit of work)."""
+    with request.app.state.sessions() as session:
+        yield session
+
+
+def get_settings(request: Request) -> Settings:
+    settings: Settings = request.app.state.settings
+    return settings
+
+
+def get_orchestrator(request: Request) -> Orchestrator:
+    orchestrator: Orchestrator = request.app.state.orchestrator
+    return orchestrator
+
+
+SessionDep = Annotated[Session, Depends(get_session)]
+SettingsDep = Annotated[Settings, Depends(get_settings)]
+OrchestratorDep = Annotated[Orchestrator, Depends(get_orchestrator)]
+
+
+def get_principal(
+    session: SessionDep, credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]
+) -> Principal:
+    """The caller, from a valid bearer token; 401 otherwise."""
+    if credentials is None or credentials.scheme.lower() != "bearer":
+        raise HTTPException(
+            status.HTTP_401_UNAUTHORIZED, "missing bearer token", headers={"WWW-Authenticate": "Bearer"}
+        )
+    principal = repo.verify_token(session, secret=credentials.credentials)
+    if principal is None:
+        raise HTTPException(
+            status.HTTP_401_UNAUTHORIZED, "invalid or revoked token", headers={"WWW-Authenticate": "Bearer"}
+        )
+    return principal
+
+
+def require(*roles: Role) -> Callable[[Principal], Principal]:
+    """A dependency admitting only callers with one of ``roles`` (403 for the others)."""
+
+    def check(principal: Annotated[Principal, Depends(get_principal)]) -> Principal:
+        if principal.role not in roles:
+            raise HTTPException(
+                status.HTTP_403_FORBIDDEN,
+                f"this endpoint is for {' or '.join(roles)} tokens, not {principal.role}",
+            )
+        return principal
+
+    return check
+
+
+#: People: users and admins (workers get 403).
+UserDep = Annotated[Principal, Depends(require("user", "admin"))]
+#: Workers only (claim, heartbeat, report).
+WorkerDep = Annotated[Principal, Depends(require("worker"))]
+#: Admins only.
+AdminDep = Annotated[Principal, Depends(require("admin"))]
+
+
+def owner_filter(principal: Principal) -> int | None:
+    """The owner id a caller's reads are restricted to: their own, or None (everyone's) for admins."""
+    return None if principal.role == "admin" else principal.user_id
+
+
+def notify(action: Callable[[], None], what: str) -> None:
+    """Run a hook after commit; a failing hook is logged, never turned into a failed request."""
+    try:
+        action()
+    except Exception:  # the state is stored; the loop's poll will still find it
+        log.exception("orchestrator hook %s failed", what)

@@ -1,0 +1,62 @@
+"""/searches/{id}/candidates and /candidates/{id}: scored picks of each round; approve or reject."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Query
+
+from service.api.deps import OrchestratorDep, SessionDep, UserDep, notify, owner_filter
+from service.api.schemas.trials import CandidatePublic, CandidatesPublic, DecisionPublic, TrialPublic
+from service.db import repository as repo
+
+router = APIRouter(tags=["candidates"])
+
+
+@router.get("/searches/{search_id}/candidates", response_model=CandidatesPublic)
+def list_candidates(
+    search_id: int,
+    session: SessionDep,
+    user: UserDep,
+    round: Annotated[int | None, Query(ge=1, description="Only this round.")] = None,
+) -> CandidatesPublic:
+    """Candidates by round then rank, with predicted time and similarity to the other picks."""
+    cands = repo.list_candidates(session, search_id=search_id, round_index=round, owner_id=owner_filter(user))
+    data = [CandidatePublic.model_validate(c) for c in cands]
+    return CandidatesPublic(data=data, count=len(data))
+
+
+@router.get("/candidates/{candidate_id}", response_model=CandidatePublic)
+def get_candidate(candidate_id: int, session: SessionDep, user: UserDep) -> CandidatePublic:
+    return CandidatePublic.model_validate(
+        repo.get_candidate(session, candidate_id=candidate_id, owner_id=owner_filter(user))
+    )
+
+
+def _decide(
+    candidate_id: int, approve: bool, session: SessionDep, user: UserDep, orchestrator: OrchestratorDep
+) -> DecisionPublic:
+    cand, trial = repo.decide_candidate(
+        session, candidate_id=candidate_id, approve=approve, owner_id=owner_filter(user)
+    )
+    notify(lambda: orchestrator.candidate_decided(cand, trial), "candidate_decided")
+    return DecisionPublic(
+        candidate=CandidatePublic.model_validate(cand),
+        trial=TrialPublic.model_validate(trial) if trial else None,
+    )
+
+
+@router.post("/candidates/{candidate_id}/approve", response_model=DecisionPublic)
+def approve_candidate(
+    candidate_id: int, session: SessionDep, user: UserDep, orchestrator: OrchestratorDep
+) -> DecisionPublic:
+    """Approve a proposed candidate: its trial is queued. 409 if the search needs no approval."""
+    return _decide(candidate_id, True, session, user, orchestrator)
+
+
+@router.post("/candidates/{candidate_id}/reject", response_model=DecisionPublic)
+def reject_candidate(
+    candidate_id: int, session: SessionDep, user: UserDep, orchestrator: OrchestratorDep
+) -> DecisionPublic:
+    """Reject a proposed candidate: it is never run. 409 if the search needs no approval."""
+    return _decide(candidate_id, False, session, user, orchestrator)

@@ -1,0 +1,75 @@
+"""/clusters: upload (validated), list and get cluster specs; the zoo's clusters by name."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Body, status
+
+from service.api.deps import SessionDep, UserDep, owner_filter
+from service.api.errors import SpecInvalid
+from service.api.schemas.specs import ClusterPublic, ClustersPublic, ZooPublic
+from service.db import repository as repo
+from service.domain import NotFound
+from simulator import zoo
+from simulator.spec import ClusterSpec, SpecError
+from simulator.spec.io import parse_as
+
+router = APIRouter(prefix="/clusters", tags=["clusters"])
+
+_EXAMPLE = {
+    "kind": "cluster",
+    "name": "two-node",
+    "device_types": [
+        {"name": "T4", "fp32_tflops": 8.1, "fp16_tflops": 65, "memory_gb": 16, "memory_bw_gbs": 320}
+    ],
+    "nodes": [
+        {"name": "n0", "device": "T4", "gpus": 1, "nic_gbps": 10},
+        {"name": "n1", "device": "T4", "gpus": 1, "nic_gbps": 10},
+    ],
+    "intra_node_gbps": 100,
+}
+
+
+@router.post("", status_code=status.HTTP_201_CREATED, response_model=ClusterPublic)
+def upload_cluster(
+    session: SessionDep,
+    user: UserDep,
+    body: Annotated[dict[str, Any], Body(openapi_examples={"two-node": {"value": _EXAMPLE}})],
+) -> ClusterPublic:
+    """Upload a ClusterSpec; 422 with the field path of every problem, and nothing stored."""
+    try:
+        spec = parse_as(ClusterSpec, body)
+    except SpecError as e:
+        raise SpecInvalid(e, ["body"]) from None
+    return ClusterPublic.of(repo.store_spec(session, spec=spec, owner_id=user.user_id), spec)
+
+
+@router.get("", response_model=ClustersPublic)
+def list_clusters(session: SessionDep, user: UserDep) -> ClustersPublic:
+    """Your uploaded clusters (an admin: everyone's)."""
+    recs = repo.list_specs(session, kind="cluster", viewer_id=owner_filter(user))
+    data = [ClusterPublic.of(r) for r in recs]
+    return ClustersPublic(data=data, count=len(data))
+
+
+@router.get("/zoo", response_model=ZooPublic)
+def list_zoo_clusters(user: UserDep) -> ZooPublic:
+    """Names of the built-in zoo's clusters (usable in a search without uploading)."""
+    names = zoo.cluster_names()
+    return ZooPublic(data=names, count=len(names))
+
+
+@router.get("/zoo/{name}", response_model=ClusterPublic)
+def get_zoo_cluster(name: str, session: SessionDep, user: UserDep) -> ClusterPublic:
+    """A zoo cluster by name; 404 if the zoo has none."""
+    return ClusterPublic.of(repo.zoo_spec(session, kind="cluster", name=name))
+
+
+@router.get("/{cluster_id}", response_model=ClusterPublic)
+def get_cluster(cluster_id: int, session: SessionDep, user: UserDep) -> ClusterPublic:
+    """A stored cluster: yours or a zoo copy (404 for another user's)."""
+    rec = repo.get_spec(session, spec_id=cluster_id, viewer_id=owner_filter(user))
+    if rec.kind != "cluster":
+        raise NotFound(f"no cluster {cluster_id}")
+    return ClusterPublic.of(rec)

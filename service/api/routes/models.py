@@ -1,0 +1,77 @@
+"""/models: upload (validated), list and get model specs; the zoo's models by name."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Body, status
+
+from service.api.deps import SessionDep, UserDep, owner_filter
+from service.api.errors import SpecInvalid
+from service.api.schemas.specs import ModelPublic, ModelsPublic, ZooPublic
+from service.db import repository as repo
+from service.domain import NotFound
+from simulator import zoo
+from simulator.spec import ModelSpec, SpecError
+from simulator.spec.io import parse_as
+
+router = APIRouter(prefix="/models", tags=["models"])
+
+_EXAMPLE = {
+    "kind": "model",
+    "name": "tiny-mlp",
+    "batch_size": 8,
+    "layers": [
+        {
+            "name": "fc1",
+            "kind": "linear",
+            "fwd_flops": 4096,
+            "activation_bytes": 128,
+            "variables": [{"name": "fc1.weight", "shape": [64, 32]}],
+        }
+    ],
+}
+
+
+@router.post("", status_code=status.HTTP_201_CREATED, response_model=ModelPublic)
+def upload_model(
+    session: SessionDep,
+    user: UserDep,
+    body: Annotated[dict[str, Any], Body(openapi_examples={"tiny": {"value": _EXAMPLE}})],
+) -> ModelPublic:
+    """Upload a ModelSpec; 422 with the field path of every problem, and nothing stored."""
+    try:
+        spec = parse_as(ModelSpec, body)
+    except SpecError as e:
+        raise SpecInvalid(e, ["body"]) from None
+    return ModelPublic.of(repo.store_spec(session, spec=spec, owner_id=user.user_id), spec)
+
+
+@router.get("", response_model=ModelsPublic)
+def list_models(session: SessionDep, user: UserDep) -> ModelsPublic:
+    """Your uploaded models (an admin: everyone's)."""
+    recs = repo.list_specs(session, kind="model", viewer_id=owner_filter(user))
+    data = [ModelPublic.of(r) for r in recs]
+    return ModelsPublic(data=data, count=len(data))
+
+
+@router.get("/zoo", response_model=ZooPublic)
+def list_zoo_models(user: UserDep) -> ZooPublic:
+    """Names of the built-in zoo's models (usable in a search without uploading)."""
+    names = zoo.model_names()
+    return ZooPublic(data=names, count=len(names))
+
+
+@router.get("/zoo/{name}", response_model=ModelPublic)
+def get_zoo_model(name: str, session: SessionDep, user: UserDep) -> ModelPublic:
+    """A zoo model by name; 404 if the zoo has none."""
+    return ModelPublic.of(repo.zoo_spec(session, kind="model", name=name))
+
+
+@router.get("/{model_id}", response_model=ModelPublic)
+def get_model(model_id: int, session: SessionDep, user: UserDep) -> ModelPublic:
+    """A stored model: yours or a zoo copy (404 for another user's)."""
+    rec = repo.get_spec(session, spec_id=model_id, viewer_id=owner_filter(user))
+    if rec.kind != "model":
+        raise NotFound(f"no model {model_id}")
+    return ModelPublic.of(rec)

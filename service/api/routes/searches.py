@@ -1,0 +1,80 @@
+"""/searches: create, list your own, status (best so far, speed-ups), rounds, cancel."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, status
+
+from service.api.deps import OrchestratorDep, SessionDep, UserDep, notify, owner_filter
+from service.api.routes._refs import resolve_field
+from service.api.schemas.searches import (
+    RoundPublic,
+    RoundsPublic,
+    SearchCreate,
+    SearchesPublic,
+    SearchPublic,
+    SearchStatusPublic,
+)
+from service.db import repository as repo
+
+router = APIRouter(prefix="/searches", tags=["searches"])
+
+
+@router.post("", status_code=status.HTTP_201_CREATED, response_model=SearchPublic)
+def create_search(
+    body: SearchCreate, session: SessionDep, user: UserDep, orchestrator: OrchestratorDep
+) -> SearchPublic:
+    """Store a search in state 'pending'; the search loop starts round 1 and the baselines."""
+    model = resolve_field(session, kind="model", ref=body.model, owner_id=user.user_id, loc=["body", "model"])
+    cluster = resolve_field(
+        session, kind="cluster", ref=body.cluster, owner_id=user.user_id, loc=["body", "cluster"]
+    )
+    search = repo.create_search(
+        session,
+        owner_id=user.user_id,
+        model=model,
+        cluster=cluster,
+        objective=body.objective,
+        trial_budget=body.trial_budget,
+        candidates_per_round=body.candidates_per_round,
+        samples_per_round=body.samples_per_round,
+        approval_required=body.approval_required,
+        seed=body.seed,
+        name=body.name,
+    )
+    notify(lambda: orchestrator.search_created(search), "search_created")
+    return SearchPublic.model_validate(search)
+
+
+@router.get("", response_model=SearchesPublic)
+def list_searches(session: SessionDep, user: UserDep) -> SearchesPublic:
+    """Your searches, newest first (an admin: everyone's)."""
+    data = [SearchPublic.model_validate(s) for s in repo.list_searches(session, owner_id=owner_filter(user))]
+    return SearchesPublic(data=data, count=len(data))
+
+
+@router.get("/{search_id}", response_model=SearchStatusPublic)
+def get_search(search_id: int, session: SessionDep, user: UserDep) -> SearchStatusPublic:
+    """A search's state, round, trials, best measured time and its speed-up over each baseline."""
+    return SearchStatusPublic.model_validate(
+        repo.search_status(session, search_id=search_id, owner_id=owner_filter(user))
+    )
+
+
+@router.get("/{search_id}/rounds", response_model=RoundsPublic)
+def list_rounds(search_id: int, session: SessionDep, user: UserDep) -> RoundsPublic:
+    """The search's rounds, first first."""
+    data = [
+        RoundPublic.model_validate(r)
+        for r in repo.list_rounds(session, search_id=search_id, owner_id=owner_filter(user))
+    ]
+    return RoundsPublic(data=data, count=len(data))
+
+
+@router.post("/{search_id}/cancel", response_model=SearchPublic)
+def cancel_search(
+    search_id: int, session: SessionDep, user: UserDep, orchestrator: OrchestratorDep
+) -> SearchPublic:
+    """Cancel: queued trials are dropped, running ones told to stop; 409 if already finished."""
+    search = repo.cancel_search(session, search_id=search_id, owner_id=owner_filter(user))
+    notify(lambda: orchestrator.search_cancelled(search), "search_cancelled")
+    return SearchPublic.model_validate(search)

@@ -1,0 +1,39 @@
+"""/me (who am I) and /tokens (admins create, list and revoke API tokens)."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Depends, status
+
+from service.api.deps import AdminDep, SessionDep, get_principal
+from service.api.schemas.tokens import MePublic, TokenCreate, TokenIssuedPublic, TokenPublic, TokensPublic
+from service.db import repository as repo
+from service.domain import Principal
+
+router = APIRouter(tags=["tokens"])
+
+
+@router.get("/me", response_model=MePublic)
+def me(principal: Annotated[Principal, Depends(get_principal)]) -> MePublic:
+    """The caller behind the bearer token (any role)."""
+    return MePublic.model_validate(principal)
+
+
+@router.post("/tokens", status_code=status.HTTP_201_CREATED, response_model=TokenIssuedPublic)
+def create_token(body: TokenCreate, session: SessionDep, admin: AdminDep) -> TokenIssuedPublic:
+    """Create a token (and its user if new); the secret is in this response only. 409 on a role clash."""
+    issued = repo.create_token(session, name=body.name, role=body.role)
+    return TokenIssuedPublic(token=issued.secret, info=TokenPublic.model_validate(issued.info))
+
+
+@router.get("/tokens", response_model=TokensPublic)
+def list_tokens(session: SessionDep, admin: AdminDep) -> TokensPublic:
+    data = [TokenPublic.model_validate(t) for t in repo.list_tokens(session)]
+    return TokensPublic(data=data, count=len(data))
+
+
+@router.post("/tokens/{token_id}/revoke", response_model=TokenPublic)
+def revoke_token(token_id: int, session: SessionDep, admin: AdminDep) -> TokenPublic:
+    """Revoke a token; it stops authenticating at once."""
+    return TokenPublic.model_validate(repo.revoke_token(session, token_id=token_id))

@@ -1,0 +1,69 @@
+"""/trials: state and measurements for people; heartbeat and report for the worker holding a claim."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Query
+
+from service.api.deps import OrchestratorDep, SessionDep, UserDep, WorkerDep, notify, owner_filter
+from service.api.schemas.trials import (
+    HeartbeatCreate,
+    HeartbeatPublic,
+    ReportCreate,
+    ReportPublic,
+    TrialPublic,
+    TrialsPublic,
+)
+from service.db import repository as repo
+from service.domain import TrialState
+
+router = APIRouter(tags=["trials"])
+
+
+@router.get("/searches/{search_id}/trials", response_model=TrialsPublic)
+def list_trials(
+    search_id: int,
+    session: SessionDep,
+    user: UserDep,
+    state: Annotated[list[TrialState] | None, Query(description="Only trials in these states.")] = None,
+    round: Annotated[int | None, Query(ge=1, description="Only this round's trials.")] = None,
+) -> TrialsPublic:
+    """The search's trials (baselines and candidates), oldest first, with measured times."""
+    trials = repo.list_trials(
+        session, search_id=search_id, owner_id=owner_filter(user), states=state, round_index=round
+    )
+    data = [TrialPublic.model_validate(t) for t in trials]
+    return TrialsPublic(data=data, count=len(data))
+
+
+@router.get("/trials/{trial_id}", response_model=TrialPublic)
+def get_trial(trial_id: int, session: SessionDep, user: UserDep) -> TrialPublic:
+    """State, measured times and failure reason of one trial."""
+    return TrialPublic.model_validate(repo.get_trial(session, trial_id=trial_id, owner_id=owner_filter(user)))
+
+
+@router.post("/trials/{trial_id}/heartbeat", response_model=HeartbeatPublic)
+def heartbeat(
+    trial_id: int, body: HeartbeatCreate, session: SessionDep, worker: WorkerDep
+) -> HeartbeatPublic:
+    """The claim holder is alive. ``accepted: false``: the claim went stale; ``stop``: cancelled."""
+    ack = repo.heartbeat(session, trial_id=trial_id, attempt=body.attempt, claim_token=body.claim_token)
+    return HeartbeatPublic(accepted=ack.accepted, stop=ack.stop)
+
+
+@router.post("/trials/{trial_id}/report", response_model=ReportPublic)
+def report(
+    trial_id: int, body: ReportCreate, session: SessionDep, worker: WorkerDep, orchestrator: OrchestratorDep
+) -> ReportPublic:
+    """Report the trial's measurement once; a duplicate or stale report changes nothing (recorded=false)."""
+    out = repo.report_trial(
+        session,
+        trial_id=trial_id,
+        attempt=body.attempt,
+        claim_token=body.claim_token,
+        measurement=body.measurement,
+    )
+    if out.recorded:
+        notify(lambda: orchestrator.trial_finished(out.trial), "trial_finished")
+    return ReportPublic(recorded=out.recorded, trial=TrialPublic.model_validate(out.trial))

@@ -1,0 +1,96 @@
+"""Schemas of ingested runtimes, simulator versions and retraining requests."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, PositiveFloat
+
+from service.api.schemas.common import Public
+
+
+class RuntimeCreate(BaseModel):
+    """Measured iteration times of a strategy from your own training run (feeds retraining)."""
+
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={
+            "examples": [
+                {
+                    "model": "resnet50",
+                    "cluster": "B1",
+                    "strategy": {
+                        "kind": "strategy",
+                        "variables": [{"variable": "conv1.weight", "shards": [{"kind": "collective"}]}],
+                    },
+                    "iteration_times": [0.41, 0.40, 0.43],
+                }
+            ]
+        },
+    )
+
+    model: str | int = Field(description="Model name (yours, else the zoo's) or id.")
+    cluster: str | int = Field(description="Cluster name (yours, else the zoo's) or id.")
+    strategy: dict[str, Any] = Field(description="A Strategy JSON valid for the model on the cluster.")
+    iteration_times: list[PositiveFloat] = Field(min_length=1, max_length=100_000, description="Seconds.")
+
+
+class RuntimePublic(Public):
+    id: int
+    domain: str = Field(examples=["resnet50@B1"])
+    model_name: str
+    cluster_name: str
+    strategy: dict[str, Any]
+    iteration_times: list[float]
+    median_time: float
+    source: Literal["trial", "user"]
+    search_id: int | None
+    trial_id: int | None
+    user_id: int | None
+    created_at: datetime
+
+
+class RuntimesPublic(Public):
+    data: list[RuntimePublic]
+    count: int
+
+
+class SimulatorVersionPublic(Public):
+    id: int
+    domain: str
+    kind: str = Field(examples=["gat"])
+    version: int
+    metrics: dict[str, Any] = Field(examples=[{"kendall_tau": 0.71, "pairwise_accuracy": 0.85}])
+    path: str | None
+    n_records: int = Field(description="Runtime records it was trained on.")
+    created_at: datetime
+
+
+class SimulatorVersionsPublic(Public):
+    data: list[SimulatorVersionPublic]
+    count: int
+
+
+class RetrainCreate(BaseModel):
+    model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [{"domain": "resnet50@B1"}]})
+
+    domain: str = Field(
+        min_length=3, max_length=401, pattern=r"^[^@]+@[^@]+$", description="'<model>@<cluster>'."
+    )
+
+
+class RetrainRequestPublic(Public):
+    id: int
+    domain: str
+    state: Literal["pending", "running", "done", "failed"]
+    requested_by: int | None
+    simulator_version_id: int | None
+    error: str | None
+    created_at: datetime
+    finished_at: datetime | None
+
+
+class RetrainRequestsPublic(Public):
+    data: list[RetrainRequestPublic]
+    count: int

@@ -1,0 +1,116 @@
+"""Schemas of searches, their status and their rounds."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Literal, Self
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from service.api.schemas.common import Public
+
+
+class SearchCreate(BaseModel):
+    """Start a strategy search of a model on a cluster."""
+
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={
+            "examples": [
+                {
+                    "model": "resnet50",
+                    "cluster": "B1",
+                    "objective": "time",
+                    "trial_budget": 8,
+                    "candidates_per_round": 4,
+                    "samples_per_round": 200,
+                    "approval_required": False,
+                    "seed": 0,
+                    "name": "resnet50 on B1",
+                }
+            ]
+        },
+    )
+
+    model: str | int = Field(description="Name of your uploaded model (else the zoo's), or its id.")
+    cluster: str | int = Field(description="Name of your uploaded cluster (else the zoo's), or its id.")
+    objective: Literal["time", "cost"] = Field("time", description="Minimise iteration time or cost.")
+    trial_budget: int = Field(8, ge=1, le=10_000, description="Candidate trials in total (baselines extra).")
+    candidates_per_round: int = Field(4, ge=1, le=1000, description="K: trials per round.")
+    samples_per_round: int = Field(200, ge=1, le=1_000_000, description="M: strategies sampled and scored.")
+    approval_required: bool = Field(False, description="Wait for approval before a round's trials run.")
+    seed: int = Field(0, ge=0, description="Seed of the sampler.")
+    name: str = Field("", max_length=200, description="A label for people.")
+
+    @model_validator(mode="after")
+    def _sizes(self) -> Self:
+        if self.candidates_per_round > self.samples_per_round:
+            raise ValueError("candidates_per_round cannot exceed samples_per_round")
+        return self
+
+
+class SearchPublic(Public):
+    id: int
+    name: str
+    owner_id: int
+    model_spec_id: int
+    cluster_spec_id: int
+    model_name: str
+    cluster_name: str
+    objective: Literal["time", "cost"]
+    trial_budget: int
+    candidates_per_round: int
+    samples_per_round: int
+    approval_required: bool
+    seed: int
+    state: Literal["pending", "running", "awaiting_approval", "completed", "cancelled", "failed"]
+    current_round: int = Field(description="Index of the newest round (0 before round 1).")
+    failure_reason: str | None
+    created_at: datetime
+    updated_at: datetime
+    finished_at: datetime | None
+
+
+class SearchesPublic(Public):
+    data: list[SearchPublic]
+    count: int
+
+
+class BaselinePublic(Public):
+    name: str = Field(examples=["horovod"])
+    trial_id: int
+    state: Literal["queued", "running", "succeeded", "failed", "cancelled"]
+    median_time: float | None = Field(description="Measured median iteration time, s.")
+
+
+class SearchStatusPublic(Public):
+    """A search and its progress: trials, the best measured candidate, speed-up per baseline."""
+
+    search: SearchPublic
+    trials_by_state: dict[str, int] = Field(examples=[{"queued": 1, "running": 1, "succeeded": 4}])
+    candidate_trials_done: int = Field(description="Finished candidate trials (of trial_budget).")
+    best_trial_id: int | None
+    best_candidate_id: int | None
+    best_time: float | None = Field(description="Best measured median iteration time so far, s.")
+    baselines: list[BaselinePublic]
+    speedups: dict[str, float] = Field(
+        description="Baseline name → baseline median / best median (> 1: faster than the baseline).",
+        examples=[{"horovod": 1.42, "ps": 2.1}],
+    )
+
+
+class RoundPublic(Public):
+    id: int
+    search_id: int
+    index: int
+    state: Literal["proposed", "awaiting_approval", "running", "completed", "cancelled"]
+    simulator_version_id: int | None
+    simulator_kind: str = Field(examples=["analytical"])
+    samples: int
+    created_at: datetime
+    finished_at: datetime | None
+
+
+class RoundsPublic(Public):
+    data: list[RoundPublic]
+    count: int

@@ -1,0 +1,89 @@
+"""Schemas of uploaded and zoo model and cluster specs."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Literal
+
+from pydantic import Field
+
+from service.api.schemas.common import Public
+from service.domain import SpecRecord
+from simulator.spec import ClusterSpec, ModelSpec
+
+
+class ModelPublic(Public):
+    """A stored model spec and its size at a glance."""
+
+    id: int
+    name: str = Field(examples=["resnet50"])
+    origin: Literal["upload", "zoo"]
+    owner_id: int | None = Field(description="Uploader; null for the zoo.")
+    created_at: datetime
+    family: str = Field(examples=["IC"])
+    batch_size: int
+    layers: int = Field(description="Number of layers.")
+    variables: int = Field(description="Number of trainable variables.")
+    params: int = Field(description="Number of parameters.")
+    spec: dict[str, Any] = Field(description="The full ModelSpec JSON.")
+
+    @classmethod
+    def of(cls, rec: SpecRecord, spec: ModelSpec | None = None) -> ModelPublic:
+        m = spec or rec.model_spec()
+        return cls(
+            id=rec.id,
+            name=rec.name,
+            origin=rec.origin,
+            owner_id=rec.owner_id,
+            created_at=rec.created_at,
+            family=m.family,
+            batch_size=m.batch_size,
+            layers=len(m.layers),
+            variables=len(m.variables),
+            params=m.params,
+            spec=rec.body,
+        )
+
+
+class ModelsPublic(Public):
+    data: list[ModelPublic]
+    count: int
+
+
+class ClusterPublic(Public):
+    """A stored cluster spec and its size at a glance."""
+
+    id: int
+    name: str = Field(examples=["B1"])
+    origin: Literal["upload", "zoo"]
+    owner_id: int | None = Field(description="Uploader; null for the zoo.")
+    created_at: datetime
+    nodes: int
+    gpus: int
+    spec: dict[str, Any] = Field(description="The full ClusterSpec JSON.")
+
+    @classmethod
+    def of(cls, rec: SpecRecord, spec: ClusterSpec | None = None) -> ClusterPublic:
+        c = spec or rec.cluster_spec()
+        return cls(
+            id=rec.id,
+            name=rec.name,
+            origin=rec.origin,
+            owner_id=rec.owner_id,
+            created_at=rec.created_at,
+            nodes=len(c.nodes),
+            gpus=c.num_gpus,
+            spec=rec.body,
+        )
+
+
+class ClustersPublic(Public):
+    data: list[ClusterPublic]
+    count: int
+
+
+class ZooPublic(Public):
+    """Names available in the built-in zoo."""
+
+    data: list[str] = Field(examples=[["A1", "B1"]])
+    count: int
