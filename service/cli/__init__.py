@@ -4,7 +4,15 @@ from __future__ import annotations
 
 import typer
 
-from service.cli import cost_commands, import_commands, spec_commands
+from service.cli import (
+    admin_commands,
+    cost_commands,
+    import_commands,
+    search_cli_commands,
+    serve_commands,
+    spec_commands,
+    worker_commands,
+)
 
 app = typer.Typer(
     name="strategist",
@@ -16,6 +24,10 @@ app = typer.Typer(
 spec_commands.register(app)
 import_commands.register(app)
 cost_commands.register(app)
+admin_commands.register(app)
+serve_commands.register(app)
+worker_commands.register(app)
+search_cli_commands.register(app)
 
 
 def main() -> None:
