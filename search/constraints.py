@@ -7,6 +7,8 @@ of each collective shard. They are pure functions of byte sizes, so they are tes
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 
@@ -37,21 +39,35 @@ def load_balance(
     out = np.empty(n, dtype=np.int64)
     if n == 0:
         return out
-    share = np.asarray(bandwidth, dtype=np.float64) / float(np.sum(bandwidth))
-    unit = float(np.mean(shard_bytes)) * temperature
-    loads = np.zeros(len(share))
-    for i in np.argsort(-np.asarray(shard_bytes, dtype=np.float64), kind="stable"):
-        lag = loads.sum() * share - loads
+    sizes = np.asarray(shard_bytes, dtype=np.float64)
+    total_bw = float(np.sum(bandwidth))
+    share = [float(b) / total_bw for b in bandwidth]
+    unit = float(sizes.mean()) * temperature
+    loads = [0.0] * len(share)
+    draws = rng.random(n)  # one uniform per shard, inverse-CDF sampling (plain floats: D is small)
+    for step, i in enumerate(np.argsort(-sizes, kind="stable").tolist()):
+        total = sum(loads)
+        lag = [total * s - load for s, load in zip(share, loads, strict=True)]
+        top = max(lag)
         if unit > 0:
-            logits = lag / unit
-            p = np.exp(logits - logits.max())
-            j = int(rng.choice(len(share), p=p / p.sum()))
+            weights = [math.exp((x - top) / unit) for x in lag]
         else:
-            best = np.flatnonzero(lag >= lag.max() - 1e-9 * max(1.0, abs(lag.max())))
-            j = int(rng.choice(best))
+            weights = [1.0 if x >= top - 1e-9 * max(1.0, abs(top)) else 0.0 for x in lag]
+        j = _inverse_cdf(weights, float(draws[step]))
         out[i] = j
-        loads[j] += shard_bytes[i]
+        loads[j] += float(sizes[i])
     return out
+
+
+def _inverse_cdf(weights: list[float], u: float) -> int:
+    """Index drawn with probability proportional to ``weights`` from a uniform ``u`` in [0, 1)."""
+    target = u * sum(weights)
+    acc = 0.0
+    for j, w in enumerate(weights):
+        acc += w
+        if target < acc:
+            return j
+    return max(j for j, w in enumerate(weights) if w > 0)
 
 
 def adjacent_merge(shard_bytes: np.ndarray, n_groups: int) -> np.ndarray:

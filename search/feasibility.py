@@ -21,10 +21,11 @@ against the GiB that vendors mean).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Literal
 
-from simulator.spec import ClusterSpec, CollectiveSync, ModelSpec, PSSync, Strategy
+from simulator.spec import DTYPE_BYTES, ClusterSpec, CollectiveSync, ModelSpec, PSSync, Strategy
 
 _STATE_FACTOR = {"adam": 2.0, "sgd_momentum": 1.0, "sgd": 0.0}
 GB = 1e9
@@ -80,14 +81,18 @@ class MemoryModel:
         optimizer = 0.0
         powersgd = 0.0
         hosted: dict[str, float] = {}
-        for shard in strategy.shards(self.model):
-            sync = shard.sync
-            if isinstance(sync, PSSync):
-                hosted[sync.server] = hosted.get(sync.server, 0.0) + shard.bytes
-            elif isinstance(sync, CollectiveSync):
-                optimizer += self.state_factor * shard.bytes
-                if sync.compressor.kind == "powersgd":
-                    powersgd += shard.bytes
+        by_variable = strategy.by_variable
+        for var in self.model.variables:
+            vs = by_variable[var.name]
+            per_element = DTYPE_BYTES[var.dtype]
+            for shape, sync in zip(vs.partition.shard_shapes(var.shape), vs.shards, strict=True):
+                nbytes = math.prod(shape) * per_element
+                if isinstance(sync, PSSync):
+                    hosted[sync.server] = hosted.get(sync.server, 0.0) + nbytes
+                elif isinstance(sync, CollectiveSync):
+                    optimizer += self.state_factor * nbytes
+                    if sync.compressor.kind == "powersgd":
+                        powersgd += nbytes
         device = self._params + self._grads + optimizer + powersgd + self._activations
         reasons = []
         if device > self.device_capacity:

@@ -84,6 +84,7 @@ class Space:
         self.variables = tuple(
             VariableSpace(i, v, _k_max(v, self.config)) for i, v in enumerate(model.variables)
         )
+        self._compressors: dict[tuple[str, tuple[int, ...]], list[Compressor]] = {}
 
     @cached_property
     def servers(self) -> tuple[str, ...]:
@@ -97,6 +98,12 @@ class Space:
 
     def compressors(self, var: Variable, shard_shape: tuple[int, ...]) -> list[Compressor]:
         """The compressors a collective shard of ``var`` with ``shard_shape`` may use."""
+        key = (var.name, shard_shape)
+        if key not in self._compressors:
+            self._compressors[key] = self._compressor_options(var, shard_shape)
+        return self._compressors[key]
+
+    def _compressor_options(self, var: Variable, shard_shape: tuple[int, ...]) -> list[Compressor]:
         out = [Compressor()]
         kinds = self.config.compressors
         if "fp16" in kinds and var.dtype == "float32":

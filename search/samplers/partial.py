@@ -14,7 +14,8 @@ variable's number of sub-strategies grows exponentially with its shards.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from functools import cache
 
 import numpy as np
 
@@ -29,6 +30,24 @@ from simulator.spec import (
     VariableStrategy,
 )
 
+NO_COMPRESSION = Compressor()
+
+
+@cache
+def _ps(server: str, local_replication: bool) -> PSSync:
+    # synchronisers are frozen: one object per distinct value saves most of the validation cost
+    return PSSync(server=server, local_replication=local_replication)
+
+
+@cache
+def _collective(group: int, compressor: Compressor, algorithm: str) -> CollectiveSync:
+    return CollectiveSync(group=group, compressor=compressor, algorithm=algorithm)
+
+
+@cache
+def _partition(axis: int, shards: int) -> Partition:
+    return Partition(axis=axis, shards=shards)
+
 
 @dataclass
 class ShardDraft:
@@ -38,7 +57,7 @@ class ShardDraft:
     message_bytes: float
     ps: bool
     local_replication: bool = False
-    compressor: Compressor = field(default_factory=Compressor)
+    compressor: Compressor = NO_COMPRESSION
     algorithm: str = "ring"
     server: int = -1
     group: int = -1
@@ -76,9 +95,9 @@ def draw_partial(space: Space, rng: np.random.Generator) -> PartialStrategy:
         if vs.partitionable and rng.random() < 0.5:
             axes = sorted(vs.k_max)
             axis = axes[int(rng.integers(len(axes)))]
-            part = Partition(axis=axis, shards=int(rng.integers(2, vs.k_max[axis] + 1)))
+            part = _partition(axis, int(rng.integers(2, vs.k_max[axis] + 1)))
         else:
-            part = Partition()
+            part = _partition(0, 1)
         drafts = []
         for shape in part.shard_shapes(var.shape):
             d = ShardDraft(vs.index, shard_message_bytes(var, shape), ps=bool(rng.random() < 0.5))
@@ -105,10 +124,14 @@ def assemble(space: Space, partial: PartialStrategy, name: str = "") -> Strategy
             if d.ps:
                 if d.server < 0:
                     raise ValueError(f"{vs.name}: a PS shard has no server")
-                syncs.append(PSSync(server=space.servers[d.server], local_replication=d.local_replication))
+                syncs.append(_ps(space.servers[d.server], d.local_replication))
             else:
                 if d.group < 0:
                     raise ValueError(f"{vs.name}: a collective shard has no group")
-                syncs.append(CollectiveSync(group=d.group, compressor=d.compressor, algorithm=d.algorithm))
-        variables.append(VariableStrategy(variable=vs.name, partition=part, shards=tuple(syncs)))
+                syncs.append(_collective(d.group, d.compressor, d.algorithm))
+        # model_construct: the parts are validated objects and len(shards) == partition.shards by
+        # construction (Strategy.check in every sampler test confirms it); saves ~a third of a draw.
+        variables.append(
+            VariableStrategy.model_construct(variable=vs.name, partition=part, shards=tuple(syncs))
+        )
     return Strategy(name=name, model=space.model.name, cluster=space.cluster.name, variables=tuple(variables))
