@@ -1,0 +1,183 @@
+"""Model import: a torch.nn.Module (or a ``module:factory`` string) and example inputs -> ModelSpec.
+
+    >>> spec = extract_model(torch.nn.Linear(10, 20), torch.empty(1, 10), name="lin", batch_size=1)
+    >>> spec.params, spec.fwd_flops
+    (220, 400.0)
+
+The model is copied onto the meta device (no parameter memory, tied parameters stay tied), put in
+training mode, traced once (``tracer``) and folded into layers (``builder``). FLOPs follow torch's
+``FlopCounterMode``: 2 FLOPs per multiply-add (a matmul is 2*M*N*K), bias adds and element-wise ops
+not counted; so ``Linear(10, 20)`` is 2 * 10 * 20 = 400 forward FLOPs per sample.
+"""
+
+from __future__ import annotations
+
+import copy
+import importlib
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, cast
+
+import torch
+from torch import nn
+
+from simulator.extract.builder import BuildOptions, build_spec
+from simulator.extract.tracer import trace
+from simulator.spec import ModelSpec
+
+Inputs = torch.Tensor | Sequence[torch.Tensor] | Mapping[str, torch.Tensor]
+TORCH_DTYPES: dict[str, torch.dtype] = {
+    "float32": torch.float32,
+    "float16": torch.float16,
+    "bfloat16": torch.bfloat16,
+    "int64": torch.int64,
+    "int32": torch.int32,
+}
+
+
+def load_factory(target: str) -> Callable[..., Any]:
+    """Resolve ``'package.module:attr'`` to a callable; ValueError says what is wrong."""
+    module_name, sep, attr = target.partition(":")
+    if not sep or not module_name or not attr:
+        raise ValueError(f"{target!r} is not of the form MODULE:FACTORY")
+    try:
+        module = importlib.import_module(module_name)
+    except Exception as e:  # an import can fail in any way the module's code likes
+        raise ValueError(f"cannot import {module_name!r}: {type(e).__name__}: {e}") from None
+    obj: Any = module
+    for part in attr.split("."):
+        if not hasattr(obj, part):
+            raise ValueError(f"module {module_name!r} has no attribute {attr!r}")
+        obj = getattr(obj, part)
+    if not callable(obj):
+        raise ValueError(f"{target!r} is not callable")
+    return obj
+
+
+def example_inputs(shape: Sequence[int], dtype: str = "float32") -> torch.Tensor:
+    """A meta tensor of ``shape``: floating inputs for images/features, integer ones for token ids."""
+    if dtype not in TORCH_DTYPES:
+        raise ValueError(f"unknown dtype {dtype!r}; expected one of {sorted(TORCH_DTYPES)}")
+    if not shape or any(d < 1 for d in shape):
+        raise ValueError(f"shape {tuple(shape)} must have dimensions >= 1")
+    return torch.zeros(tuple(shape), dtype=TORCH_DTYPES[dtype], device="meta")
+
+
+def to_meta(module: nn.Module, dtype: torch.dtype | None = None) -> nn.Module:
+    """A copy of ``module`` whose parameters and buffers are meta tensors; ties are kept.
+
+    The deep copy is seeded with meta replacements of every parameter and buffer, so no data is
+    copied and a parameter shared by two submodules stays one parameter. ``dtype`` casts the
+    floating-point ones.
+    """
+    memo: dict[int, Any] = {}
+    for p in module.parameters():
+        if id(p) not in memo:
+            cast = dtype if dtype is not None and p.is_floating_point() else p.dtype
+            meta = torch.empty_like(p, device="meta", dtype=cast)
+            memo[id(p)] = nn.Parameter(meta, requires_grad=p.requires_grad)
+    for b in module.buffers():
+        if id(b) not in memo:
+            cast = dtype if dtype is not None and b.is_floating_point() else b.dtype
+            memo[id(b)] = torch.empty_like(b, device="meta", dtype=cast)
+    return copy.deepcopy(module, memo)
+
+
+def _call_with(inputs: Inputs) -> Callable[[nn.Module], Any]:
+    if isinstance(inputs, torch.Tensor):
+        return lambda m: m(inputs)
+    if isinstance(inputs, Mapping):
+        return lambda m: m(**inputs)
+    return lambda m: m(*inputs)
+
+
+def _batch_of(inputs: Inputs) -> int:
+    first: Any = inputs
+    if isinstance(inputs, Mapping):
+        first = next(iter(inputs.values()), None)
+    elif not isinstance(inputs, torch.Tensor):
+        first = next(iter(inputs), None)
+    if not isinstance(first, torch.Tensor) or first.dim() == 0:
+        raise ValueError("inputs: the first input must be a tensor whose dimension 0 is the batch")
+    return int(first.shape[0])
+
+
+def _meta(inputs: Inputs) -> Inputs:
+    if isinstance(inputs, torch.Tensor):
+        return inputs.to("meta")
+    if isinstance(inputs, Mapping):
+        return {k: v.to("meta") if isinstance(v, torch.Tensor) else v for k, v in inputs.items()}
+    return tuple(v.to("meta") if isinstance(v, torch.Tensor) else v for v in inputs)
+
+
+def extract_model(
+    module: nn.Module,
+    inputs: Inputs | Callable[[], Inputs],
+    *,
+    name: str,
+    batch_size: int | None = None,
+    family: str = "",
+    source: str = "",
+    sparse_embeddings: bool = True,
+    dtype: torch.dtype | None = None,
+) -> ModelSpec:
+    """Trace ``module`` on ``inputs`` (batch = dimension 0 of the first) into a ModelSpec.
+
+    ``inputs`` is a tensor, a sequence of positional tensors, a mapping of keyword tensors, or a
+    callable returning one of these (called under the meta device). ``batch_size`` is the spec's
+    default per-GPU batch (default: the traced batch); FLOPs and activation bytes are per sample
+    either way. ``sparse_embeddings=False`` marks embedding gradients dense (NCF-dense).
+    ``dtype`` casts floating-point parameters (e.g. ``torch.float16``) before tracing.
+    """
+    given: Inputs
+    if callable(inputs) and not isinstance(inputs, torch.Tensor):
+        with torch.device("meta"):
+            given = inputs()
+    else:
+        given = cast(Inputs, inputs)
+    inputs = _meta(given)
+    trace_batch = _batch_of(inputs)
+    model = to_meta(module, dtype)
+    model.train()
+    traced = trace(model, _call_with(inputs))
+    opts = BuildOptions(
+        name=name,
+        batch_size=batch_size or trace_batch,
+        trace_batch=trace_batch,
+        family=family,
+        source=source or f"{type(module).__module__}.{type(module).__qualname__}",
+        sparse_embeddings=sparse_embeddings,
+    )
+    return build_spec(traced, opts)
+
+
+def import_model(
+    target: str,
+    input_shape: Sequence[int] | None = None,
+    *,
+    input_dtype: str = "float32",
+    input_factory: str | None = None,
+    name: str | None = None,
+    batch_size: int | None = None,
+    family: str = "",
+) -> ModelSpec:
+    """``strategist import-model``: build ``target`` (MODULE:FACTORY) on meta and extract it."""
+    factory = load_factory(target)
+    with torch.device("meta"):
+        module = factory()
+    if not isinstance(module, nn.Module):
+        raise ValueError(f"{target!r} returned {type(module).__name__}, not a torch.nn.Module")
+    inputs: Inputs | Callable[[], Inputs]
+    if input_factory is not None:
+        inputs = load_factory(input_factory)
+    elif input_shape is not None:
+        inputs = example_inputs(input_shape, input_dtype)
+    else:
+        raise ValueError("give an input shape or an input factory")
+    return extract_model(
+        module,
+        inputs,
+        name=name or target.rpartition(":")[2],
+        batch_size=batch_size,
+        family=family,
+        source=f"import-model {target}",
+    )
