@@ -19,8 +19,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-
-import optuna
+from typing import TYPE_CHECKING
 
 from simulator.analytical.arrays import cluster_arrays, model_arrays
 from simulator.analytical.encode import encode
@@ -35,6 +34,9 @@ from simulator.spec import (
     Strategy,
     VariableStrategy,
 )
+
+if TYPE_CHECKING:
+    import optuna
 
 BASELINES = ("horovod", "ps", "ps-naive", "allreduce-single")
 MIB = 1 << 20
@@ -101,16 +103,12 @@ def horovod(model: ModelSpec, cluster: ClusterSpec, threshold: float, hierarchic
             group, filled = group + 1, 0
         groups[v.name] = group
         filled += v.bytes
+    syncs = [CollectiveSync(group=g, algorithm=algorithm) for g in range(group + 1)]
     return _strategy(
         "horovod",
         model,
         cluster,
-        [
-            VariableStrategy(
-                variable=v.name, shards=(CollectiveSync(group=groups[v.name], algorithm=algorithm),)
-            )
-            for v in model.variables
-        ],
+        [VariableStrategy(variable=v.name, shards=(syncs[groups[v.name]],)) for v in model.variables],
     )
 
 
@@ -136,6 +134,7 @@ def ps(model: ModelSpec, cluster: ClusterSpec, threshold: float) -> Strategy:
         j = min(range(nodes), key=lambda j: ((load[j] + m) / bw[j], j))
         load[j] += m
         server[(name, i)] = j
+    syncs = [PSSync(server=n.name, local_replication=local) for n in cluster.nodes]  # frozen: shared
     return _strategy(
         "ps",
         model,
@@ -144,10 +143,7 @@ def ps(model: ModelSpec, cluster: ClusterSpec, threshold: float) -> Strategy:
             VariableStrategy(
                 variable=v.name,
                 partition=parts[v.name],
-                shards=tuple(
-                    PSSync(server=cluster.nodes[server[(v.name, i)]].name, local_replication=local)
-                    for i in range(parts[v.name].shards)
-                ),
+                shards=tuple(syncs[server[(v.name, i)]] for i in range(parts[v.name].shards)),
             )
             for v in model.variables
         ],
@@ -188,6 +184,8 @@ def _tuned(
     seed: int,
 ) -> Strategy:
     """Minimise T_sync (T = max(T_comp, T_sync) and T_comp is fixed) over ``build``'s knobs with TPE."""
+    import optuna  # imported here: it takes about a second, and only tuning needs it
+
     ma, ca = model_arrays(model), cluster_arrays(cluster)
     best: dict[int, Strategy] = {}
 

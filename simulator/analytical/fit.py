@@ -19,7 +19,6 @@ from dataclasses import dataclass, replace
 from typing import NamedTuple
 
 import numpy as np
-from scipy.optimize import nnls
 
 from simulator.analytical import formulas as f
 from simulator.analytical.arrays import cluster_arrays, model_arrays
@@ -99,6 +98,8 @@ def _solve(
             a[i, dev_col[name]] = comp_feature[i]
     a /= measured[:, None]
     y /= measured
+    from scipy.optimize import nnls  # imported here: scipy.optimize takes seconds to import
+
     used = np.flatnonzero(np.any(a != 0, axis=0))
     x = np.zeros(a.shape[1])
     if used.size:

@@ -8,7 +8,10 @@ from simulator.spec import (
     ClusterSpec,
     CollectiveSync,
     Compressor,
+    DeviceType,
+    Layer,
     ModelSpec,
+    Node,
     Partition,
     PSSync,
     Strategy,
@@ -63,3 +66,50 @@ def _random_variable(
             )
         )
     return VariableStrategy(variable=v.name, partition=Partition(axis=axis, shards=k), shards=tuple(syncs))
+
+
+def make_cluster(
+    gpus: list[int],
+    nic_gbps: list[float] | float = 10.0,
+    intra_gbps: float = 100.0,
+    fp32_tflops: float = 10.0,
+    price_per_hour: float = 0.0,
+    single_flow_gbps: float | None = None,
+) -> ClusterSpec:
+    """A one-device-type cluster with nodes n0, n1, ... carrying ``gpus[i]`` GPUs each."""
+    nics = nic_gbps if isinstance(nic_gbps, list) else [nic_gbps] * len(gpus)
+    return ClusterSpec(
+        name="test-cluster",
+        device_types=(
+            DeviceType(
+                name="gpu",
+                fp32_tflops=fp32_tflops,
+                fp16_tflops=2 * fp32_tflops,
+                memory_gb=16,
+                memory_bw_gbs=500,
+            ),
+        ),
+        nodes=tuple(
+            Node(name=f"n{i}", device="gpu", gpus=g, nic_gbps=b, price_per_hour=price_per_hour)
+            for i, (g, b) in enumerate(zip(gpus, nics, strict=True))
+        ),
+        intra_node_gbps=intra_gbps,
+        single_flow_gbps=single_flow_gbps,
+    )
+
+
+def make_model(variables: list[Variable], fwd_flops: float = 1e6, batch_size: int = 32) -> ModelSpec:
+    """A model with one layer per variable, chained, each of ``fwd_flops / len(variables)``."""
+    layers = []
+    for i, v in enumerate(variables):
+        layers.append(
+            Layer(
+                name=f"layer{i}",
+                kind="linear",
+                fwd_flops=fwd_flops / len(variables),
+                activation_bytes=1024,
+                variables=(v,),
+                inputs=(f"layer{i - 1}",) if i else (),
+            )
+        )
+    return ModelSpec(name="test-model", batch_size=batch_size, layers=tuple(layers))

@@ -1,0 +1,216 @@
+"""Hand-worked numbers for each formula of the analytical model (AutoSync Eq. 1-3).
+
+Every expected value is written as the arithmetic a reader can redo. Common constants:
+10 Gbit/s = 10e9 / 8 = 1.25e9 bytes/s; φ = 1e-4 s, δ = 5e-5 s.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from simulator.analytical import CostParams, cost_breakdown
+from simulator.analytical import formulas as f
+from simulator.analytical.reference import reference_cost
+from simulator.analytical.testing import make_cluster, make_model
+from simulator.spec import (
+    ClusterSpec,
+    CollectiveSync,
+    Compressor,
+    DeviceType,
+    Partition,
+    PSSync,
+    Strategy,
+    Variable,
+    VariableStrategy,
+)
+
+P = CostParams(phi=1e-4, delta=5e-5, efficiency=0.5)
+B10G = 1.25e9  # bytes per second of a 10 Gbit/s link
+MB = 1_000_000
+W = Variable(name="w", shape=(1000, 250))  # 250,000 fp32 values = 1,000,000 bytes
+
+
+def one(var: str, *syncs: PSSync | CollectiveSync, shards: int = 1) -> VariableStrategy:
+    return VariableStrategy(variable=var, partition=Partition(axis=0, shards=shards), shards=syncs)
+
+
+def both(model, cluster, strategy):  # type: ignore[no-untyped-def]
+    """The breakdown (vectorised path) and the reference loop agree; return the breakdown."""
+    strategy.check(model, cluster)
+    got = cost_breakdown(model, cluster, strategy, P)
+    ref = reference_cost(model, cluster, strategy, P)
+    assert got.t_iter == pytest.approx(ref.t_iter, rel=1e-12)
+    assert got.t_sync == pytest.approx(ref.t_sync, rel=1e-12)
+    return got
+
+
+def test_ps_one_variable_on_two_nodes() -> None:
+    # Server on n0; workers n0 (same machine: I_d = 0, free) and n1 (1 GPU).
+    # Eq. 2, both directions: transfer = 2 · 1e6 B / 1.25e9 B/s · r=1 = 1.6e-3 s;
+    # overhead = 2 messages · φ = 2e-4 s; kernel latency δ = 5e-5 s.
+    cluster = make_cluster([1, 1], nic_gbps=10.0)
+    model = make_model([W])
+    s = Strategy(variables=(one("w", PSSync(server="n0")),))
+    r = both(model, cluster, s)
+    assert r.ps["n0"].transfer == pytest.approx(2 * MB / B10G)
+    assert r.ps["n0"].messages == 2
+    assert r.t_ps == pytest.approx(1.6e-3 + 2e-4 + 5e-5)
+    assert r.t_cc == 0.0
+
+
+def test_ps_server_on_cpu_node_serves_both_workers() -> None:
+    # Server n2 has no GPU: both workers n0, n1 are remote: 2 directions · 2 workers · 0.8e-3 s.
+    cluster = make_cluster([1, 1, 0], nic_gbps=10.0)
+    s = Strategy(variables=(one("w", PSSync(server="n2")),))
+    r = both(make_model([W]), cluster, s)
+    assert r.t_ps == pytest.approx(2 * 2 * 0.8e-3 + 4 * 1e-4 + 5e-5)
+
+
+def test_ring_of_four_with_one_slow_link() -> None:
+    # Four 1-GPU nodes; n3's NIC is 5 Gbit/s, so the ring links n2-n3 and n3-n0 run at 5 Gbit/s:
+    # b_m = 5e9 / 8 = 6.25e8 B/s. AllReduce (Eq. 3): 2·(4-1)/4 · 1e6 / 6.25e8 = 1.5 · 1.6e-3 = 2.4e-3 s,
+    # plus w·φ = 4e-4 s and δ = 5e-5 s.
+    cluster = make_cluster([1, 1, 1, 1], nic_gbps=[10.0, 10.0, 10.0, 5.0])
+    assert f.ring_bandwidth_gbps(cluster) == 5.0
+    s = Strategy(variables=(one("w", CollectiveSync(group=0)),))
+    r = both(make_model([W]), cluster, s)
+    assert r.collective["0/allreduce-ring"].transfer == pytest.approx(2.4e-3)
+    assert r.t_cc == pytest.approx(2.4e-3 + 4e-4 + 5e-5)
+    # The other primitives of Eq. 3 on the same ring, same 1e6 bytes:
+    # ReduceScatter and AllGather (4-1)/4 · 1.6e-3 = 1.2e-3; Broadcast and Reduce 1 · 1.6e-3.
+    for prim, want in [
+        ("reducescatter", 1.2e-3),
+        ("allgather", 1.2e-3),
+        ("broadcast", 1.6e-3),
+        ("reduce", 1.6e-3),
+    ]:
+        t = f.collective_terms(prim, MB, 4, 5.0)  # type: ignore[arg-type]
+        assert t.transfer == pytest.approx(want)
+        assert (t.phi_coef, t.delta_coef) == (4.0, 1.0)
+
+
+def test_hierarchical_reduction_ps_and_allreduce() -> None:
+    # Two nodes x 4 GPUs, NIC 10 Gbit/s, intra-node 100 Gbit/s = 1.25e10 B/s. Server on n0.
+    cluster = make_cluster([4, 4], nic_gbps=10.0, intra_gbps=100.0)
+    model = make_model([W])
+    # PS without local replication: n1 sends r = 4 messages each way:
+    # transfer 2 · 4 · 1e6 / 1.25e9 = 6.4e-3 s, 8 messages.
+    flat = both(model, cluster, Strategy(variables=(one("w", PSSync(server="n0")),)))
+    assert flat.t_ps == pytest.approx(6.4e-3 + 8 * 1e-4 + 5e-5)
+    # With hierarchical reduction (I_p): one message per node each way: 1.6e-3 s, 2 messages.
+    hier = both(model, cluster, Strategy(variables=(one("w", PSSync(server="n0", local_replication=True)),)))
+    assert hier.t_ps == pytest.approx(1.6e-3 + 2 * 1e-4 + 5e-5)
+    # Hierarchical all-reduce: intra reduce-scatter 3/4 · 1e6 / 1.25e10 = 6e-5 s, the same again for
+    # the all-gather, inter-node all-reduce over n = 2 nodes 2·1/2 · 1e6 / 1.25e9 = 8e-4 s:
+    # transfer 9.2e-4 s; φ coefficient 2·4 (two intra phases) + 2 (inter) = 10.
+    s = Strategy(variables=(one("w", CollectiveSync(algorithm="hierarchical")),))
+    r = both(model, cluster, s)
+    call = r.collective["0/allreduce-hierarchical"]
+    assert call.transfer == pytest.approx(9.2e-4)
+    assert r.t_cc == pytest.approx(9.2e-4 + 10 * 1e-4 + 5e-5)
+    # The flat ring over 8 GPUs is bounded by the 10 Gbit/s inter-node link: 2·7/8 · 0.8e-3 = 1.4e-3 s.
+    ring = both(model, cluster, Strategy(variables=(one("w", CollectiveSync()),)))
+    assert ring.t_cc == pytest.approx(1.4e-3 + 8 * 1e-4 + 5e-5)
+
+
+def test_sparse_variable_ps_and_allgather() -> None:
+    # Embedding 10000 x 64 fp32 = 2,560,000 bytes, 1% of rows touched per step:
+    # m = 0.01 · 2,560,000 (values) + 0.01 · 10000 · 8 (int64 indices) = 25,600 + 800 = 26,400 bytes.
+    emb = Variable(name="emb", shape=(10000, 64), sparse=True, density=0.01)
+    model = make_model([emb])
+    two = make_cluster([1, 1], nic_gbps=10.0)
+    r = both(model, two, Strategy(variables=(one("emb", PSSync(server="n0")),)))
+    assert r.ps["n0"].bytes == pytest.approx(26_400)
+    assert r.t_ps == pytest.approx(2 * 26_400 / B10G + 2e-4 + 5e-5)
+    # AllGather on four 1-GPU nodes gathers w · m: (4-1)/4 · 4 · 26,400 / 1.25e9 = 3 · 2.112e-5 = 6.336e-5 s.
+    four = make_cluster([1, 1, 1, 1], nic_gbps=10.0)
+    r = both(model, four, Strategy(variables=(one("emb", CollectiveSync()),)))
+    assert r.collective["0/allgather"].transfer == pytest.approx(6.336e-5)
+    assert r.t_cc == pytest.approx(6.336e-5 + 4e-4 + 5e-5)
+
+
+def test_fp16_and_powersgd_compression() -> None:
+    # Four 1-GPU nodes at 10 Gbit/s; ring all-reduce costs 2·3/4 / 1.25e9 = 1.2e-9 s per byte.
+    four = make_cluster([1, 1, 1, 1], nic_gbps=10.0)
+    model = make_model([W])
+    fp16 = CollectiveSync(compressor=Compressor(kind="fp16"))
+    r = both(model, four, Strategy(variables=(one("w", fp16),)))
+    assert r.collective["0/allreduce-ring"].bytes == pytest.approx(500_000)  # half of 1e6
+    assert r.t_cc == pytest.approx(500_000 * 1.2e-9 + 4e-4 + 5e-5)  # 6e-4 s transfer
+    # PowerSGD rank 2 of the 1000 x 250 matrix: 2 · (1000 + 250) fp32 values = 10,000 bytes.
+    psgd = CollectiveSync(compressor=Compressor(kind="powersgd", rank=2))
+    r = both(model, four, Strategy(variables=(one("w", psgd),)))
+    assert r.collective["0/allreduce-ring"].bytes == pytest.approx(10_000)
+    assert r.t_cc == pytest.approx(1.2e-5 + 4e-4 + 5e-5)
+
+
+def test_merge_group_of_three_variables() -> None:
+    # 1e6, 2e6 and 3e6 bytes in group 0 on four 1-GPU nodes: one call of 6e6 bytes:
+    # 1.2e-9 · 6e6 = 7.2e-3 s, plus 4φ + δ once.
+    vs = [Variable(name=f"v{i}", shape=(i * 1000, 250)) for i in (1, 2, 3)]
+    model = make_model(vs)
+    four = make_cluster([1, 1, 1, 1], nic_gbps=10.0)
+    merged = Strategy(variables=tuple(one(v.name, CollectiveSync(group=0)) for v in vs))
+    r = both(model, four, merged)
+    assert len(r.collective) == 1 and r.collective["0/allreduce-ring"].shards == 3
+    assert r.t_cc == pytest.approx(7.2e-3 + 4e-4 + 5e-5)
+    # Three groups: the same bytes, but three calls each paying 4φ + δ.
+    split = Strategy(variables=tuple(one(v.name, CollectiveSync(group=i)) for i, v in enumerate(vs)))
+    assert both(model, four, split).t_cc == pytest.approx(7.2e-3 + 3 * (4e-4 + 5e-5))
+
+
+def test_partitioned_variable_shards_accumulate_per_server() -> None:
+    # 10 x 100 fp32 split on axis 0 into 3 shards: rows 4, 3, 3 -> 1600, 1200, 1200 bytes.
+    # Shards 0 and 1 on n1, shard 2 on n0 (two 1-GPU nodes): each shard pays 2·bytes/1.25e9 + 2φ + δ.
+    v = Variable(name="v", shape=(10, 100))
+    s = Strategy(
+        variables=(one("v", PSSync(server="n1"), PSSync(server="n1"), PSSync(server="n0"), shards=3),)
+    )
+    r = both(make_model([v]), make_cluster([1, 1]), s)
+    assert r.ps["n1"].bytes == pytest.approx(2800) and r.ps["n0"].bytes == pytest.approx(1200)
+    assert r.ps["n1"].time == pytest.approx(2 * 2800 / B10G + 2 * (2e-4 + 5e-5))
+    assert r.t_ps == r.ps["n1"].time  # the busiest server
+
+
+def test_compute_time_iteration_throughput_and_price() -> None:
+    # F = 1e9 forward FLOPs per sample, B = 32: 3 · 1e9 · 32 = 9.6e10 FLOPs per step on a
+    # 10 TFLOPS GPU at efficiency 0.5: 9.6e10 / 5e12 = 1.92e-2 s. Sync (1.85e-3 s) is smaller, so
+    # T = T_comp; throughput = 32 samples · 2 GPUs / 1.92e-2 s; two nodes at $3.6/h cost
+    # 2 · 3.6 / 3600 = $0.002 per second.
+    cluster = make_cluster([1, 1], nic_gbps=10.0, fp32_tflops=10.0, price_per_hour=3.6)
+    model = make_model([W], fwd_flops=1e9, batch_size=32)
+    r = both(model, cluster, Strategy(variables=(one("w", PSSync(server="n0")),)))
+    assert r.t_comp == pytest.approx(1.92e-2)
+    assert r.t_iter == r.t_comp
+    assert r.throughput == pytest.approx(64 / 1.92e-2)
+    assert r.cost_per_iteration == pytest.approx(0.002 * 1.92e-2)
+
+
+def test_slowest_device_type_bounds_compute() -> None:
+    # Two device types: 10 and 4 TFLOPS at efficiency 0.5: the 4 TFLOPS node bounds the step:
+    # 9.6e10 / 2e12 = 4.8e-2 s.
+    base = make_cluster([1, 1])
+    slow = DeviceType(name="slow", fp32_tflops=4.0, fp16_tflops=8.0, memory_gb=16, memory_bw_gbs=300)
+    cluster = ClusterSpec(
+        name="mixed",
+        device_types=(*base.device_types, slow),
+        nodes=(base.nodes[0], base.nodes[1].model_copy(update={"device": "slow"})),
+        intra_node_gbps=100.0,
+    )
+    model = make_model([W], fwd_flops=1e9, batch_size=32)
+    assert f.compute_time(model, cluster, P) == pytest.approx(4.8e-2)
+    # A per-type efficiency override applies to that type only: 9.6e10 / (4e12 · 0.25) = 9.6e-2 s.
+    assert f.compute_time(model, cluster, P.with_efficiency("slow", 0.25)) == pytest.approx(9.6e-2)
+
+
+def test_combine_max_overlaps_ps_and_collectives() -> None:
+    # One PS variable (t_ps = 1.85e-3 s, first test) and one all-reduced variable on two 1-GPU nodes
+    # (2·1/2 · 1e6 / 1.25e9 = 8e-4 s + 2φ + δ = 1.05e-3 s): sum 2.9e-3 s, max 1.85e-3 s.
+    v2 = Variable(name="u", shape=(1000, 250))
+    model = make_model([W, v2])
+    cluster = make_cluster([1, 1])
+    s = Strategy(variables=(one("w", PSSync(server="n0")), one("u", CollectiveSync())))
+    summed = cost_breakdown(model, cluster, s, P)
+    maxed = cost_breakdown(model, cluster, s, CostParams(phi=1e-4, delta=5e-5, efficiency=0.5, combine="max"))
+    assert summed.t_sync == pytest.approx(1.85e-3 + 1.05e-3)
+    assert maxed.t_sync == pytest.approx(1.85e-3)

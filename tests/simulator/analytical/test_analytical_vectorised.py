@@ -1,0 +1,129 @@
+"""The vectorised scorer agrees with the reference loop on random strategies; batches round-trip."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from simulator.analytical import (
+    OP_NAMES,
+    CostParams,
+    cluster_arrays,
+    decode,
+    encode,
+    make_batch,
+    model_arrays,
+    score,
+)
+from simulator.analytical.reference import reference_cost
+from simulator.analytical.testing import make_cluster, make_model, random_strategies
+from simulator.spec import ClusterSpec, ModelSpec, Variable
+
+PARAMS = [CostParams(), CostParams(phi=3e-4, delta=1e-5, efficiency=0.2, combine="max")]
+
+
+def mixed_model() -> ModelSpec:
+    return make_model(
+        [
+            Variable(name="emb", shape=(5000, 32), sparse=True, density=0.02),
+            Variable(name="conv", shape=(64, 32, 3, 3)),
+            Variable(name="bias", shape=(64,)),
+            Variable(name="half", shape=(300, 200), dtype="float16"),
+            Variable(name="fc", shape=(1000, 512)),
+            Variable(name="emb2", shape=(777, 16), sparse=True, density=0.5),
+        ],
+        fwd_flops=5e8,
+    )
+
+
+CLUSTERS: dict[str, ClusterSpec] = {
+    "two-nodes": make_cluster([1, 1]),
+    "uneven-with-cpu-server": make_cluster(
+        [4, 1, 2, 0], nic_gbps=[25.0, 10.0, 50.0, 40.0], single_flow_gbps=20.0
+    ),
+    "one-node": make_cluster([4]),
+}
+
+
+@pytest.mark.parametrize("cluster_name", sorted(CLUSTERS))
+@pytest.mark.parametrize("params", PARAMS, ids=["default", "max"])
+def test_vectorised_matches_reference(cluster_name: str, params: CostParams) -> None:
+    model, cluster = mixed_model(), CLUSTERS[cluster_name]
+    strategies = random_strategies(model, cluster, 60, seed=7)
+    for s in strategies:
+        s.check(model, cluster)
+    ma, ca = model_arrays(model), cluster_arrays(cluster)
+    b = encode(ma, ca, strategies)
+    got = score(ma, ca, b, params, detail=True)
+    for n, s in enumerate(strategies):
+        ref = reference_cost(model, cluster, s, params)
+        for name in ("t_comp", "t_ps", "t_cc", "t_sync", "t_iter"):
+            assert getattr(got, name)[n] == pytest.approx(getattr(ref, name), rel=1e-9, abs=0.0), name
+        for j, t in ref.server_time.items():
+            assert got.server_time[n, j] == pytest.approx(t, rel=1e-9)
+        calls = {
+            (int(b.call_group[g]), OP_NAMES[int(b.call_op[g])]): got.call_time[g]
+            for g in np.flatnonzero(b.call_strategy == n)
+        }
+        assert calls.keys() == ref.call_time.keys()
+        for key, t in ref.call_time.items():
+            assert calls[key] == pytest.approx(t, rel=1e-9)
+    assert got.sync_terms is not None
+    lin = got.sync_terms @ np.array([1.0, params.phi, params.delta])
+    np.testing.assert_allclose(lin, got.t_sync, rtol=1e-9)
+
+
+def test_real_zoo_cluster_agreement() -> None:
+    from simulator import zoo
+
+    names = zoo.cluster_names()
+    assert names, "the zoo has no clusters"
+    model = mixed_model()
+    for name in names:
+        cluster = zoo.cluster(name)
+        strategies = random_strategies(model, cluster, 5, seed=1)
+        ma, ca = model_arrays(model), cluster_arrays(cluster)
+        got = score(ma, ca, encode(ma, ca, strategies), CostParams())
+        want = [reference_cost(model, cluster, s, CostParams()).t_iter for s in strategies]
+        np.testing.assert_allclose(got.t_iter, want, rtol=1e-9, err_msg=name)
+
+
+def test_decode_inverts_encode() -> None:
+    model, cluster = mixed_model(), CLUSTERS["uneven-with-cpu-server"]
+    strategies = random_strategies(model, cluster, 10, seed=3)
+    ma, ca = model_arrays(model), cluster_arrays(cluster)
+    b = encode(ma, ca, strategies)
+    for n, s in enumerate(strategies):
+        back = decode(ma, ca, b, n, name=s.name)
+        assert back.variables == s.variables
+
+
+def test_make_batch_rejects_unsorted_rows() -> None:
+    model, cluster = mixed_model(), CLUSTERS["two-nodes"]
+    ma, ca = model_arrays(model), cluster_arrays(cluster)
+    b = encode(ma, ca, random_strategies(model, cluster, 2, seed=0))
+    fields = {
+        k: getattr(b, k)[::-1]
+        for k in (
+            *("strategy", "variable", "axis", "num_shards", "shard_index", "is_ps", "server"),
+            *("local_replication", "staleness", "group", "algorithm", "compressor", "rank"),
+        )
+    }
+    with pytest.raises(ValueError, match="strategy"):
+        make_batch(ma, ca, **fields)
+
+
+def test_encode_rejects_plans() -> None:
+    model, cluster = mixed_model(), CLUSTERS["two-nodes"]
+    s = random_strategies(model, cluster, 1)[0]
+    from simulator.spec import Plan, Stage
+
+    plan = Plan(
+        stages=(Stage(first_layer=0, last_layer=len(model.layers), devices=("n0:0",)),),
+        global_batch=32,
+        batch_shares={"n0:0": 32},
+        micro_batch_size=32,
+        num_micro_batches=1,
+    )
+    with pytest.raises(ValueError, match="plan"):
+        encode(model_arrays(model), cluster_arrays(cluster), [s.model_copy(update={"plan": plan})])
