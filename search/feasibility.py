@@ -25,7 +25,16 @@ import math
 from dataclasses import dataclass
 from typing import Literal
 
-from simulator.spec import DTYPE_BYTES, ClusterSpec, CollectiveSync, ModelSpec, PSSync, Strategy
+from simulator.spec import (
+    DTYPE_BYTES,
+    ClusterSpec,
+    CollectiveSync,
+    ModelSpec,
+    Partition,
+    PSSync,
+    Strategy,
+    Variable,
+)
 
 _STATE_FACTOR = {"adam": 2.0, "sgd_momentum": 1.0, "sgd": 0.0}
 GB = 1e9
@@ -75,6 +84,7 @@ class MemoryModel:
         smallest = min(gpu_nodes, key=lambda n: cluster.device_type(n.name).memory_gb)
         self._device_name = cluster.device_type(smallest.name).name
         self.device_capacity = cluster.device_type(smallest.name).memory_gb * GB * c.device_usable
+        self._bytes: dict[tuple[str, int, int], list[int]] = {}
 
     def check(self, strategy: Strategy) -> Feasibility:
         """Bytes needed per GPU and per server, and why it does not fit (empty reasons: it fits)."""
@@ -84,9 +94,7 @@ class MemoryModel:
         by_variable = strategy.by_variable
         for var in self.model.variables:
             vs = by_variable[var.name]
-            per_element = DTYPE_BYTES[var.dtype]
-            for shape, sync in zip(vs.partition.shard_shapes(var.shape), vs.shards, strict=True):
-                nbytes = math.prod(shape) * per_element
+            for nbytes, sync in zip(self._shard_bytes(var, vs.partition), vs.shards, strict=True):
                 if isinstance(sync, PSSync):
                     hosted[sync.server] = hosted.get(sync.server, 0.0) + nbytes
                 elif isinstance(sync, CollectiveSync):
@@ -119,6 +127,13 @@ class MemoryModel:
             host_bytes=host_bytes,
             reasons=tuple(reasons),
         )
+
+    def _shard_bytes(self, var: Variable, partition: Partition) -> list[int]:
+        key = (var.name, partition.axis, partition.shards)
+        if key not in self._bytes:
+            per_element = DTYPE_BYTES[var.dtype]
+            self._bytes[key] = [math.prod(s) * per_element for s in partition.shard_shapes(var.shape)]
+        return self._bytes[key]
 
     def headroom(self) -> float:
         """Device bytes left when every variable is PS-synchronised (the strategy-free floor)."""

@@ -31,7 +31,7 @@ import math
 from dataclasses import dataclass, field
 from functools import cached_property
 
-from simulator.spec import DTYPE_BYTES, ClusterSpec, Compressor, ModelSpec, Variable
+from simulator.spec import DTYPE_BYTES, ClusterSpec, Compressor, ModelSpec, Partition, Variable
 
 
 @dataclass(frozen=True)
@@ -74,6 +74,15 @@ class VariableSpace:
         return [(0, 1)] + [(a, k) for a, km in self.k_max.items() for k in range(2, km + 1)]
 
 
+@dataclass(frozen=True)
+class ShardLayout:
+    """One shard of a partitioned variable: its shape, gradient message bytes and compressors."""
+
+    shape: tuple[int, ...]
+    message_bytes: float
+    compressors: tuple[Compressor, ...]
+
+
 class Space:
     """The strategy space of ``model`` on ``cluster`` under ``config`` (see the module docstring)."""
 
@@ -85,6 +94,7 @@ class Space:
             VariableSpace(i, v, _k_max(v, self.config)) for i, v in enumerate(model.variables)
         )
         self._compressors: dict[tuple[str, tuple[int, ...]], list[Compressor]] = {}
+        self._layouts: dict[tuple[int, int, int], tuple[ShardLayout, ...]] = {}
 
     @cached_property
     def servers(self) -> tuple[str, ...]:
@@ -95,6 +105,22 @@ class Space:
     def server_bandwidth(self) -> tuple[float, ...]:
         """b_{j,j} of Algorithm 1 for each server, Gbit/s."""
         return tuple(self.cluster.node_bandwidth_gbps(j) for j in range(len(self.cluster.nodes)))
+
+    @cached_property
+    def max_shard_count(self) -> int:
+        """The most shards a strategy of this space can have."""
+        return sum(max([1, *vs.k_max.values()]) for vs in self.variables)
+
+    def layout(self, vs: VariableSpace, axis: int, shards: int) -> tuple[ShardLayout, ...]:
+        """Per shard of ``vs`` split ``shards`` ways on ``axis``: shape, message bytes, compressors."""
+        key = (vs.index, axis, shards)
+        if key not in self._layouts:
+            shapes = Partition(axis=axis, shards=shards).shard_shapes(vs.variable.shape)
+            self._layouts[key] = tuple(
+                ShardLayout(s, shard_message_bytes(vs.variable, s), tuple(self.compressors(vs.variable, s)))
+                for s in shapes
+            )
+        return self._layouts[key]
 
     def compressors(self, var: Variable, shard_shape: tuple[int, ...]) -> list[Compressor]:
         """The compressors a collective shard of ``var`` with ``shard_shape`` may use."""

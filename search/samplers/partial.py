@@ -19,7 +19,7 @@ from functools import cache
 
 import numpy as np
 
-from search.space import Space, shard_message_bytes
+from search.space import Space
 from simulator.spec import (
     CollectiveSync,
     Compressor,
@@ -90,23 +90,26 @@ def draw_partial(space: Space, rng: np.random.Generator) -> PartialStrategy:
     partitions: list[Partition] = []
     shards: list[list[ShardDraft]] = []
     algorithms = space.config.algorithms
-    for vs in space.variables:
-        var = vs.variable
-        if vs.partitionable and rng.random() < 0.5:
+    # uniforms drawn in blocks (numpy calls per factor would dominate); u < p is a Bernoulli(p),
+    # int(u * n) a uniform choice among n
+    per_var = rng.random((len(space.variables), 3)).tolist()
+    per_shard = iter(rng.random((space.max_shard_count, 3)).tolist())
+    for vs, (u_split, u_axis, u_k) in zip(space.variables, per_var, strict=True):
+        if vs.partitionable and u_split < 0.5:
             axes = sorted(vs.k_max)
-            axis = axes[int(rng.integers(len(axes)))]
-            part = _partition(axis, int(rng.integers(2, vs.k_max[axis] + 1)))
+            axis = axes[int(u_axis * len(axes))]
+            part = _partition(axis, 2 + int(u_k * (vs.k_max[axis] - 1)))
         else:
             part = _partition(0, 1)
         drafts = []
-        for shape in part.shard_shapes(var.shape):
-            d = ShardDraft(vs.index, shard_message_bytes(var, shape), ps=bool(rng.random() < 0.5))
+        for layout in space.layout(vs, part.axis, part.shards):
+            u_ps, u_a, u_b = next(per_shard)
+            d = ShardDraft(vs.index, layout.message_bytes, ps=u_ps < 0.5)
             if d.ps:
-                d.local_replication = bool(rng.random() < 0.5)
+                d.local_replication = u_a < 0.5
             else:
-                options = space.compressors(var, shape)
-                d.compressor = options[int(rng.integers(len(options)))]
-                d.algorithm = algorithms[int(rng.integers(len(algorithms)))]
+                d.compressor = layout.compressors[int(u_a * len(layout.compressors))]
+                d.algorithm = algorithms[int(u_b * len(algorithms))]
             drafts.append(d)
         partitions.append(part)
         shards.append(drafts)
