@@ -144,14 +144,17 @@ def database_url(request: pytest.FixtureRequest) -> str:
 
 
 def clear_tables(engine: Engine) -> None:
-    """Empty every table (keeping the schema and Alembic's version), ids restarting at 1."""
+    """Empty every table (keeping the schema and Alembic's version), ids restarting at 1.
+
+    DELETE rather than TRUNCATE on PostgreSQL: on tables this small it is ~10x faster.
+    """
     tables = [t.name for t in Base.metadata.sorted_tables]
     with engine.begin() as conn:
+        for name in reversed(tables):
+            conn.execute(text(f"DELETE FROM {name}"))
         if engine.dialect.name == "postgresql":
-            conn.execute(text(f"TRUNCATE {', '.join(tables)} RESTART IDENTITY CASCADE"))
-        else:
-            for name in reversed(tables):
-                conn.execute(text(f"DELETE FROM {name}"))
+            for name in tables:
+                conn.execute(text(f"SELECT setval(pg_get_serial_sequence('{name}', 'id'), 1, false)"))
 
 
 @pytest.fixture
@@ -200,15 +203,45 @@ def settings(database_url: str, tmp_path: Path) -> Settings:
         broker_url="memory://",
         result_backend="cache+memory://",
         heartbeat_timeout_s=30.0,
+        migrate_on_start=False,  # the session's database is migrated once, up front
     )
 
 
+class RecordingOrchestrator:
+    """An Orchestrator that records every hook call as (hook name, id of the object)."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, int | None]] = []
+
+    def search_created(self, search: Any) -> None:
+        self.calls.append(("search_created", search.id))
+
+    def search_cancelled(self, search: Any) -> None:
+        self.calls.append(("search_cancelled", search.id))
+
+    def candidate_decided(self, candidate: Any, trial: Any) -> None:
+        self.calls.append(("candidate_decided", candidate.id))
+
+    def trial_finished(self, trial: Any) -> None:
+        self.calls.append(("trial_finished", trial.id))
+
+    def retrain_requested(self, request: Any) -> None:
+        self.calls.append(("retrain_requested", request.id))
+
+
 @pytest.fixture
-def client(settings: Settings, engine: Engine, zoo_dir: Path) -> Iterator[TestClient]:
-    """A TestClient on ``create_app(settings)`` over the cleared test database."""
+def hooks() -> RecordingOrchestrator:
+    return RecordingOrchestrator()
+
+
+@pytest.fixture
+def client(
+    settings: Settings, engine: Engine, zoo_dir: Path, hooks: RecordingOrchestrator
+) -> Iterator[TestClient]:
+    """A TestClient on ``create_app(settings, orchestrator=hooks)`` over the cleared test database."""
     from service.api.app import create_app
 
-    with TestClient(create_app(settings)) as c:
+    with TestClient(create_app(settings, orchestrator=hooks)) as c:
         yield c
 
 

@@ -36,10 +36,12 @@ def get_candidate(candidate_id: int, session: SessionDep, user: UserDep) -> Cand
 def _decide(
     candidate_id: int, approve: bool, session: SessionDep, user: UserDep, orchestrator: OrchestratorDep
 ) -> DecisionPublic:
+    before = repo.get_candidate(session, candidate_id=candidate_id, owner_id=owner_filter(user))
     cand, trial = repo.decide_candidate(
         session, candidate_id=candidate_id, approve=approve, owner_id=owner_filter(user)
     )
-    notify(lambda: orchestrator.candidate_decided(cand, trial), "candidate_decided")
+    if cand.status != before.status:  # deciding the same way twice is a no-op: nothing to tell
+        notify(lambda: orchestrator.candidate_decided(cand, trial), "candidate_decided")
     return DecisionPublic(
         candidate=CandidatePublic.model_validate(cand),
         trial=TrialPublic.model_validate(trial) if trial else None,
