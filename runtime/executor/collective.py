@@ -19,7 +19,7 @@ from runtime.executor.plan import CollectiveUnit, SyncPlan
 from runtime.executor.powersgd import PowerSGD
 from runtime.executor.shards import ShardTensors, powersgd_rank
 
-Update = Callable[[], None]
+Update = Callable[[], object]  # applied after backward; the result is ignored
 
 
 def allreduce_(t: torch.Tensor, algorithm: str, g: CommGroups) -> None:

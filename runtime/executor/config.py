@@ -43,7 +43,11 @@ class ExecutorConfig:
 
     def __post_init__(self) -> None:
         checks = [
-            (self.compute in ("real", "replay"), "compute", f"must be 'real' or 'replay', got {self.compute!r}"),
+            (
+                self.compute in ("real", "replay"),
+                "compute",
+                f"must be 'real' or 'replay', got {self.compute!r}",
+            ),
             (self.warmup >= 0, "warmup", "must be >= 0"),
             (self.iterations >= 1, "iterations", "must be >= 1"),
             (self.timeout_s > 0, "timeout_s", "must be > 0"),

@@ -69,9 +69,7 @@ class SyncEngine:
         self.g = g
         self.lr = lr
         self.powersgd = PowerSGD(plan, seed, g.device)
-        self.unit_vars = [
-            {plan.shards[s].var_index for s in plan.unit_shards(u)} for u in plan.units
-        ]
+        self.unit_vars = [{plan.shards[s].var_index for s in plan.unit_shards(u)} for u in plan.units]
         self.channels = {k: Channel(f"sync-{k}") for k in ("collective", "push", "pull")}
         self._lock = threading.Lock()
         self._updates: list[Update] = []

@@ -151,7 +151,7 @@ def build_plan(model: ModelSpec, cluster: ClusterSpec, strategy: Strategy) -> Sy
     for (group, algorithm, kind, rank), ids in keyed.items():
         # Members in backward order (the order their gradients appear).
         members = tuple(sorted(ids, key=lambda s: (-shards[s].var_index, shards[s].index)))
-        comp = Compressor(kind=kind, rank=rank)  # type: ignore[arg-type]
+        comp = Compressor(kind=kind, rank=rank)
         pending.append((ready_pos(members), 0, CollectiveUnit(0, group, algorithm, comp, members)))
     for sid, sync in ps:
         unit = PSUnit(0, sid, cluster.node_index[sync.server], sync.local_replication)

@@ -74,9 +74,7 @@ class PowerSGD:
         allreduce_(flat_q)
         flat_q.div_(world)
         out: list[torch.Tensor] = []
-        for s, m, p, q in zip(
-            shards, ms, ps, flat_q.split([q.numel() for q in new_qs]), strict=True
-        ):
+        for s, m, p, q in zip(shards, ms, ps, flat_q.split([q.numel() for q in new_qs]), strict=True):
             q = q.view(m.shape[1], -1).clone()
             approx = p @ q.t()
             self.q[s] = q

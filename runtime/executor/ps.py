@@ -18,8 +18,20 @@ from runtime.executor.groups import CommGroups
 from runtime.executor.plan import PSUnit, SyncPlan
 from runtime.executor.shards import ShardTensors
 
-Update = Callable[[], None]
+Update = Callable[[], object]
 Work = dist.Work
+
+
+def _isend(t: torch.Tensor, dst: int, tag: int) -> Work:
+    work = dist.isend(t, dst, tag=tag)
+    assert work is not None  # None only for a rank outside the group
+    return work
+
+
+def _irecv(t: torch.Tensor, src: int, tag: int) -> Work:
+    work = dist.irecv(t, src, tag=tag)
+    assert work is not None
+    return work
 
 
 def _tag(unit: PSUnit, k: int) -> int:
@@ -74,7 +86,7 @@ def push(unit: PSUnit, plan: SyncPlan, tensors: ShardTensors, g: CommGroups) -> 
         if group is not None:
             dist.reduce(grad, dst=leader, group=group)
         if _talks_to_server(unit, g):
-            sends.append((dist.isend(grad, server, tag=_tag(unit, 0)), grad))
+            sends.append((_isend(grad, server, tag=_tag(unit, 0)), grad))
         return sends
     idx, rows = (t.cpu() for t in tensors.sparse_grad(unit.shard))
     if group is not None:
@@ -82,7 +94,7 @@ def push(unit: PSUnit, plan: SyncPlan, tensors: ShardTensors, g: CommGroups) -> 
     if _talks_to_server(unit, g):
         count = torch.tensor([idx.numel()], dtype=torch.int64)
         for k, t in enumerate((count, idx.contiguous(), rows.contiguous())):
-            sends.append((dist.isend(t, server, tag=_tag(unit, k)), t))
+            sends.append((_isend(t, server, tag=_tag(unit, k)), t))
     return sends
 
 
@@ -140,7 +152,9 @@ class Server:
             shape = (p.numel(),) if not self.plan.shards[u.shard].sparse else (1,)
             dtype = torch.float32 if not self.plan.shards[u.shard].sparse else torch.int64
             bufs = [torch.empty(shape, dtype=dtype) for _ in self.sources(u)]
-            posted[u.id] = [(dist.irecv(b, src, tag=_tag(u, 0)), b) for b, src in zip(bufs, self.sources(u), strict=True)]
+            posted[u.id] = [
+                (_irecv(b, src, tag=_tag(u, 0)), b) for b, src in zip(bufs, self.sources(u), strict=True)
+            ]
         sends: list[tuple[Work, object]] = []
         for u in self.units:
             p = self.params[u.shard]
@@ -150,14 +164,14 @@ class Server:
                 total = torch.stack([b for _, b in posted[u.id]]).sum(0)
                 p.sub_(total.view(p.shape), alpha=self.lr / world)
                 for src in self.sources(u):
-                    sends.append((dist.isend(p, src, tag=_tag(u, 3)), p))
+                    sends.append((_isend(p, src, tag=_tag(u, 3)), p))
                 continue
             width = p.shape[1]
             parts = []
             for (_, count), src in zip(posted[u.id], self.sources(u), strict=True):
                 k = int(count)
                 idx, rows = torch.empty(k, dtype=torch.int64), torch.empty(k, width)
-                parts.append((dist.irecv(idx, src, tag=_tag(u, 1)), dist.irecv(rows, src, tag=_tag(u, 2)), idx, rows))
+                parts.append((_irecv(idx, src, tag=_tag(u, 1)), _irecv(rows, src, tag=_tag(u, 2)), idx, rows))
             for wi, wr, _, _ in parts:
                 wi.wait()
                 wr.wait()
@@ -169,6 +183,6 @@ class Server:
             out = (torch.tensor([touched.numel()], dtype=torch.int64), touched, p[touched].contiguous())
             for src in self.sources(u):
                 for k, t in enumerate(out):
-                    sends.append((dist.isend(t, src, tag=_tag(u, 3 + k)), t))
+                    sends.append((_isend(t, src, tag=_tag(u, 3 + k)), t))
         for work, _ in sends:
             work.wait()

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import torch
+from torch.distributed.algorithms.ddp_comm_hooks.powerSGD_hook import _orthogonalize
 
 from runtime.executor.model import SpecNet, local_slice
 from runtime.executor.plan import build_plan
 from runtime.executor.powersgd import initial_q
 from runtime.executor.shards import powersgd_rank
-from torch.distributed.algorithms.ddp_comm_hooks.powerSGD_hook import _orthogonalize
 from simulator.spec import (
     ClusterSpec,
     DeviceType,
@@ -28,7 +28,10 @@ def linear(name: str, fan_in: int, fan_out: int) -> Layer:
         kind="linear",
         fwd_flops=2.0 * fan_in * fan_out,
         activation_bytes=4.0 * fan_out,
-        variables=(Variable(name=f"{name}.w", shape=(fan_out, fan_in)), Variable(name=f"{name}.b", shape=(fan_out,))),
+        variables=(
+            Variable(name=f"{name}.w", shape=(fan_out, fan_in)),
+            Variable(name=f"{name}.b", shape=(fan_out,)),
+        ),
     )
 
 
@@ -44,7 +47,9 @@ def tiny_model() -> ModelSpec:
     norm = Layer(name="norm", kind="norm", fwd_flops=64.0, activation_bytes=96.0,
                  variables=(Variable(name="norm.g", shape=(24,)),))  # fmt: skip
     return ModelSpec(
-        name="tiny", batch_size=4, layers=(emb, linear("l1", 16, 32), linear("l2", 32, 24), norm, linear("l3", 24, 8))
+        name="tiny",
+        batch_size=4,
+        layers=(emb, linear("l1", 16, 32), linear("l2", 32, 24), norm, linear("l3", 24, 8)),
     )
 
 
@@ -53,7 +58,9 @@ def two_by_two() -> ClusterSpec:
     return ClusterSpec(name="2x2", device_types=(GPU,), nodes=nodes, intra_node_gbps=100.0)
 
 
-def reference_sgd(model: ModelSpec, workers: int, steps: int, lr: float, seed: int, batch: int) -> dict[str, torch.Tensor]:
+def reference_sgd(
+    model: ModelSpec, workers: int, steps: int, lr: float, seed: int, batch: int
+) -> dict[str, torch.Tensor]:
     """Single-process SGD on the same global batches (the ground truth every strategy must reach)."""
     net = SpecNet(model, seed, torch.device("cpu"))
     for it in range(steps):
@@ -87,13 +94,14 @@ def reference_powersgd(
                 v = info.var_index
                 rank = powersgd_rank(info)
                 if rank is None:
-                    avg = sum(local[w][v] for w in range(workers)) / workers
+                    avg = torch.stack([local[w][v] for w in range(workers)]).mean(0)
                 else:
-                    ms = [local[w][v].reshape(info.shape[0], -1) + err.get((w, v), 0) for w in range(workers)]
+                    ms = [local[w][v].reshape(info.shape[0], -1) for w in range(workers)]
+                    ms = [m + err[(w, v)] if (w, v) in err else m for w, m in enumerate(ms)]
                     qv = q.get(v, initial_q(seed, info.id, ms[0].shape[1], rank))
-                    p = sum(m @ qv for m in ms)
+                    p = torch.stack([m @ qv for m in ms]).sum(0)
                     _orthogonalize(p.unsqueeze(0))
-                    qv = sum(m.t() @ p for m in ms) / workers
+                    qv = torch.stack([m.t() @ p for m in ms]).sum(0) / workers
                     approx = p @ qv.t()
                     q[v] = qv
                     for w in range(workers):

@@ -124,7 +124,8 @@ class ExecutorSession:
         for rank in range(self.layout.world):
             node = self.layout.node_of(rank)
             argv = [sys.executable, "-m", "runtime.executor.worker_main", "--spec-dir", str(self._dir),
-                    "--rank", str(rank), "--master", self.launcher.master_addr, "--port", str(port)]  # fmt: skip
+                    "--rank", str(rank), "--master", self.launcher.master_addr,
+                    "--port", str(port)]  # fmt: skip
             err = self._dir / f"rank{rank}.stderr"
             with err.open("wb") as ef:
                 popen = self.launcher.spawn(

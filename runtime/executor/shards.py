@@ -65,7 +65,7 @@ class ShardTensors(ABC):
     def sparse_grad(self, s: int) -> tuple[torch.Tensor, torch.Tensor]:
         """Row indices (int64, local to the shard) and rows ``[k, row_numel]`` of the gradient."""
 
-    def new_iteration(self) -> None:
+    def new_iteration(self) -> None:  # noqa: B027 - a hook most implementations do not need
         """Forget per-iteration caches."""
 
 
@@ -100,14 +100,17 @@ class RealShards(ShardTensors):
         if info.var_index not in self._coalesced:
             grad = var.grad
             if grad is None:
-                grad = torch.sparse_coo_tensor(torch.zeros(1, 0, dtype=torch.long), torch.zeros(0, *var.shape[1:]), var.shape)
+                grad = torch.sparse_coo_tensor(
+                    torch.zeros(1, 0, dtype=torch.long), torch.zeros(0, *var.shape[1:]), var.shape
+                )
             elif not grad.is_sparse:
                 grad = grad.to_sparse(1)
             self._coalesced[info.var_index] = grad.coalesce()
         g = self._coalesced[info.var_index]
         idx = g.indices()[0]
         keep = (idx >= info.offset) & (idx < info.offset + info.rows)
-        return (idx[keep] - info.offset).contiguous(), g.values()[keep].reshape(-1, info.row_numel).contiguous()
+        rows = g.values()[keep].reshape(-1, info.row_numel).contiguous()
+        return (idx[keep] - info.offset).contiguous(), rows
 
     def new_iteration(self) -> None:
         self._coalesced.clear()

@@ -69,7 +69,11 @@ def run_trial(ctx: Context, trial: int, strategy: Strategy) -> dict[str, Any]:
 def _server(ctx: Context, plan: SyncPlan) -> dict[str, Any]:
     node = ctx.layout.node_of(ctx.rank)
     mine = [u.shard for u in plan.units if isinstance(u, PSUnit) and u.server == node]
-    net = SpecNet(ctx.model, ctx.config.seed, torch.device("cpu")) if ctx.config.compute == "real" and mine else None
+    net = (
+        SpecNet(ctx.model, ctx.config.seed, torch.device("cpu"))
+        if ctx.config.compute == "real" and mine
+        else None
+    )
     params = {s: server_initial_param(plan, s, net, ctx.config.scale) for s in mine}
     server = Server(plan, node, ctx.groups, params, ctx.config.lr)
     dist.barrier()
@@ -120,7 +124,9 @@ def _worker(ctx: Context, trial: int, plan: SyncPlan) -> dict[str, Any]:
     if cfg.param_dump_dir and net is not None:
         path = Path(cfg.param_dump_dir) / f"trial{trial}_rank{ctx.rank}.pt"
         tmp = path.with_suffix(".tmp")
-        torch.save({v.name: p.detach().cpu() for v, p in zip(ctx.model.variables, net.params, strict=True)}, tmp)
+        torch.save(
+            {v.name: p.detach().cpu() for v, p in zip(ctx.model.variables, net.params, strict=True)}, tmp
+        )
         os.replace(tmp, path)
     return {"rank": ctx.rank, "role": "worker", "times": times, "losses": losses}
 

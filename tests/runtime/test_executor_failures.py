@@ -1,0 +1,141 @@
+"""A failing trial is a Measurement with a reason, never an exception, and leaves no process behind."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import pytest
+
+from runtime.executor import ExecutorConfig, ExecutorSession, LocalLauncher, run_trial
+from runtime.executor.reference import GPU, linear, tiny_model
+from simulator.spec import (
+    ClusterSpec,
+    CollectiveSync,
+    DeviceType,
+    ModelSpec,
+    Node,
+    PSSync,
+    Strategy,
+    VariableStrategy,
+)
+
+MODEL = tiny_model()
+# One node with two GPUs: three processes (two workers and a server), the cheapest to start.
+CLUSTER = ClusterSpec(name="1x2", device_types=(GPU,), intra_node_gbps=100.0,
+                      nodes=(Node(name="n0", device=GPU.name, gpus=2, nic_gbps=10.0),))  # fmt: skip
+FAST = ExecutorConfig(compute="replay", warmup=1, iterations=2, timeout_s=30)
+
+
+def allreduce(model: ModelSpec = MODEL) -> Strategy:
+    return Strategy(
+        variables=tuple(
+            VariableStrategy(variable=v.name, shards=(CollectiveSync(),)) for v in model.variables
+        )
+    )
+
+
+def pids(session: ExecutorSession) -> list[int]:
+    return [p.popen.pid for p in session._procs]
+
+
+def gone(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    return False
+
+
+def test_crashing_rank_is_a_failure_with_its_reason() -> None:
+    cfg = ExecutorConfig(compute="replay", warmup=1, iterations=2, timeout_s=30, crash_rank=1)
+    with ExecutorSession(MODEL, CLUSTER, LocalLauncher(), cfg) as s:
+        s.start()
+        before = pids(s)
+        m = s.run(allreduce())
+        assert m.failure is not None and "injected crash on rank 1" in m.failure, m.failure
+        assert m.failure.startswith("rank 1 exited with code 1")
+        assert not m.iteration_times
+        assert all(gone(p) for p in before)
+    assert all(gone(p) for p in before)
+
+
+def test_timeout_is_a_failure_and_kills_everything() -> None:
+    slow = ModelSpec(
+        name="slow", batch_size=1, layers=(linear("l", 4, 4).model_copy(update={"fwd_flops": 1e15}),)
+    )
+    cfg = ExecutorConfig(compute="replay", warmup=0, iterations=1, timeout_s=2)
+    with ExecutorSession(slow, CLUSTER, LocalLauncher(), cfg) as s:
+        s.start()
+        before = pids(s)
+        m = s.run(allreduce(slow))  # one forward would sleep 1e15 / (10 TFLOPS * 0.5) = 200 s
+        assert m.failure == "timeout: the trial took longer than 2 s"
+        assert all(gone(p) for p in before)
+        assert not s.alive
+
+
+def test_invalid_and_unsupported_strategies_fail_without_starting() -> None:
+    with ExecutorSession(MODEL, CLUSTER, LocalLauncher(), FAST) as s:
+        bad_server = Strategy(
+            variables=tuple(
+                VariableStrategy(variable=v.name, shards=(PSSync(server="nowhere"),)) for v in MODEL.variables
+            )
+        )
+        m = s.run(bad_server)
+        assert m.failure is not None and m.failure.startswith("invalid strategy: variables.0.shards.0.server")
+        stale = Strategy(
+            variables=tuple(
+                VariableStrategy(variable=v.name, shards=(PSSync(server="n0", staleness=2),))
+                for v in MODEL.variables
+            )
+        )
+        m = s.run(stale)
+        assert m.failure is not None and m.failure.startswith("unsupported: ") and "staleness 2" in m.failure
+        assert s.starts == 0
+
+
+def test_estimated_out_of_memory_is_a_failure() -> None:
+    small = DeviceType(name="tiny", fp32_tflops=1.0, fp16_tflops=1.0, memory_gb=1e-6, memory_bw_gbs=1.0)
+    cluster = ClusterSpec(name="small", device_types=(small,), intra_node_gbps=10.0,
+                          nodes=(Node(name="n0", device="tiny", gpus=2, nic_gbps=1.0),))  # fmt: skip
+    m = run_trial(MODEL, cluster, allreduce(), LocalLauncher(), FAST)
+    assert m.failure is not None and m.failure.startswith("out of memory (estimated)"), m.failure
+
+
+def test_killed_process_is_replaced_for_the_next_strategy() -> None:
+    with ExecutorSession(MODEL, CLUSTER, LocalLauncher(), FAST) as s:
+        assert s.run(allreduce()).ok
+        victim = s._procs[1].popen
+        victim.kill()
+        victim.wait()
+        m = s.run(allreduce())
+        assert m.ok, m.failure
+        assert s.starts == 2
+
+
+class BrokenLauncher(LocalLauncher):
+    """Starts something that dies at once instead of the worker."""
+
+    def spawn(
+        self, node: int, argv: Sequence[str], env: Mapping[str, str], **kw: Any
+    ) -> subprocess.Popen[bytes]:
+        return super().spawn(
+            node,
+            [sys.executable, "-c", "import sys; print('no GPU here', file=sys.stderr); sys.exit(3)"],
+            env,
+            **kw,
+        )
+
+
+def test_start_up_failure_is_a_failure() -> None:
+    m = run_trial(MODEL, CLUSTER, allreduce(), BrokenLauncher(), FAST)
+    assert m.failure is not None and "exited with code 3: no GPU here" in m.failure, m.failure
+
+
+@pytest.mark.parametrize("bad", [{"iterations": 0}, {"scale": 0.5}, {"compute": "fast"}])
+def test_config_rejects_bad_fields(bad: dict[str, Any]) -> None:
+    with pytest.raises(ValueError, match=f"ExecutorConfig.{next(iter(bad))}"):
+        ExecutorConfig(**bad)
