@@ -5,8 +5,9 @@ Contract (the queue delivers at least once; the database is the source of truth)
   poll tick) only says "there may be work", so a duplicated or redelivered nudge finds nothing to
   claim and never produces a second measurement;
 - while a trial runs, a background thread heartbeats it every ``heartbeat_s``; if the API answers
-  that the trial was cancelled (its search was cancelled) or is no longer ours (it went stale and
-  was requeued), the running trial is killed and nothing is reported;
+  that the trial is no longer ours (it went stale and was requeued) the running trial is killed
+  and nothing is reported; if it answers "stop" (the search was cancelled) the trial is killed and
+  reported as stopped, which ends it 'cancelled';
 - the trial itself runs in a child process (``python -m runtime.worker_trial``) in its own process
   group, so a cancel kills everything it started, and the child dies with the worker
   (PR_SET_PDEATHSIG) if the worker is killed;
@@ -24,6 +25,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
@@ -32,6 +34,9 @@ from runtime.worker_api import ApiClient, ClaimedTrial
 from simulator.spec.measurement import Measurement
 
 log = logging.getLogger("strategist.worker")
+
+#: Environment variable that carries a worker's token (kept off the command line, where ps shows it).
+TOKEN_ENV = "STRATEGIST_WORKER_TOKEN"
 
 
 @dataclass(frozen=True)
@@ -114,14 +119,21 @@ class Worker:
         finally:
             stop.set()
             beat.join()
-        if verdict["cancel"] or verdict["lost"]:
-            log.info("worker: trial %s stopped (%s); not reported", trial.id, verdict)
+        if verdict["lost"]:
+            log.info("worker: trial %s is no longer ours (stale claim); not reported", trial.id)
             return
+        if verdict["cancel"]:
+            # Reporting ends the trial as 'cancelled' at once instead of at the next stale sweep.
+            measurement = Measurement(failure="stopped: the search was cancelled")
         accepted = self.api.report(trial, measurement)
         log.info("worker: trial %s reported (accepted=%s, ok=%s)", trial.id, accepted, measurement.ok)
 
     def _heartbeat(
-        self, trial: ClaimedTrial, child: subprocess.Popen[bytes], stop: threading.Event, verdict: dict[str, bool]
+        self,
+        trial: ClaimedTrial,
+        child: subprocess.Popen[bytes],
+        stop: threading.Event,
+        verdict: dict[str, bool],
     ) -> None:
         while not stop.wait(self.config.heartbeat_s):
             try:
@@ -149,17 +161,16 @@ def _start_child(trial: ClaimedTrial, options: dict[str, object]) -> subprocess.
         "strategy": trial.strategy.model_dump(mode="json"),
         "options": options,
     }
-    child = subprocess.Popen(
-        [sys.executable, "-m", "runtime.worker_trial"],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        start_new_session=True,  # its own process group: a cancel kills all it started
-        preexec_fn=_set_pdeathsig,
-    )
-    assert child.stdin is not None
-    child.stdin.write(json.dumps(payload).encode())
-    child.stdin.close()
-    return child
+    with tempfile.TemporaryFile() as stdin:
+        stdin.write(json.dumps(payload).encode())
+        stdin.seek(0)
+        return subprocess.Popen(
+            [sys.executable, "-m", "runtime.worker_trial"],
+            stdin=stdin,
+            stdout=subprocess.PIPE,
+            start_new_session=True,  # its own process group: a cancel kills all it started
+            preexec_fn=_set_pdeathsig,
+        )
 
 
 def _wait_child(child: subprocess.Popen[bytes], timeout_s: float) -> Measurement:

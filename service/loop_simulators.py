@@ -24,6 +24,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from service import domain as d
 from service.db import repository as repo
+from service.loop_round import strategy_key
 from service.loop_store import domain_specs, retrain_busy
 from simulator.analytical import AnalyticalSimulator
 from simulator.base import Simulator
@@ -139,18 +140,21 @@ class Retrainer:
 
     def retrain(self, domain: str) -> d.SimulatorVersion | None:
         """Train a new version on the domain's runtimes; None when there are too few to learn from."""
+        with self.sessions() as s:
+            records = repo.list_runtimes(s, domain=domain)
+        distinct = len({strategy_key(r.strategy) for r in records})
+        if distinct < self.config.min_records or self.registry_dir is None:
+            log.info("retrain %s: %s distinct strategies < %s; keeping the current simulator",
+                     domain, distinct, self.config.min_records)  # fmt: skip
+            return None
+        # Imported here: torch-geometric takes seconds to import, and most steps never train.
         from simulator.learned import Domain, Registry, TrainConfig, train_version
 
         with self.sessions() as s:
             model, cluster = domain_specs(s, domain=domain)
-            records = repo.list_runtimes(s, domain=domain)
         data = Domain.from_measurements(
             model, cluster, [(parse_as(Strategy, r.strategy), r.median_time) for r in records]
         )
-        if len(data) < self.config.min_records or self.registry_dir is None:
-            log.info("retrain %s: %s distinct strategies < %s; keeping the current simulator",
-                     domain, len(data), self.config.min_records)  # fmt: skip
-            return None
         epochs = self.config.epochs
         train_cfg = TrainConfig(
             kind=self.config.kind,  # type: ignore[arg-type]

@@ -12,7 +12,6 @@ duplicated or redelivered nudge claims nothing, so it never produces a second me
 from __future__ import annotations
 
 import logging
-import os
 import signal
 import sys
 import threading
@@ -21,11 +20,9 @@ from typing import Annotated
 
 import typer
 
-from runtime.worker import Worker, WorkerConfig, wait_for_api
+from runtime.worker import TOKEN_ENV, Worker, WorkerConfig, wait_for_api
 from runtime.worker_pools import POOLS, runnable_clusters
 from simulator import zoo
-
-TOKEN_ENV = "STRATEGIST_WORKER_TOKEN"
 
 
 def _fail(field: str, reason: str) -> typer.Exit:
@@ -130,27 +127,3 @@ def _stop_on_signals(w: Worker) -> None:
 def register(app: typer.Typer) -> None:
     """Add ``strategist worker`` to the root app."""
     app.command("worker")(worker)
-
-
-def embedded_worker_argv(*, api: str, broker: str, pool: str = "testbed", **flags: object) -> list[str]:
-    """The command line of a worker subprocess started by ``strategist serve``/``demo`` (token via env)."""
-    argv = [
-        sys.executable,
-        "-c",
-        "from service.cli import main; main()",
-        "worker",
-        "--pool",
-        pool,
-        "--api",
-        api,
-    ]
-    if broker:
-        argv += ["--broker", broker]
-    for key, value in flags.items():
-        argv += [f"--{key.replace('_', '-')}", str(value)]
-    return argv
-
-
-def worker_env(token: str) -> dict[str, str]:
-    """Environment of an embedded worker: ours plus its token."""
-    return {**os.environ, TOKEN_ENV: token}

@@ -1,0 +1,245 @@
+"""`strategist search create | status | watch`: a search over HTTP, with a live progress view.
+
+These commands talk to a running API (``--api``, default $STRATEGIST_API_URL) with a user token
+(``--token``, default $STRATEGIST_TOKEN), exactly as a training pipeline would.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections import Counter
+from typing import Annotated, Any
+
+import httpx
+import typer
+from rich.console import Console, Group
+from rich.live import Live
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+FINAL = ("completed", "cancelled", "failed")
+
+search_app = typer.Typer(
+    help="Create and follow strategy searches (HTTP client of the API).", no_args_is_help=True
+)
+
+ApiOpt = Annotated[str, typer.Option(help="Base URL of the API.", envvar="STRATEGIST_API_URL")]
+TokenOpt = Annotated[str, typer.Option(help="A user token.", envvar="STRATEGIST_TOKEN", show_default=False)]
+
+
+class ApiClientError(RuntimeError):
+    """The API refused a request; the message names the field and reason where it gave them."""
+
+
+class SearchClient:
+    """The few user endpoints the CLI needs."""
+
+    def __init__(self, api: str, token: str, timeout_s: float = 30.0) -> None:
+        self.http = httpx.Client(
+            base_url=api.rstrip("/") + "/api/v1",
+            headers={"Authorization": f"Bearer {token}"},
+            timeout=timeout_s,
+        )
+
+    def _call(self, method: str, path: str, **kwargs: Any) -> Any:
+        r = self.http.request(method, path, **kwargs)
+        if r.status_code >= 400:
+            raise ApiClientError(_error_text(r))
+        return r.json()
+
+    def create(self, body: dict[str, Any]) -> dict[str, Any]:
+        return dict(self._call("POST", "/searches", json=body))
+
+    def status(self, search_id: int) -> dict[str, Any]:
+        return dict(self._call("GET", f"/searches/{search_id}"))
+
+    def trials(self, search_id: int) -> list[dict[str, Any]]:
+        return list(self._call("GET", f"/searches/{search_id}/trials")["data"])
+
+    def rounds(self, search_id: int) -> list[dict[str, Any]]:
+        return list(self._call("GET", f"/searches/{search_id}/rounds")["data"])
+
+
+def _error_text(r: httpx.Response) -> str:
+    try:
+        detail = r.json().get("detail", r.text)
+    except ValueError:
+        detail = r.text
+    if isinstance(detail, list):  # FastAPI's validation errors: name every field
+        detail = "; ".join(f"{'.'.join(str(p) for p in e.get('loc', ()))}: {e.get('msg')}" for e in detail)
+    return f"HTTP {r.status_code}: {detail}"
+
+
+def describe_strategy(strategy: dict[str, Any]) -> str:
+    """One line: how a strategy synchronises (collective groups, compressors, PS servers, splits)."""
+    shards = [sh for v in strategy.get("variables", []) for sh in v.get("shards", [])]
+    split = sum(1 for v in strategy.get("variables", []) if v.get("partition", {}).get("shards", 1) > 1)
+    coll = [sh for sh in shards if sh.get("kind") == "collective"]
+    ps = [sh for sh in shards if sh.get("kind") == "ps"]
+    parts = []
+    if coll:
+        comp = Counter(sh.get("compressor", {}).get("kind", "none") for sh in coll)
+        algo = Counter(sh.get("algorithm", "ring") for sh in coll)
+        groups = len({sh.get("group", 0) for sh in coll})
+        parts.append(
+            f"{len(coll)} shards all-reduce in {groups} group(s) "
+            f"[{', '.join(f'{k}×{n}' for k, n in sorted(comp.items()))}; "
+            f"{', '.join(f'{k}×{n}' for k, n in sorted(algo.items()))}]"
+        )
+    if ps:
+        servers = Counter(sh.get("server") for sh in ps)
+        local = sum(1 for sh in ps if sh.get("local_replication"))
+        parts.append(
+            f"{len(ps)} shards on PS [{', '.join(f'{k}×{n}' for k, n in sorted(servers.items()))}"
+            f"{f'; {local} with local replication' if local else ''}]"
+        )
+    if split:
+        parts.append(f"{split} variable(s) partitioned")
+    return "; ".join(parts) or "empty strategy"
+
+
+def best_table(status: dict[str, Any], trials: list[dict[str, Any]], top: int = 5) -> Table:
+    """The best measured candidates so far and the baselines, with speed-ups."""
+    base = {b["name"]: b.get("median_time") for b in status.get("baselines", [])}
+    table = Table(title="best so far (measured median iteration time)", expand=False)
+    for col in ("trial", "round", "strategy", "predicted s", "measured s", *[f"vs {n}" for n in base]):
+        table.add_column(col, overflow="fold")
+    done = [t for t in trials if t.get("candidate_id") is not None and t.get("median_time")]
+    for t in sorted(done, key=lambda t: t["median_time"])[:top]:
+        speed = [f"{b / t['median_time']:.2f}×" if b else "-" for b in base.values()]
+        pred = t.get("predicted_time")
+        table.add_row(
+            str(t["id"]),
+            str(t.get("round_index")),
+            describe_strategy(t["strategy"]),
+            f"{pred:.3f}" if pred else "-",
+            f"{t['median_time']:.3f}",
+            *speed,
+        )
+    for t in trials:
+        if t.get("baseline"):
+            m = t.get("median_time")
+            table.add_row(
+                str(t["id"]), "base", t["baseline"], "-", f"{m:.3f}" if m else t["state"], *["" for _ in base]
+            )
+    return table
+
+
+def watch_search(
+    client: SearchClient, search_id: int, console: Console, interval_s: float = 1.0
+) -> dict[str, Any]:
+    """Show a progress bar and the best-so-far table until the search ends; returns its final status."""
+    progress = Progress(
+        TextColumn("[bold]search {task.fields[sid]}[/] {task.fields[state]} round {task.fields[round]}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("trials"),
+        TimeElapsedColumn(),
+        console=console,
+    )
+    status = client.status(search_id)
+    budget = status["search"]["trial_budget"]
+    task = progress.add_task("search", total=budget, sid=search_id, state="", round=0)
+    with Live(console=console, refresh_per_second=4, transient=False) as live:
+        while True:
+            status = client.status(search_id)
+            trials = client.trials(search_id)
+            s = status["search"]
+            progress.update(
+                task, completed=status["candidate_trials_done"], state=s["state"], round=s["current_round"]
+            )
+            live.update(Group(progress, best_table(status, trials)))
+            if s["state"] in FINAL:
+                return status
+            time.sleep(interval_s)
+
+
+def _client(api: str, token: str) -> SearchClient:
+    if not token:
+        typer.echo("error: --token: a user token is required (or set $STRATEGIST_TOKEN)", err=True)
+        raise typer.Exit(2)
+    return SearchClient(api, token)
+
+
+def _run(fn: Any) -> Any:
+    try:
+        return fn()
+    except (ApiClientError, httpx.HTTPError) as e:
+        typer.echo(f"error: {e}", err=True)
+        raise typer.Exit(2) from None
+
+
+@search_app.command("create")
+def create(
+    model: Annotated[str, typer.Option(help="Model name (yours or the zoo's) or id.")],
+    cluster: Annotated[str, typer.Option(help="Cluster name (yours or the zoo's) or id.")],
+    budget: Annotated[int, typer.Option(help="Candidate trials in total.")] = 8,
+    per_round: Annotated[int, typer.Option(help="K: candidates (trials) per round.")] = 4,
+    samples: Annotated[int, typer.Option(help="M: strategies sampled and scored per round.")] = 200,
+    objective: Annotated[str, typer.Option(help="'time' or 'cost'.")] = "time",
+    approval: Annotated[bool, typer.Option(help="Wait for approval before each round's trials.")] = False,
+    seed: Annotated[int, typer.Option(help="Sampler seed.")] = 0,
+    name: Annotated[str, typer.Option(help="A label.")] = "",
+    as_json: Annotated[bool, typer.Option("--json", help="Print the created search as JSON.")] = False,
+    api: ApiOpt = "http://127.0.0.1:8000",
+    token: TokenOpt = "",
+) -> None:
+    """Create a search; prints its id."""
+    body = {
+        "model": model,
+        "cluster": cluster,
+        "trial_budget": budget,
+        "candidates_per_round": per_round,
+        "samples_per_round": samples,
+        "objective": objective,
+        "approval_required": approval,
+        "seed": seed,
+        "name": name,
+    }
+    client = _client(api, token)
+    created = _run(lambda: client.create(body))
+    typer.echo(json.dumps(created, indent=2) if as_json else str(created["id"]))
+
+
+@search_app.command("status")
+def status_cmd(
+    search_id: Annotated[int, typer.Argument(help="Search id.")],
+    as_json: Annotated[bool, typer.Option("--json", help="Print the status as JSON.")] = False,
+    api: ApiOpt = "http://127.0.0.1:8000",
+    token: TokenOpt = "",
+) -> None:
+    """Print a search's state, progress, best measured time and speed-ups."""
+    client = _client(api, token)
+    status = _run(lambda: client.status(search_id))
+    if as_json:
+        typer.echo(json.dumps(status, indent=2))
+        return
+    trials = _run(lambda: client.trials(search_id))
+    s = status["search"]
+    console = Console()
+    console.print(
+        f"search {search_id} [{s['state']}] {s['model_name']} on {s['cluster_name']}: "
+        f"round {s['current_round']}, {status['candidate_trials_done']}/{s['trial_budget']} "
+        "candidate trials done"
+    )
+    console.print(best_table(status, trials))
+
+
+@search_app.command("watch")
+def watch_cmd(
+    search_id: Annotated[int, typer.Argument(help="Search id.")],
+    interval: Annotated[float, typer.Option(help="Seconds between refreshes.")] = 1.0,
+    api: ApiOpt = "http://127.0.0.1:8000",
+    token: TokenOpt = "",
+) -> None:
+    """Follow a search until it ends: a progress bar and the best-so-far table."""
+    client = _client(api, token)
+    final = _run(lambda: watch_search(client, search_id, Console(), interval))
+    speed = ", ".join(f"{k} {v:.2f}×" for k, v in final.get("speedups", {}).items())
+    typer.echo(f"search {search_id} {final['search']['state']}; speed-up: {speed or 'n/a'}")
+
+
+def register(app: typer.Typer) -> None:
+    """Add the ``strategist search`` group to the root app."""
+    app.add_typer(search_app, name="search")

@@ -1,0 +1,152 @@
+"""`strategist serve` (everything in one command) and `strategist demo` (a small real search, end to end).
+
+`serve`: migrate the database, serve the API, run the search loop and an embedded testbed worker.
+`demo`: the same in a fresh data folder, then create a small search through the HTTP API, watch it
+run on the emulated cluster, and print the best strategy, its measured time and its speed-up over
+the Horovod and PS baselines. Where network namespaces are not allowed (no root), the testbed falls
+back to unshaped loopback and the demo says so.
+"""
+
+from __future__ import annotations
+
+import signal
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+
+from service.cli.search_cli_commands import SearchClient, best_table, describe_strategy, watch_search
+from service.loop_stack import Stack, StackConfig
+from service.settings import Settings
+
+
+def serve(
+    host: Annotated[str, typer.Option(help="Interface to listen on (default: settings' api_host).")] = "",
+    port: Annotated[int, typer.Option(help="Port (default: settings' api_port; 0 = any free one).")] = -1,
+    worker: Annotated[bool, typer.Option(help="Start the embedded testbed worker.")] = True,
+    loop: Annotated[bool, typer.Option(help="Run the search loop in this process.")] = True,
+) -> None:
+    """Run strategist: migrations, API, search loop and an embedded testbed worker, until Ctrl-C."""
+    settings = Settings(**({"api_host": host} if host else {}))
+    stack = Stack(settings, StackConfig(embedded_worker=worker, loop=loop, port=port if port >= 0 else None))
+    stack.start()
+    typer.echo(
+        f"strategist serving at {stack.url}  (database {settings.database_url}; broker {settings.broker_url})"
+    )
+    done = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: done.set())
+    try:
+        while not done.wait(1.0):
+            if stack.worker is not None and stack.worker.poll() is not None:
+                typer.echo(f"embedded worker exited with {stack.worker.returncode}; restarting it", err=True)
+                stack.start_worker()
+    finally:
+        stack.stop()
+
+
+def demo(
+    model: Annotated[str, typer.Option(help="Zoo model of the demo search.")] = "VGG16",
+    cluster: Annotated[str, typer.Option(help="Zoo cluster of the demo search.")] = "B12",
+    budget: Annotated[int, typer.Option(help="Candidate trials in total.")] = 6,
+    per_round: Annotated[int, typer.Option(help="Candidates per round.")] = 3,
+    samples: Annotated[int, typer.Option(help="Strategies sampled and scored per round.")] = 300,
+    iterations: Annotated[int, typer.Option(help="Measured iterations per trial.")] = 6,
+    data_dir: Annotated[
+        Path | None, typer.Option(help="Data folder (default: a fresh temporary one, removed after).")
+    ] = None,
+) -> None:
+    """Start everything in a fresh folder, run a small real search on the testbed, print the result."""
+    console = Console()
+    with tempfile.TemporaryDirectory(prefix="strategist-demo-") as tmp:
+        folder = data_dir or Path(tmp)
+        settings = Settings(
+            data_dir=folder,
+            database_url="",
+            broker_url="",
+            result_backend="",
+            simulators_dir=None,
+            api_url="",
+            api_host="127.0.0.1",
+            heartbeat_timeout_s=30.0,
+            sweep_interval_s=5.0,
+        )
+        flags = {"iterations": iterations, "warmup": 2, "heartbeat": 2.0, "clusters": cluster}
+        with Stack(settings, StackConfig(worker_flags=flags, port=0)) as stack:
+            console.print(f"[bold]strategist demo[/]: API at {stack.url}, data in {folder}")
+            token = _user_token(stack)
+            client = SearchClient(stack.url, token)
+            body = {
+                "model": model,
+                "cluster": cluster,
+                "trial_budget": budget,
+                "candidates_per_round": per_round,
+                "samples_per_round": samples,
+                "name": "demo",
+            }
+            started = time.monotonic()
+            search_id = int(client.create(body)["id"])
+            final = watch_search(client, search_id, console, interval_s=1.0)
+            elapsed = time.monotonic() - started
+            _print_result(console, client, search_id, final, elapsed)
+            if final["search"]["state"] != "completed":
+                raise typer.Exit(1)
+
+
+def _user_token(stack: Stack) -> str:
+    from service.db import repository as repo
+
+    with stack.sessions() as session:
+        return repo.create_token(session, name="demo", role="user").secret
+
+
+def _print_result(
+    console: Console, client: SearchClient, search_id: int, final: dict[str, Any], elapsed_s: float
+) -> None:
+    trials = client.trials(search_id)
+    rounds = client.rounds(search_id)
+    s = final["search"]
+    console.print(best_table(final, trials))
+    console.print(f"[bold]search {search_id}[/]: {s['state']} in {elapsed_s:.0f} s, {len(rounds)} rounds")
+    for r in rounds:
+        if r.get("finished_at") and r.get("created_at"):
+            secs = _seconds(r["finished_at"]) - _seconds(r["created_at"])
+            console.print(f"  round {r['index']}: scored by {r['simulator_kind']}, {secs:.0f} s")
+    envs = {json_env(t) for t in trials if t.get("measurement")}
+    for env in sorted(envs):
+        console.print(f"  testbed: {env}")
+    best = next((t for t in trials if t["id"] == final.get("best_trial_id")), None)
+    if best is None:
+        console.print("[red]no candidate trial succeeded[/]")
+        return
+    console.print(f"[bold]best strategy[/] (trial {best['id']}): {describe_strategy(best['strategy'])}")
+    console.print(f"  measured median iteration time: {best['median_time']:.3f} s")
+    for b in final.get("baselines", []):
+        m = b.get("median_time")
+        sp = final.get("speedups", {}).get(b["name"])
+        console.print(
+            f"  {b['name']}: {m:.3f} s → speed-up {sp:.2f}×" if m and sp else f"  {b['name']}: {b['state']}"
+        )
+
+
+def json_env(trial: dict[str, Any]) -> str:
+    env = (trial.get("measurement") or {}).get("environment") or {}
+    if env.get("shaped") is False:
+        return f"UNSHAPED loopback ({env.get('fallback_reason', 'namespaces unavailable')})"
+    return f"{env.get('testbed', 'netns')} shaped, scale {env.get('scale', '?')}"
+
+
+def _seconds(stamp: str) -> float:
+    from datetime import datetime
+
+    return datetime.fromisoformat(stamp).timestamp()
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``strategist serve`` and ``strategist demo`` to the root app."""
+    app.command("serve")(serve)
+    app.command("demo")(demo)
