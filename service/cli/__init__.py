@@ -9,6 +9,7 @@ from service.cli import (
     cost_commands,
     import_commands,
     search_cli_commands,
+    search_commands,
     serve_commands,
     spec_commands,
     worker_commands,
@@ -28,6 +29,7 @@ admin_commands.register(app)
 serve_commands.register(app)
 worker_commands.register(app)
 search_cli_commands.register(app)
+search_commands.register(app)
 
 
 def main() -> None:
