@@ -128,8 +128,7 @@ def make_batch(
     call = np.full(strategy.shape, -1, dtype=np.int64)
     gspan = int(group.max()) + 1 if cc.any() else 1
     key = (strategy[cc] * gspan + group[cc]) * 3 + op[cc]
-    uniq, inv = np.unique(key, return_inverse=True)
-    call[cc] = inv
+    uniq, call[cc] = _dense_rank(key, n * gspan * 3)
     server = np.where(is_ps, np.asarray(server, dtype=np.int64), -1)
     local_replication = np.asarray(local_replication, dtype=bool) & is_ps
     axis = np.asarray(axis, dtype=np.int64)
@@ -164,46 +163,76 @@ def make_batch(
     )
 
 
+def _dense_rank(key: np.ndarray, span: int) -> tuple[np.ndarray, np.ndarray]:
+    """The sorted distinct values of ``key`` (all in [0, span)) and each element's index among them.
+
+    A presence table is O(T + span); sorting (np.unique) is the fallback when span is much larger.
+    """
+    if span > 8 * len(key) + 1024:
+        uniq, inv = np.unique(key, return_inverse=True)
+        return uniq, inv
+    present = np.zeros(span, dtype=bool)
+    present[key] = True
+    uniq = np.flatnonzero(present)
+    index = np.cumsum(present) - 1
+    return uniq, index[key]
+
+
 def encode(ma: ModelArrays, ca: ClusterArrays, strategies: Sequence[Strategy]) -> StrategyBatch:
-    """Flatten ``strategies`` (valid for ma.model on ca.cluster) into a StrategyBatch."""
+    """Flatten ``strategies`` (valid for ma.model on ca.cluster) into a StrategyBatch.
+
+    Sub-strategies are frozen, and samplers and baselines share them between strategies, so each
+    distinct VariableStrategy object is turned into rows once per call.
+    """
     node_index = ca.cluster.node_index
     names = [v.name for v in ma.model.variables]
-    cols: dict[str, list[int]] = {k: [] for k in _CHOICES}
+    memo: dict[int, tuple[VariableStrategy, list[tuple[int, ...]]]] = {}
+    rows: list[tuple[int, ...]] = []
+    counts = np.zeros(len(strategies), dtype=np.int64)
     for n, s in enumerate(strategies):
         if s.plan is not None:
             raise ValueError(f"strategies.{n}.plan: hybrid plans are not modelled by the analytical cost")
+        start = len(rows)
         by_var = s.by_variable
         for vi, name in enumerate(names):
             vs = by_var[name]
-            k = vs.partition.shards
-            for si, sync in enumerate(vs.shards):
-                row = (n, vi, vs.partition.axis, k, si)
-                if isinstance(sync, PSSync):
-                    tail = (
-                        1,
-                        node_index[sync.server],
-                        int(sync.local_replication),
-                        sync.staleness,
-                        0,
-                        0,
-                        0,
-                        0,
-                    )
-                else:
-                    comp = sync.compressor
-                    tail = (
-                        0,
-                        -1,
-                        0,
-                        0,
-                        sync.group,
-                        ALGORITHMS.index(sync.algorithm),
-                        COMPRESSORS.index(comp.kind),
-                        comp.rank or 0,
-                    )
-                for key, value in zip(_CHOICES, row + tail, strict=True):
-                    cols[key].append(value)
-    return make_batch(ma, ca, **{k: np.array(v, dtype=np.int64) for k, v in cols.items()})
+            hit = memo.get(id(vs))
+            if hit is None or hit[0] is not vs:
+                hit = memo[id(vs)] = (vs, _variable_rows(vi, vs, node_index))
+            rows.extend(hit[1])
+        counts[n] = len(rows) - start
+    table = np.array(rows, dtype=np.int64).reshape(-1, len(_CHOICES) - 1)
+    cols = dict(zip(_CHOICES[1:], table.T, strict=True))
+    return make_batch(ma, ca, strategy=np.repeat(np.arange(len(strategies)), counts), **cols)
+
+
+def _variable_rows(vi: int, vs: VariableStrategy, node_index: dict[str, int]) -> list[tuple[int, ...]]:
+    """The rows of one sub-strategy, in ``_CHOICES[1:]`` order."""
+    axis, k = vs.partition.axis, vs.partition.shards
+    out = []
+    for si, sync in enumerate(vs.shards):
+        if isinstance(sync, PSSync):
+            out.append(
+                (
+                    vi,
+                    axis,
+                    k,
+                    si,
+                    1,
+                    node_index[sync.server],
+                    int(sync.local_replication),
+                    sync.staleness,
+                    0,
+                    0,
+                    0,
+                    0,
+                )
+            )
+        else:
+            comp = sync.compressor
+            algorithm, kind = ALGORITHMS.index(sync.algorithm), COMPRESSORS.index(comp.kind)
+            out.append((vi, axis, k, si, 0, -1, 0, 0, sync.group, algorithm, kind, comp.rank or 0))
+    return out
 
 
 _CHOICES = (

