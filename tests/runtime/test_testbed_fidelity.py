@@ -1,0 +1,88 @@
+"""Issue 5 part 6: the testbed's links deliver their shaped rates, and teardown leaves nothing behind.
+
+Needs root and network namespaces (developers and CI have them); skipped with the reason otherwise.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from runtime.testbed import Testbed, cleanup_stale, netns
+from runtime.testbed.run_probe import run_probe
+from simulator.spec import ClusterSpec, DeviceType, Node
+
+_REASON = netns.namespaces_usable()
+pytestmark = [pytest.mark.netns, pytest.mark.skipif(_REASON is not None, reason=f"no netns: {_REASON}")]
+
+GPU = DeviceType(name="g", fp32_tflops=10, fp16_tflops=20, memory_gb=16, memory_bw_gbs=900)
+
+
+def cluster(gbps: list[float], single_flow: float | None = None) -> ClusterSpec:
+    nodes = tuple(Node(name=f"n{i}", device="g", gpus=1, nic_gbps=g) for i, g in enumerate(gbps))
+    return ClusterSpec(name="t", device_types=(GPU,), nodes=nodes, intra_node_gbps=100,
+                       single_flow_gbps=single_flow)  # fmt: skip
+
+
+def ours() -> set[str]:
+    return {n for n in netns.list_namespaces() if n.startswith("stb-")}
+
+
+def test_allreduce_bus_bandwidth_and_ps_slowdown_when_the_server_node_is_halved() -> None:
+    # (a) 4 nodes of 20 Gbit/s at scale 100 -> 200 Mbit/s links; ring bus bandwidth = 2(n-1)/n * B / t.
+    # (b) PS push/pull with the server on node 0 (3 workers x 2 MB each way): node 0's link is the
+    #     bottleneck, so halving node 0's rate must double the time.
+    n, scale = 4, 100.0
+    ps_time = {}
+    for g0 in (20.0, 10.0):
+        with Testbed(cluster([g0] + [20.0] * (n - 1)), scale) as bed:
+            patterns = ["allreduce", "ps:0"] if g0 == 20.0 else ["ps:0"]
+            r = run_probe(bed, patterns, list(range(n)), 2 << 20, iters=3)
+            ps_time[g0] = r["ps:0"]["median_s"]
+            if g0 == 20.0:
+                shaped = bed.rate_mbit(0)
+                bus_mbit = 2 * (n - 1) / n * r["bytes"] * 8 / r["allreduce"]["median_s"] / 1e6
+    assert shaped == pytest.approx(200.0)
+    assert 0.85 * shaped <= bus_mbit <= 1.15 * shaped, f"bus {bus_mbit:.0f} Mbit/s vs shaped {shaped:.0f}"
+    # 3 workers push 2 MB into node 0, then pull 2 MB out: 6 MB in, then 6 MB out, at 200 Mbit/s
+    assert ps_time[20.0] == pytest.approx(2 * 3 * r["bytes"] * 8 / 200e6, rel=0.2)
+    assert ps_time[10.0] / ps_time[20.0] == pytest.approx(2.0, rel=0.2)
+
+
+def test_two_testbeds_coexist_and_the_per_flow_cap_bounds_the_ring() -> None:
+    # b: 400 Mbit/s NICs, 200 Mbit/s per flow; each ring neighbour link is one flow -> ~200 Mbit/s
+    before = ours()
+    with Testbed(cluster([0.4, 0.4]), 1.0) as a, Testbed(cluster([0.4] * 3, single_flow=0.2), 1.0) as b:
+        assert a.id != b.id and a.master_addr != b.master_addr
+        assert set(a.node_ns).isdisjoint(b.node_ns)
+        assert set(a.node_ns) | set(b.node_ns) | {a.switch_ns, b.switch_ns} <= ours()
+        r = run_probe(b, ["allreduce"], [0, 1, 2], 2 << 20, iters=3)
+    bus_mbit = 2 * 2 / 3 * r["bytes"] * 8 / r["allreduce"]["median_s"] / 1e6
+    assert 0.85 * 200 <= bus_mbit <= 1.15 * 200
+    assert ours() == before
+
+
+def test_teardown_after_exception_kills_processes_and_namespaces() -> None:
+    before = ours()
+    with pytest.raises(KeyboardInterrupt), Testbed(cluster([0.4, 0.4]), 1.0) as bed:
+        proc = bed.spawn(1, [sys.executable, "-c", "import time; time.sleep(60)"], {})
+        assert set(bed.node_ns) <= ours()
+        raise KeyboardInterrupt
+    assert proc.wait(timeout=10) != 0
+    assert ours() == before
+
+
+def test_cleanup_stale_removes_leftovers_of_dead_owners_only() -> None:
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    stale = [f"stb-{dead.pid}-abc123-sw", f"stb-{dead.pid}-abc123-n0"]
+    netns.add_namespace(stale[0])
+    netns.add_namespace(stale[1])
+    netns.add_veth(stale[1], "eth0", stale[0], "p0")
+    with Testbed(cluster([0.4, 0.4]), 1.0, clean_stale=False) as live:
+        removed = cleanup_stale()
+        assert sorted(removed) == sorted(stale)
+        assert set(live.node_ns) <= ours()
+    assert not set(stale) & set(netns.list_namespaces())
