@@ -8,29 +8,23 @@ Contract (the queue delivers at least once; the database is the source of truth)
   that the trial is no longer ours (it went stale and was requeued) the running trial is killed
   and nothing is reported; if it answers "stop" (the search was cancelled) the trial is killed and
   reported as stopped, which ends it 'cancelled';
-- the trial itself runs in a child process (``python -m runtime.worker_trial``) in its own process
-  group, so a cancel kills everything it started, and the child dies with the worker
-  (PR_SET_PDEATHSIG) if the worker is killed;
+- trials run in a child process (``runtime.worker_session.TrialProcess``) that keeps the emulated
+  cluster and the executor's processes up between trials of one domain; it has its own process
+  group, so a cancel stops everything it started, and it dies with the worker (PR_SET_PDEATHSIG);
 - one trial at a time: a trial occupies the whole emulated cluster (or the host's GPUs).
 """
 
 from __future__ import annotations
 
-import contextlib
-import ctypes
-import json
 import logging
 import os
-import signal
 import socket
-import subprocess
-import sys
-import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
 
 from runtime.worker_api import ApiClient, ClaimedTrial
+from runtime.worker_session import TrialProcess, session_key
 from simulator.spec.measurement import Measurement
 
 log = logging.getLogger("strategist.worker")
@@ -57,6 +51,9 @@ class WorkerConfig:
     poll_s: float = 1.0
     # A trial that runs longer than this is killed and reported as failed.
     trial_timeout_s: float = 600.0
+    # The trial process (and its emulated cluster) is kept up between trials of one domain and
+    # ended after this many idle seconds.
+    session_idle_s: float = 120.0
     # How trials are measured: ExecutorConfig fields (compute, warmup, iterations, timeout_s, ...).
     trial_options: dict[str, object] = field(default_factory=dict)
     # Name reported to the API (shown on trials).
@@ -71,6 +68,7 @@ class Worker:
         self.api = api or ApiClient(config.api_url, config.token, worker_name=config.name)
         self._busy = threading.Lock()
         self._stopping = threading.Event()
+        self._proc: TrialProcess | None = None
         self.trials_run = 0
 
     def stop(self) -> None:
@@ -103,19 +101,51 @@ class Worker:
                 ran = False
                 backoff = min(backoff * 2, 30.0)
             if not ran:
+                self.close_idle()
                 self._stopping.wait(backoff)
+
+    def _process(self, trial: ClaimedTrial) -> TrialProcess:
+        """The trial process for this trial's domain: the current one, or a fresh one."""
+        options = {"pool": self.config.pool, **self.config.trial_options}
+        key = session_key(trial.model, trial.cluster, options)
+        proc = self._proc
+        if proc is not None and (proc.key != key or not proc.alive):
+            proc.close()
+            proc = None
+        if proc is None:
+            proc = self._proc = TrialProcess(trial.model, trial.cluster, options)
+        return proc
+
+    def close_idle(self) -> None:
+        """End the trial process (and its emulated cluster) after ``session_idle_s`` without trials."""
+        proc = self._proc
+        idle = proc is not None and time.monotonic() - proc.last_used > self.config.session_idle_s
+        if proc is not None and idle and self._busy.acquire(blocking=False):
+            try:
+                proc.close()
+                self._proc = None
+            finally:
+                self._busy.release()
+
+    def shutdown(self) -> None:
+        """Stop serving and end the trial process."""
+        self.stop()
+        with self._busy:
+            if self._proc is not None:
+                self._proc.close()
+                self._proc = None
 
     def _run(self, trial: ClaimedTrial) -> None:
         log.info("worker %s: running trial %s on %s", self.config.name, trial.id, trial.cluster.name)
-        child = _start_child(trial, {"pool": self.config.pool, **self.config.trial_options})
+        proc = self._process(trial)
         stop = threading.Event()
         verdict: dict[str, bool] = {"cancel": False, "lost": False}
         beat = threading.Thread(
-            target=self._heartbeat, args=(trial, child, stop, verdict), name=f"heartbeat-{trial.id}"
+            target=self._heartbeat, args=(trial, proc, stop, verdict), name=f"heartbeat-{trial.id}"
         )
         beat.start()
         try:
-            measurement = _wait_child(child, self.config.trial_timeout_s)
+            measurement = proc.run(trial.id, trial.strategy, self.config.trial_timeout_s)
         finally:
             stop.set()
             beat.join()
@@ -129,11 +159,7 @@ class Worker:
         log.info("worker: trial %s reported (accepted=%s, ok=%s)", trial.id, accepted, measurement.ok)
 
     def _heartbeat(
-        self,
-        trial: ClaimedTrial,
-        child: subprocess.Popen[bytes],
-        stop: threading.Event,
-        verdict: dict[str, bool],
+        self, trial: ClaimedTrial, proc: TrialProcess, stop: threading.Event, verdict: dict[str, bool]
     ) -> None:
         while not stop.wait(self.config.heartbeat_s):
             try:
@@ -143,57 +169,8 @@ class Worker:
                 continue
             if reply.cancel or reply.lost:
                 verdict["cancel"], verdict["lost"] = reply.cancel, reply.lost
-                _kill_group(child)
+                proc.kill()
                 return
-
-
-def _set_pdeathsig() -> None:
-    """In the child, before exec: die with SIGKILL when the worker dies (Linux prctl)."""
-    with contextlib.suppress(Exception):
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-
-
-def _start_child(trial: ClaimedTrial, options: dict[str, object]) -> subprocess.Popen[bytes]:
-    payload = {
-        "trial_id": trial.id,
-        "model": trial.model.model_dump(mode="json"),
-        "cluster": trial.cluster.model_dump(mode="json"),
-        "strategy": trial.strategy.model_dump(mode="json"),
-        "options": options,
-    }
-    with tempfile.TemporaryFile() as stdin:
-        stdin.write(json.dumps(payload).encode())
-        stdin.seek(0)
-        return subprocess.Popen(
-            [sys.executable, "-m", "runtime.worker_trial"],
-            stdin=stdin,
-            stdout=subprocess.PIPE,
-            start_new_session=True,  # its own process group: a cancel kills all it started
-            preexec_fn=_set_pdeathsig,
-        )
-
-
-def _wait_child(child: subprocess.Popen[bytes], timeout_s: float) -> Measurement:
-    """The child's Measurement, or a failed Measurement saying why there is none."""
-    assert child.stdout is not None
-    try:
-        out, _ = child.communicate(timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        _kill_group(child)
-        child.communicate()
-        return Measurement(failure=f"trial timed out after {timeout_s:.0f} s")
-    lines = [ln for ln in out.decode(errors="replace").splitlines() if ln.startswith("{")]
-    if child.returncode != 0 or not lines:
-        return Measurement(failure=f"trial process exited with code {child.returncode}")
-    try:
-        return Measurement.model_validate_json(lines[-1])
-    except ValueError as e:
-        return Measurement(failure=f"trial process printed no valid measurement: {e}")
-
-
-def _kill_group(child: subprocess.Popen[bytes]) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(child.pid, signal.SIGKILL)
 
 
 def wait_for_api(api_url: str, timeout_s: float = 60.0) -> None:

@@ -1,13 +1,16 @@
-"""One trial, run in a child process of the worker: JSON on stdin, a Measurement as JSON on stdout.
+"""The trial process of a worker: one emulated cluster and executor session, many trials, JSON lines.
 
-Input: ``{"trial_id", "model", "cluster", "strategy", "options"}`` where ``options`` holds the
-worker's ``pool`` ('testbed' or 'gpu') and ExecutorConfig fields (compute, warmup, iterations, ...).
-The testbed pool runs the trial on an emulated cluster (network namespaces shaped with tc), falling
-back to unshaped loopback where namespaces are not allowed (the Measurement's environment says so);
-the gpu pool runs it on this host's GPUs with NCCL.
+Protocol (stdin → stdout, one JSON object per line):
+- first line: ``{"model", "cluster", "options"}``, where ``options`` holds the worker's ``pool``
+  ('testbed' or 'gpu') and ExecutorConfig fields (compute, warmup, iterations, ...);
+- then one line per trial: ``{"trial_id", "strategy"}`` → one line with the Measurement;
+- end of input: the session and the testbed are torn down and the process exits.
 
-Run as ``python -m runtime.worker_trial``; the worker owns this process and kills its process group
-on cancel. Any error becomes a failed Measurement, so a trial is never lost to an exception.
+The testbed pool builds the emulated cluster (network namespaces shaped with tc) once, falling
+back to unshaped loopback where namespaces are not allowed (every Measurement's environment says
+so); the gpu pool runs on this host's GPUs with NCCL. Keeping the processes of the session up
+between trials of one domain saves their start-up (most of a short trial's wall time). The worker
+owns this process and kills its process group on cancel. Errors become failed Measurements.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ import json
 import sys
 import traceback
 import warnings
+from collections.abc import Iterator
 from dataclasses import fields
 from typing import Any
 
@@ -40,38 +44,55 @@ def executor_config(options: dict[str, Any], cluster: ClusterSpec) -> Any:
     return ExecutorConfig(**kwargs)
 
 
-def run(model: ModelSpec, cluster: ClusterSpec, strategy: Strategy, options: dict[str, Any]) -> Measurement:
-    """Run one trial with the executor on the launcher of the worker's pool."""
-    from runtime.executor import LocalLauncher, run_trial
+@contextlib.contextmanager
+def open_session(
+    model: ModelSpec, cluster: ClusterSpec, options: dict[str, Any]
+) -> Iterator[tuple[Any, dict]]:
+    """An ExecutorSession on the pool's launcher, and the launcher's environment (for Measurements)."""
+    from runtime.executor import ExecutorSession, LocalLauncher
     from runtime.testbed import make_launcher
 
     config = executor_config(options, cluster)
     if options.get("pool") == "gpu":
-        return run_trial(model, cluster, strategy, LocalLauncher(), config)
+        with ExecutorSession(model, cluster, LocalLauncher(), config) as session:
+            yield session, {"launcher": "local", "pool": "gpu"}
+        return
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", RuntimeWarning)
         with make_launcher(cluster, config.scale, allow_fallback=True) as launcher:
             for w in caught:
                 print(f"worker_trial: {w.message}", file=sys.stderr)
-            m = run_trial(model, cluster, strategy, launcher, config)
             env = dict(getattr(launcher, "environment", {}) or {})
-    return m.model_copy(update={"environment": {**env, **m.environment}}) if env else m
+            with ExecutorSession(model, cluster, launcher, config) as session:
+                yield session, env
+
+
+def _emit(m: Measurement) -> None:
+    print(m.model_dump_json(), flush=True)
 
 
 def main() -> None:
-    data = json.loads(sys.stdin.read())
-    try:
-        m = run(
-            parse_as(ModelSpec, data["model"]),
-            parse_as(ClusterSpec, data["cluster"]),
-            parse_as(Strategy, data["strategy"]),
-            dict(data.get("options") or {}),
-        )
-    except Exception as e:  # a trial that cannot run is a failed measurement, never a lost trial
-        traceback.print_exc(file=sys.stderr)
-        m = Measurement(failure=f"{type(e).__name__}: {e}")
-    with contextlib.suppress(BrokenPipeError):
-        print(m.model_dump_json(), flush=True)
+    head = json.loads(sys.stdin.readline())
+    model = parse_as(ModelSpec, head["model"])
+    cluster = parse_as(ClusterSpec, head["cluster"])
+    options = dict(head.get("options") or {})
+    session: Any = None
+    env: dict[str, Any] = {}
+    with contextlib.ExitStack() as stack:
+        for line in sys.stdin:
+            if not line.strip():
+                continue
+            try:
+                strategy = parse_as(Strategy, json.loads(line)["strategy"])
+                if session is None:
+                    session, env = stack.enter_context(open_session(model, cluster, options))
+                m = session.run(strategy)
+                m = m.model_copy(update={"environment": {**env, **m.environment}})
+            except Exception as e:  # a trial that cannot run is a failed measurement, never lost
+                traceback.print_exc(file=sys.stderr)
+                m = Measurement(failure=f"{type(e).__name__}: {e}")
+            with contextlib.suppress(BrokenPipeError):
+                _emit(m)
 
 
 if __name__ == "__main__":

@@ -99,6 +99,7 @@ def worker(
     if not broker:
         _stop_on_signals(w)
         w.serve_forever()
+        w.shutdown()
         return
     # The idle poll stays on as the safety net for lost nudges; both paths share the worker's
     # one-trial-at-a-time lock.
@@ -111,7 +112,7 @@ def worker(
             pass
 
     consume_nudges(make_celery(broker), names, drain, hostname=f"{config.name}@strategist")
-    w.stop()
+    w.shutdown()
 
 
 def _stop_on_signals(w: Worker) -> None:

@@ -1,0 +1,125 @@
+"""The worker's handle on its trial process (``runtime.worker_trial``), kept up across a domain's trials.
+
+Contract: one trial at a time (the worker's lock guarantees it); ``run`` never raises for a trial
+that fails, it returns a failed Measurement; ``kill`` may be called from another thread (the
+heartbeat thread, on cancel) and makes a ``run`` in progress return a failure at once. The child
+runs in its own process group and dies with the worker (PR_SET_PDEATHSIG).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import hashlib
+import json
+import os
+import queue
+import signal
+import subprocess
+import sys
+import threading
+import time
+from typing import Any
+
+from simulator.spec import ClusterSpec, ModelSpec, Strategy
+from simulator.spec.measurement import Measurement
+
+
+def _set_pdeathsig() -> None:
+    """In the child, before exec: die with SIGKILL when the worker dies (Linux prctl)."""
+    with contextlib.suppress(Exception):
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+
+
+def session_key(model: ModelSpec, cluster: ClusterSpec, options: dict[str, Any]) -> str:
+    """Trials with the same key can share one trial process (same model, cluster and options)."""
+    h = hashlib.sha256()
+    for part in (model.model_dump_json(), cluster.model_dump_json(), json.dumps(options, sort_keys=True)):
+        h.update(part.encode())
+    return h.hexdigest()
+
+
+class TrialProcess:
+    """A running ``python -m runtime.worker_trial`` for one (model, cluster, options)."""
+
+    def __init__(self, model: ModelSpec, cluster: ClusterSpec, options: dict[str, Any]) -> None:
+        self.key = session_key(model, cluster, options)
+        self.last_used = time.monotonic()
+        self._killed = threading.Event()
+        self._lines: queue.Queue[str | None] = queue.Queue()
+        self.child = subprocess.Popen(
+            [sys.executable, "-m", "runtime.worker_trial"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            start_new_session=True,  # its own process group: a cancel stops everything it started
+            preexec_fn=_set_pdeathsig,
+        )
+        head = {
+            "model": model.model_dump(mode="json"),
+            "cluster": cluster.model_dump(mode="json"),
+            "options": options,
+        }
+        self._send(head)
+        threading.Thread(target=self._read, name="trial-stdout", daemon=True).start()
+
+    @property
+    def alive(self) -> bool:
+        return self.child.poll() is None and not self._killed.is_set()
+
+    def _send(self, obj: dict[str, Any]) -> None:
+        assert self.child.stdin is not None
+        self.child.stdin.write((json.dumps(obj) + "\n").encode())
+        self.child.stdin.flush()
+
+    def _read(self) -> None:
+        assert self.child.stdout is not None
+        for raw in self.child.stdout:
+            line = raw.decode(errors="replace").strip()
+            if line.startswith("{"):
+                self._lines.put(line)
+        self._lines.put(None)  # end of output: the process exited
+
+    def run(self, trial_id: int, strategy: Strategy, timeout_s: float) -> Measurement:
+        """Run one trial; a timeout, a kill or a dead process is a failed Measurement."""
+        self.last_used = time.monotonic()
+        try:
+            self._send({"trial_id": trial_id, "strategy": strategy.model_dump(mode="json")})
+        except (BrokenPipeError, ValueError):
+            return Measurement(failure=f"trial process exited with code {self.child.poll()}")
+        try:
+            line = self._lines.get(timeout=timeout_s)
+        except queue.Empty:
+            self.kill()
+            return Measurement(failure=f"trial timed out after {timeout_s:.0f} s")
+        finally:
+            self.last_used = time.monotonic()
+        if line is None:
+            code = self.child.wait()
+            reason = "stopped" if self._killed.is_set() else f"trial process exited with code {code}"
+            return Measurement(failure=reason)
+        try:
+            return Measurement.model_validate_json(line)
+        except ValueError as e:
+            return Measurement(failure=f"trial process printed no valid measurement: {e}")
+
+    def kill(self) -> None:
+        """Stop the process and everything in its group: SIGTERM (the testbed tears down), then SIGKILL."""
+        self._killed.set()
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.child.pid, signal.SIGTERM)
+        try:
+            self.child.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(self.child.pid, signal.SIGKILL)
+            self.child.wait()
+
+    def close(self, timeout_s: float = 30.0) -> None:
+        """End of input: the child tears its session and testbed down and exits."""
+        with contextlib.suppress(BrokenPipeError, ValueError, OSError):
+            assert self.child.stdin is not None
+            self.child.stdin.close()
+        try:
+            self.child.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            self.kill()
