@@ -8,6 +8,7 @@ from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
 
+from service import web
 from service.api import errors
 from service.api.hooks import Orchestrator, StoreOnly
 from service.api.routes import (
@@ -89,4 +90,5 @@ def create_app(settings: Settings | None = None, *, orchestrator: Orchestrator |
     for module in (models, clusters, searches, candidates, trials, workers, runtimes, simulators, tokens):
         app.include_router(module.router, prefix=API_PREFIX)
     app.include_router(health.router)
+    web.install(app)
     return app

@@ -1,0 +1,102 @@
+"""Dashboard pages of searches: the list, one search (rounds, trials, best-so-far chart), a round's candidates."""
+
+from __future__ import annotations
+
+from typing import Literal
+from urllib.parse import quote
+
+from fastapi import APIRouter, Request, status
+from fastapi.responses import HTMLResponse, RedirectResponse
+
+from service.api.deps import OrchestratorDep, SessionDep, notify
+from service.db import repository as repo
+from service.domain import Conflict, NotFound
+from service.loop_store import search_specs
+from service.web.auth import WebUser, owner_of
+from service.web.render import page
+from service.web.views import best_so_far, cluster_summary
+
+router = APIRouter()
+
+
+@router.get("/", include_in_schema=False)
+def home() -> RedirectResponse:
+    return RedirectResponse("/ui/searches", status_code=status.HTTP_303_SEE_OTHER)
+
+
+@router.get("/searches", response_class=HTMLResponse)
+def searches(request: Request, session: SessionDep, user: WebUser) -> HTMLResponse:
+    rows = []
+    for s in repo.list_searches(session, owner_id=owner_of(user)):
+        st = repo.search_status(session, search_id=s.id, owner_id=owner_of(user))
+        rows.append(st)
+    return page(request, "searches.html", statuses=rows)
+
+
+@router.get("/searches/{search_id}", response_class=HTMLResponse)
+def search(request: Request, search_id: int, session: SessionDep, user: WebUser) -> HTMLResponse:
+    try:
+        st = repo.search_status(session, search_id=search_id, owner_id=owner_of(user))
+    except NotFound:
+        return page(request, "not_found.html", status_code=404, what=f"search {search_id}")
+    rounds = repo.list_rounds(session, search_id=search_id, owner_id=owner_of(user))
+    trials = repo.list_trials(session, search_id=search_id, owner_id=owner_of(user))
+    model, cluster = search_specs(session, search=st.search)
+    chart = best_so_far(trials)
+    return page(
+        request,
+        "search.html",
+        st=st,
+        rounds=rounds,
+        trials=trials,
+        chart=chart,
+        model=model,
+        cluster=cluster,
+        cluster_line=cluster_summary(cluster),
+    )
+
+
+@router.get("/searches/{search_id}/rounds/{index}", response_class=HTMLResponse)
+def round_page(request: Request, search_id: int, index: int, session: SessionDep, user: WebUser) -> HTMLResponse:
+    try:
+        search = repo.get_search(session, search_id=search_id, owner_id=owner_of(user))
+    except NotFound:
+        return page(request, "not_found.html", status_code=404, what=f"search {search_id}")
+    rounds = {r.index: r for r in repo.list_rounds(session, search_id=search_id, owner_id=owner_of(user))}
+    if index not in rounds:
+        return page(request, "not_found.html", status_code=404, what=f"round {index} of search {search_id}")
+    cands = repo.list_candidates(session, search_id=search_id, round_index=index, owner_id=owner_of(user))
+    trials = {
+        t.candidate_id: t
+        for t in repo.list_trials(session, search_id=search_id, round_index=index, owner_id=owner_of(user))
+    }
+    return page(
+        request,
+        "round.html",
+        search=search,
+        rnd=rounds[index],
+        candidates=cands,
+        trials=trials,
+        error=request.query_params.get("error"),
+    )
+
+
+@router.post("/candidates/{candidate_id}/{decision}", response_model=None)
+def decide(
+    candidate_id: int,
+    decision: Literal["approve", "reject"],
+    session: SessionDep,
+    user: WebUser,
+    orchestrator: OrchestratorDep,
+) -> RedirectResponse | HTMLResponse:
+    """The approve/reject buttons: the same data-access call and loop notification as the API's."""
+    cand = repo.get_candidate(session, candidate_id=candidate_id, owner_id=owner_of(user))
+    target = f"/ui/searches/{cand.search_id}/rounds/{cand.round_index}"
+    try:
+        cand, trial = repo.decide_candidate(
+            session, candidate_id=candidate_id, approve=decision == "approve", owner_id=owner_of(user)
+        )
+    except Conflict as e:
+        return RedirectResponse(f"{target}?error={quote(str(e))}", status_code=status.HTTP_303_SEE_OTHER)
+    notify(lambda: orchestrator.candidate_decided(cand, trial), "candidate_decided")
+    return RedirectResponse(target, status_code=status.HTTP_303_SEE_OTHER)

@@ -1,0 +1,210 @@
+"""The dashboard in a real headless browser (Debian's chromium driven by Playwright).
+
+A real `Stack` serves the API, the dashboard and the search loop (no worker, so approved trials
+stay queued where the test can see them). The test logs in with a token, opens the search, approves
+a candidate and sees its trial queued, opens a strategy page, a trial page and the simulator page,
+saves a screenshot of each under ``test-artifacts/`` (or $STRATEGIST_ARTIFACTS), and fails on any
+JavaScript error or console error.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from service.db import repository as repo
+from service.domain import domain_of
+from service.loop_stack import Stack, StackConfig
+from service.settings import Settings
+from simulator import zoo
+
+CHROMIUM = os.environ.get("STRATEGIST_CHROMIUM", "/usr/bin/chromium")
+ARTIFACTS = Path(os.environ.get("STRATEGIST_ARTIFACTS", Path(__file__).resolve().parents[2] / "test-artifacts"))
+
+pytestmark = pytest.mark.browser
+
+if not Path(CHROMIUM).is_file():
+    if os.environ.get("CI"):
+        raise RuntimeError(f"{CHROMIUM} is missing: scripts/install.sh installs Debian's chromium")
+    pytest.skip(f"no chromium at {CHROMIUM} (apt-get install chromium)", allow_module_level=True)
+
+from playwright.sync_api import ConsoleMessage, Page, sync_playwright  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory: pytest.TempPathFactory, specs_module: Any) -> Iterator[Stack]:
+    root = tmp_path_factory.mktemp("web")
+    (root / "zoo" / "models").mkdir(parents=True)
+    (root / "zoo" / "clusters").mkdir()
+    (root / "zoo" / "models" / "tiny-mlp.json").write_text(json.dumps(specs_module.model()))
+    (root / "zoo" / "clusters" / "two-node.json").write_text(json.dumps(specs_module.cluster()))
+    mp = pytest.MonkeyPatch()
+    mp.setenv("STRATEGIST_DATASETS", str(root / "zoo"))
+    zoo.model.cache_clear()
+    zoo.cluster.cache_clear()
+    settings = Settings(
+        data_dir=root / "data",
+        database_url=f"sqlite:///{root / 'strategist.db'}",
+        broker_url="memory://",
+        result_backend="cache+memory://",
+        api_host="127.0.0.1",
+    )
+    with Stack(settings, StackConfig(embedded_worker=False, port=0, tick_s=0.2)) as s:
+        yield s
+    mp.undo()
+    zoo.model.cache_clear()
+    zoo.cluster.cache_clear()
+
+
+@pytest.fixture(scope="module")
+def specs_module() -> Any:
+    from tests.service.conftest import SpecFactory  # type: ignore[import-not-found]
+
+    return SpecFactory()
+
+
+@pytest.fixture(scope="module")
+def seeded(stack: Stack, specs_module: Any) -> dict[str, Any]:
+    """A user, a search that needs approval (round 1 planned by the loop), measured runtimes."""
+    with stack.sessions() as session:
+        alice = repo.create_token(session, name="alice", role="user")
+        bob = repo.create_token(session, name="bob", role="user")
+    api = httpx.Client(base_url=stack.url + "/api/v1", headers={"Authorization": f"Bearer {alice.secret}"})
+    body = {
+        "model": "tiny-mlp", "cluster": "two-node", "name": "browser-search", "trial_budget": 4,
+        "candidates_per_round": 2, "samples_per_round": 40, "approval_required": True,
+    }  # fmt: skip
+    sid = api.post("/searches", json=body).raise_for_status().json()["id"]
+    deadline = time.monotonic() + 60
+    while api.get(f"/searches/{sid}").json()["search"]["state"] != "awaiting_approval":
+        assert time.monotonic() < deadline, "the loop did not plan round 1 within 60 s"
+        time.sleep(0.2)
+    for i, times in enumerate(([0.30, 0.31, 0.29], [0.20, 0.21, 0.22], [0.45, 0.44, 0.46])):
+        r = api.post(
+            "/runtimes",
+            json={"model": "tiny-mlp", "cluster": "two-node", "strategy": specs_module.strategy(str(i), ps=i == 1),
+                  "iteration_times": times},
+        )  # fmt: skip
+        assert r.status_code == 201, r.text
+    with stack.sessions() as session:
+        repo.add_simulator_version(
+            session, domain=domain_of("tiny-mlp", "two-node"), kind="rnn",
+            metrics={"val": {"pairwise_accuracy": 0.8}, "test": {"pairwise_accuracy": 0.75},
+                     "analytical_val": {"pairwise_accuracy": 0.6}},
+            path=None, n_records=3,
+        )  # fmt: skip
+    return {"alice": alice.secret, "bob": bob.secret, "search_id": sid}
+
+
+@pytest.fixture
+def page(stack: Stack) -> Iterator[tuple[Page, list[str]]]:
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    errors: list[str] = []
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(
+            executable_path=CHROMIUM,
+            headless=True,
+            args=["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                  "--disable-background-networking", "--disable-component-update", "--disable-sync"],
+        )  # fmt: skip
+        pg = browser.new_page(viewport={"width": 1280, "height": 900})
+
+        def on_console(msg: ConsoleMessage) -> None:
+            if msg.type == "error":
+                errors.append(f"console: {msg.text}")
+
+        pg.on("console", on_console)
+        pg.on("pageerror", lambda exc: errors.append(f"pageerror: {exc}"))
+        try:
+            yield pg, errors
+        finally:
+            browser.close()
+
+
+def _login(pg: Page, stack: Stack, token: str) -> None:
+    pg.goto(stack.url + "/ui/searches")
+    assert "/ui/login" in pg.url
+    pg.fill("[data-testid=token]", token)
+    pg.click("[data-testid=login]")
+    pg.wait_for_url("**/ui/searches")
+
+
+def _shot(pg: Page, name: str) -> None:
+    pg.screenshot(path=str(ARTIFACTS / f"{name}.png"), full_page=True)
+
+
+def test_review_and_approve_a_candidate(stack: Stack, seeded: dict[str, Any], page: tuple[Page, list[str]]) -> None:
+    pg, errors = page
+    _login(pg, stack, seeded["alice"])
+    assert pg.inner_text("[data-testid=whoami]").startswith("alice")
+    assert pg.locator("[data-testid=search-link]").count() == 1
+    _shot(pg, "01-searches")
+
+    pg.click("[data-testid=search-link]")
+    pg.wait_for_selector("[data-testid=best-chart] .main-svg")  # plotly drew the chart
+    assert pg.inner_text("[data-testid=search-state]") == "awaiting_approval"
+    assert "browser-search" in pg.inner_text("[data-testid=search-title]")
+    _shot(pg, "02-search")
+
+    pg.click("[data-testid=round-link]")
+    rows = pg.locator("[data-testid=candidate-row]")
+    assert rows.count() == 2
+    assert pg.locator("[data-testid=candidate-status]").all_inner_texts() == ["proposed", "proposed"]
+    _shot(pg, "03-round-before")
+    pg.locator("[data-testid=approve]").first.click()
+    pg.wait_for_load_state()
+    assert pg.locator("[data-testid=candidate-status]").all_inner_texts()[0] == "approved"
+    assert pg.locator("[data-testid=candidate-trial-state]").all_inner_texts() == ["queued"]
+    _shot(pg, "04-round-approved")
+
+    api = httpx.Client(base_url=stack.url + "/api/v1", headers={"Authorization": f"Bearer {seeded['alice']}"})
+    trials = api.get(f"/searches/{seeded['search_id']}/trials").json()["data"]
+    assert [t["state"] for t in trials if t["candidate_id"] is not None] == ["queued"]
+
+    pg.locator("[data-testid=strategy-link]").first.click()
+    pg.wait_for_selector("[data-testid=variables]")
+    assert pg.locator("[data-testid=variables] tr").count() > 1
+    assert pg.locator("[data-testid=breakdown] tr").count() == 4  # header, this strategy, horovod, ps
+    _shot(pg, "05-strategy")
+
+    pg.goto(stack.url + "/ui/simulators")
+    pg.wait_for_selector("[data-testid=acc-chart] .main-svg")
+    pg.wait_for_selector("[data-testid=scatter-chart] .main-svg")
+    assert domain_of("tiny-mlp", "two-node") in pg.inner_text("[data-testid=versions]")
+    _shot(pg, "06-simulators")
+
+    trial_id = next(t["id"] for t in trials if t["candidate_id"] is not None)
+    pg.goto(stack.url + f"/ui/trials/{trial_id}")
+    assert pg.inner_text("[data-testid=trial-state]") == "queued"
+    _shot(pg, "07-trial")
+    assert errors == []
+
+
+def test_a_user_sees_only_their_own_searches(stack: Stack, seeded: dict[str, Any], page: tuple[Page, list[str]]) -> None:
+    pg, errors = page
+    _login(pg, stack, seeded["bob"])
+    assert pg.locator("[data-testid=search-link]").count() == 0
+    pg.goto(stack.url + f"/ui/searches/{seeded['search_id']}")
+    assert "Not found" in pg.inner_text("h1")
+    # The only error is the document's own 404 status, which is the point.
+    assert errors == ["console: Failed to load resource: the server responded with a status of 404 (Not Found)"]
+
+
+def test_a_bad_token_is_refused(stack: Stack, page: tuple[Page, list[str]]) -> None:
+    pg, _ = page
+    pg.goto(stack.url + "/ui/login")
+    pg.fill("[data-testid=token]", "stg_not-a-token")
+    pg.click("[data-testid=login]")
+    assert pg.inner_text("[data-testid=login-error]") == "unknown or revoked token"
+
+
+def test_chromium_is_the_system_package() -> None:
+    assert shutil.which("chromium") == CHROMIUM or Path(CHROMIUM).is_file()
