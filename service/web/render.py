@@ -18,6 +18,8 @@ def seconds(x: float | None) -> str:
     """Human-readable duration: '412 ms', '3.21 s', '—' for None."""
     if x is None:
         return "—"
+    if x < 1e-3:
+        return f"{x * 1e6:.0f} µs"
     return f"{x * 1e3:.1f} ms" if x < 1 else f"{x:.3f} s"
 
 
