@@ -54,6 +54,7 @@ class ExecutorConfig:
             (self.startup_timeout_s > 0, "startup_timeout_s", "must be > 0"),
             (self.backend in ("gloo", "nccl"), "backend", f"must be 'gloo' or 'nccl', got {self.backend!r}"),
             (self.scale >= 1.0, "scale", "must be >= 1"),
+            (self.compute == "replay" or self.scale == 1.0, "scale", "must be 1 in real mode (real tensors)"),
             (self.lr > 0, "lr", "must be > 0"),
             (self.batch_size is None or self.batch_size >= 1, "batch_size", "must be >= 1"),
             (0 < self.efficiency <= 1, "efficiency", "must be in (0, 1]"),

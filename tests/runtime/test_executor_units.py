@@ -1,0 +1,188 @@
+"""The executor's pure parts, checked by hand: unit order, replay sizes and times, aggregation."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from runtime.executor import ExecutorConfig
+from runtime.executor.layout import RankLayout
+from runtime.executor.plan import CollectiveUnit, PSUnit, build_plan
+from runtime.executor.reference import GPU, tiny_model, two_by_two
+from runtime.executor.results import aggregate
+from runtime.executor.session import memory_failure
+from runtime.executor.shards import powersgd_rank, replay_shape
+from runtime.executor.worker import layer_seconds
+from simulator.spec import (
+    ClusterSpec,
+    CollectiveSync,
+    Compressor,
+    Node,
+    Partition,
+    PSSync,
+    Strategy,
+    VariableStrategy,
+)
+
+MODEL = tiny_model()  # variables: emb.w, l1.w, l1.b, l2.w, l2.b, norm.g, l3.w, l3.b
+
+
+def test_layout_of_a_cluster_with_a_cpu_only_first_node() -> None:
+    cpu_first = ClusterSpec(
+        name="c",
+        device_types=(GPU,),
+        intra_node_gbps=100.0,
+        nodes=(
+            Node(name="ps", device=GPU.name, gpus=0, nic_gbps=10.0),
+            Node(name="a", device=GPU.name, gpus=2, nic_gbps=10.0),
+            Node(name="b", device=GPU.name, gpus=1, nic_gbps=10.0),
+        ),
+    )
+    lay = RankLayout(cpu_first)
+    assert lay.world == 3 + 3
+    assert [lay.node_of(r) for r in range(6)] == [1, 1, 2, 0, 1, 2]
+    assert lay.node_workers == ((), (0, 1), (2,))
+    assert lay.leaders == (0, 2)
+    assert lay.coordinator == 3  # node 0's server: the store must live on node 0
+
+
+def test_units_follow_backward_order_and_split_groups_by_compressor() -> None:
+    fp16 = Compressor(kind="fp16")
+    subs = {
+        "emb.w": VariableStrategy(variable="emb.w", shards=(CollectiveSync(group=0),)),
+        "l1.w": VariableStrategy(
+            variable="l1.w",
+            partition=Partition(axis=1, shards=2),
+            shards=(PSSync(server="n1"), CollectiveSync(group=1)),
+        ),
+        "l1.b": VariableStrategy(variable="l1.b", shards=(CollectiveSync(group=1, compressor=fp16),)),
+        "l2.w": VariableStrategy(variable="l2.w", shards=(CollectiveSync(group=0),)),
+        "l2.b": VariableStrategy(variable="l2.b", shards=(CollectiveSync(group=1),)),
+        "norm.g": VariableStrategy(variable="norm.g", shards=(PSSync(server="n0", local_replication=True),)),
+        "l3.w": VariableStrategy(variable="l3.w", shards=(CollectiveSync(group=1),)),
+        "l3.b": VariableStrategy(variable="l3.b", shards=(CollectiveSync(group=1),)),
+    }
+    plan = build_plan(MODEL, two_by_two(), Strategy(variables=tuple(subs[v.name] for v in MODEL.variables)))
+    # shard ids: emb 0, l1.w 1 (PS) and 2 (group 1), l1.b 3, l2.w 4, l2.b 5, norm.g 6, l3.w 7, l3.b 8
+    assert [(s.variable, s.offset, s.shape) for s in plan.shards[1:3]] == [
+        ("l1.w", 0, (32, 8)),
+        ("l1.w", 8, (32, 8)),
+    ]
+    got = [
+        ("ps", u.shard, u.server) if isinstance(u, PSUnit) else (u.group, u.compressor.kind, u.shards)
+        for u in plan.units
+    ]
+    assert got == [
+        ("ps", 6, 0),  # norm.g is ready third in backward (after l3.b, l3.w)
+        (1, "fp16", (3,)),  # group 1's fp16 part completes with l1.b (ready before l1.w)
+        (1, "none", (8, 7, 5, 2)),  # group 1 (uncompressed) completes with l1.w ...
+        ("ps", 1, 1),  # ... as does l1.w's PS shard (ties: collectives first)
+        (0, "none", (4, 0)),  # group 0 completes with the embedding, last in backward
+    ]
+    assert [u.id for u in plan.units] == list(range(5))
+    assert isinstance(plan.units[1], CollectiveUnit) and isinstance(plan.units[3], PSUnit)
+
+
+def test_replay_shapes_divide_the_bytes_by_the_scale() -> None:
+    plan = build_plan(
+        MODEL,
+        two_by_two(),
+        Strategy(
+            variables=tuple(
+                VariableStrategy(
+                    variable=v.name,
+                    shards=(
+                        CollectiveSync(compressor=Compressor(kind="powersgd", rank=2))
+                        if v.name == "l1.w"
+                        else CollectiveSync(),
+                    ),
+                )
+                for v in MODEL.variables
+            )
+        ),
+    )
+    by = {s.variable: s for s in plan.shards}
+    assert replay_shape(by["l2.w"], 1.0) == (768,)
+    assert replay_shape(by["l2.w"], 10.0) == (77,)  # ceil(768 / 10)
+    assert replay_shape(by["l3.b"], 100.0) == (1,)
+    # Sparse: rows divided (the touched fraction stays the variable's density); row width kept.
+    assert replay_shape(by["emb.w"], 4.0) == (10, 16)
+    # PowerSGD: P [n, r] and Q [m, r] travel, so both sides are divided; never below the rank.
+    assert powersgd_rank(by["l1.w"]) == 2
+    assert replay_shape(by["l1.w"], 4.0) == (8, 4)
+    assert replay_shape(by["l1.w"], 100.0) == (2, 2)
+
+
+def test_powersgd_keeps_matrices_it_would_not_shrink_uncompressed() -> None:
+    plan = build_plan(
+        MODEL,
+        two_by_two(),
+        Strategy(
+            variables=tuple(
+                VariableStrategy(
+                    variable=v.name,
+                    shards=(
+                        CollectiveSync(compressor=Compressor(kind="powersgd", rank=4))
+                        if v.name == "l3.w"
+                        else CollectiveSync(),
+                    ),
+                )
+                for v in MODEL.variables
+            )
+        ),
+    )
+    l3w = next(s for s in plan.shards if s.variable == "l3.w")  # [8, 24]: (8 + 24) * 4 = 128 < 192
+    assert powersgd_rank(l3w) == 4
+    # rank 6: (8 + 24) * 6 = 192, not fewer than 8 * 24 = 192 -> sent uncompressed
+    plan6 = build_plan(
+        MODEL,
+        two_by_two(),
+        Strategy(
+            variables=tuple(
+                VariableStrategy(
+                    variable=v.name,
+                    shards=(
+                        CollectiveSync(compressor=Compressor(kind="powersgd", rank=6))
+                        if v.name == "l3.w"
+                        else CollectiveSync(),
+                    ),
+                )
+                for v in MODEL.variables
+            )
+        ),
+    )
+    assert powersgd_rank(next(s for s in plan6.shards if s.variable == "l3.w")) is None
+
+
+def test_layer_seconds_are_flops_over_effective_throughput() -> None:
+    secs = layer_seconds(MODEL, GPU, batch=4, efficiency=0.5)
+    # l1: 2 * 16 * 32 FLOPs per sample x 4 samples / (10e12 * 0.5) FLOP/s
+    assert secs[1] == pytest.approx(2 * 16 * 32 * 4 / 5e12)
+    assert secs[0] == 0.0
+
+
+def test_aggregate_measures_from_the_last_worker_to_finish() -> None:
+    cfg = ExecutorConfig(warmup=1, iterations=2)
+    # per worker, per iteration: (start, end of backward, end of sync)
+    ranks: list[dict[str, Any]] = [
+        {"role": "worker", "times": [(0.0, 1.0, 1.5), (1.5, 2.5, 3.0), (3.0, 4.0, 4.2)]},
+        {"role": "worker", "times": [(0.1, 1.0, 1.6), (1.6, 2.4, 3.1), (3.1, 4.1, 4.5)]},
+        {"role": "server"},
+    ]
+    m = aggregate(ranks, cfg, {})
+    assert m.iteration_times == pytest.approx((3.1 - 1.6, 4.5 - 3.1))
+    assert m.compute_times == pytest.approx((0.9, 1.0))
+    assert m.sync_wait_times == pytest.approx((0.6, 0.3))
+    assert m.warmup == 1 and m.ok
+    first = aggregate(ranks, ExecutorConfig(warmup=0, iterations=3), {})
+    assert first.iteration_times[0] == pytest.approx(1.6 - 0.1)  # from the latest start
+
+
+def test_memory_estimate() -> None:
+    assert memory_failure(MODEL, two_by_two(), 4) is None
+    need = 2 * MODEL.param_bytes + MODEL.activation_bytes * 4
+    tiny = GPU.model_copy(update={"memory_gb": need / 1e9 * 0.99})
+    cluster = two_by_two().model_copy(update={"device_types": (tiny,)})
+    reason = memory_failure(MODEL, cluster, 4)
+    assert reason is not None and reason.startswith("out of memory (estimated)")
