@@ -95,7 +95,9 @@ class Stack:
             ),
             nudger=self.nudger,
         )
-        app = create_app(s, orchestrator=self.loop if self.config.loop else None)
+        # Migrated just above; the app need not do it again.
+        app_settings = s.model_copy(update={"migrate_on_start": False})
+        app = create_app(app_settings, orchestrator=self.loop if self.config.loop else None)
         sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind((s.api_host, s.api_port if self.config.port is None else self.config.port))
