@@ -67,7 +67,7 @@ def test_search_runs_two_rounds_and_measures_each_trial_once(stack: Stack) -> No
             "candidates_per_round": 2,
             "samples_per_round": 40,
             "seed": 3,
-        }  # fmt: skip
+        }
     )
     sid = int(created["id"])
     final = wait_for(
