@@ -223,3 +223,18 @@ def test_import_model_from_a_factory_string(tmp_path: Path, monkeypatch: pytest.
         assert result.exit_code == 2, (bad, result.output)
         assert field in result.output and len(result.output.strip().splitlines()) == 1
     sys.modules.pop("tiny_factory_mod", None)
+
+
+def test_a_module_called_twice_gives_two_layers_and_one_variable_set() -> None:
+    class Twice(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.fc = nn.Linear(4, 4)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.fc(torch.relu(self.fc(x)))
+
+    spec = extract_model(Twice(), torch.empty(1, 4), name="twice")
+    assert [(layer.name, layer.inputs) for layer in spec.layers] == [("fc", ()), ("fc#2", ("fc",))]
+    assert len(spec.layers[0].variables) == 2 and spec.layers[1].variables == ()
+    assert spec.params == 20 and spec.fwd_flops == 2 * (2 * 4 * 4)

@@ -134,3 +134,12 @@ def test_aws_clusters_cap_a_single_flow_at_10_gbps() -> None:
 def test_committed_clusters_equal_the_generator() -> None:
     for spec in zoo_clusters():
         assert zoo.cluster(spec.name) == spec
+
+
+def test_committed_plain_torch_models_equal_a_fresh_extraction() -> None:
+    # NCF and the WMT Transformer need only torch; the others need the zoo environment.
+    from simulator.extract.zoo_models import build
+
+    for recipe in ZOO_MODELS:
+        if recipe.name in ("NCF-dense", "NCF-sparse", "Transformer"):
+            assert build(recipe) == zoo.model(recipe.name), recipe.name
