@@ -32,4 +32,6 @@ def plotly_js() -> FileResponse:
 def install(app: FastAPI) -> None:
     """Mount the dashboard's pages and static files on ``app``."""
     app.include_router(router)
-    app.mount("/ui/assets", StaticFiles(directory=Path(__file__).resolve().parent / "static"), name="ui-assets")
+    app.mount(
+        "/ui/assets", StaticFiles(directory=Path(__file__).resolve().parent / "static"), name="ui-assets"
+    )

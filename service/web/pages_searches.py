@@ -57,7 +57,9 @@ def search(request: Request, search_id: int, session: SessionDep, user: WebUser)
 
 
 @router.get("/searches/{search_id}/rounds/{index}", response_class=HTMLResponse)
-def round_page(request: Request, search_id: int, index: int, session: SessionDep, user: WebUser) -> HTMLResponse:
+def round_page(
+    request: Request, search_id: int, index: int, session: SessionDep, user: WebUser
+) -> HTMLResponse:
     try:
         search = repo.get_search(session, search_id=search_id, owner_id=owner_of(user))
     except NotFound:

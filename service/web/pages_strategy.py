@@ -25,8 +25,14 @@ COMPARED = ("horovod", "ps")
 
 
 def _strategy_page(
-    request: Request, session: Session, search: d.Search, strategy_json: dict[str, object], title: str,
-    back: str, predicted: float | None, trial: d.Trial | None,
+    request: Request,
+    session: Session,
+    search: d.Search,
+    strategy_json: dict[str, object],
+    title: str,
+    back: str,
+    predicted: float | None,
+    trial: d.Trial | None,
 ) -> HTMLResponse:
     model, cluster = search_specs(session, search=search)
     try:
@@ -57,13 +63,17 @@ def _strategy_page(
 
 
 @router.get("/candidates/{candidate_id}", response_class=HTMLResponse)
-def candidate_strategy(request: Request, candidate_id: int, session: SessionDep, user: WebUser) -> HTMLResponse:
+def candidate_strategy(
+    request: Request, candidate_id: int, session: SessionDep, user: WebUser
+) -> HTMLResponse:
     try:
         cand = repo.get_candidate(session, candidate_id=candidate_id, owner_id=owner_of(user))
         search = repo.get_search(session, search_id=cand.search_id, owner_id=owner_of(user))
     except NotFound:
         return page(request, "not_found.html", status_code=404, what=f"candidate {candidate_id}")
-    trials = repo.list_trials(session, search_id=search.id, round_index=cand.round_index, owner_id=owner_of(user))
+    trials = repo.list_trials(
+        session, search_id=search.id, round_index=cand.round_index, owner_id=owner_of(user)
+    )
     trial = next((t for t in trials if t.candidate_id == cand.id), None)
     return _strategy_page(
         request, session, search, cand.strategy,

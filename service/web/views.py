@@ -56,7 +56,11 @@ def describe_sync(sync: Synchronizer, sparse: bool) -> tuple[str, str, bool, int
     """(synchroniser, placement, local replication, group, compressor, algorithm) of one shard."""
     if isinstance(sync, PSSync):
         return "PS", sync.server, sync.local_replication, None, "none", ""
-    comp = sync.compressor.kind if sync.compressor.kind != "powersgd" else f"powersgd (rank {sync.compressor.rank})"
+    comp = (
+        sync.compressor.kind
+        if sync.compressor.kind != "powersgd"
+        else f"powersgd (rank {sync.compressor.rank})"
+    )
     return ("all-gather" if sparse else "all-reduce"), "", False, sync.group, comp, sync.algorithm
 
 
@@ -76,7 +80,9 @@ def strategy_layers(model: ModelSpec, strategy: Strategy, baselines: dict[str, S
         for var in layer.variables:
             vs = strategy.by_variable[var.name]
             shards = []
-            for si, (shape, sync) in enumerate(zip(vs.partition.shard_shapes(var.shape), vs.shards, strict=True)):
+            for si, (shape, sync) in enumerate(
+                zip(vs.partition.shard_shapes(var.shape), vs.shards, strict=True)
+            ):
                 kind, place, local, group, comp, algo = describe_sync(sync, var.sparse)
                 nbytes = math.prod(shape) * DTYPE_BYTES[var.dtype]
                 shards.append(ShardRow(si, shape, nbytes, kind, place, local, group, comp, algo))
@@ -84,10 +90,15 @@ def strategy_layers(model: ModelSpec, strategy: Strategy, baselines: dict[str, S
             differs = tuple(
                 name
                 for name, base in baselines.items()
-                if (base.by_variable[var.name].partition, tuple(_sync_key(s) for s in base.by_variable[var.name].shards))
+                if (
+                    base.by_variable[var.name].partition,
+                    tuple(_sync_key(s) for s in base.by_variable[var.name].shards),
+                )
                 != mine
             )
-            part = "whole" if vs.partition.shards == 1 else f"axis {vs.partition.axis} × {vs.partition.shards}"
+            part = (
+                "whole" if vs.partition.shards == 1 else f"axis {vs.partition.axis} × {vs.partition.shards}"
+            )
             rows.append(VariableRow(var.name, var.shape, var.bytes, var.sparse, part, tuple(shards), differs))
         if rows:
             layers.append(LayerRows(li, layer.name, layer.kind, tuple(rows)))

@@ -27,7 +27,9 @@ from service.settings import Settings
 from simulator import zoo
 
 CHROMIUM = os.environ.get("STRATEGIST_CHROMIUM", "/usr/bin/chromium")
-ARTIFACTS = Path(os.environ.get("STRATEGIST_ARTIFACTS", Path(__file__).resolve().parents[2] / "test-artifacts"))
+ARTIFACTS = Path(
+    os.environ.get("STRATEGIST_ARTIFACTS", Path(__file__).resolve().parents[2] / "test-artifacts")
+)
 
 pytestmark = pytest.mark.browser
 
@@ -141,7 +143,9 @@ def _shot(pg: Page, name: str) -> None:
     pg.screenshot(path=str(ARTIFACTS / f"{name}.png"), full_page=True)
 
 
-def test_review_and_approve_a_candidate(stack: Stack, seeded: dict[str, Any], page: tuple[Page, list[str]]) -> None:
+def test_review_and_approve_a_candidate(
+    stack: Stack, seeded: dict[str, Any], page: tuple[Page, list[str]]
+) -> None:
     pg, errors = page
     _login(pg, stack, seeded["alice"])
     assert pg.inner_text("[data-testid=whoami]").startswith("alice")
@@ -188,14 +192,18 @@ def test_review_and_approve_a_candidate(stack: Stack, seeded: dict[str, Any], pa
     assert errors == []
 
 
-def test_a_user_sees_only_their_own_searches(stack: Stack, seeded: dict[str, Any], page: tuple[Page, list[str]]) -> None:
+def test_a_user_sees_only_their_own_searches(
+    stack: Stack, seeded: dict[str, Any], page: tuple[Page, list[str]]
+) -> None:
     pg, errors = page
     _login(pg, stack, seeded["bob"])
     assert pg.locator("[data-testid=search-link]").count() == 0
     pg.goto(stack.url + f"/ui/searches/{seeded['search_id']}")
     assert "Not found" in pg.inner_text("h1")
     # The only error is the document's own 404 status, which is the point.
-    assert errors == ["console: Failed to load resource: the server responded with a status of 404 (Not Found)"]
+    assert errors == [
+        "console: Failed to load resource: the server responded with a status of 404 (Not Found)"
+    ]
 
 
 def test_a_bad_token_is_refused(stack: Stack, page: tuple[Page, list[str]]) -> None:

@@ -17,12 +17,16 @@ def _secret(headers: dict[str, str]) -> str:
 
 
 def _login(client: TestClient, headers: dict[str, str]) -> None:
-    r = client.post("/ui/login", data={"token": _secret(headers), "next": "/ui/searches"}, follow_redirects=False)
+    r = client.post(
+        "/ui/login", data={"token": _secret(headers), "next": "/ui/searches"}, follow_redirects=False
+    )
     assert (r.status_code, r.headers["location"]) == (303, "/ui/searches")
     assert COOKIE in r.cookies
 
 
-def _search_awaiting_approval(client: TestClient, headers: dict[str, str], session: Session, specs: Any) -> int:
+def _search_awaiting_approval(
+    client: TestClient, headers: dict[str, str], session: Session, specs: Any
+) -> int:
     body = {"model": "tiny-mlp", "cluster": "two-node", "candidates_per_round": 2, "approval_required": True,
             "name": "mine"}  # fmt: skip
     sid = int(client.post("/api/v1/searches", json=body, headers=headers).json()["id"])
@@ -47,7 +51,9 @@ def test_pages_need_a_login(client: TestClient, tokens: dict[str, Any]) -> None:
     assert r.headers["location"] == "/ui/searches"  # never redirect off-site
 
 
-def test_search_round_and_decisions(client: TestClient, tokens: dict[str, Any], session: Session, specs: Any) -> None:
+def test_search_round_and_decisions(
+    client: TestClient, tokens: dict[str, Any], session: Session, specs: Any
+) -> None:
     sid = _search_awaiting_approval(client, tokens["alice"], session, specs)
     _login(client, tokens["alice"])
     listing = client.get("/ui/searches").text
@@ -80,7 +86,9 @@ def test_search_round_and_decisions(client: TestClient, tokens: dict[str, Any], 
     assert client.get(f"/ui/trials/{trials[0].id}/strategy").status_code == 200
 
 
-def test_users_see_only_their_own(client: TestClient, tokens: dict[str, Any], session: Session, specs: Any) -> None:
+def test_users_see_only_their_own(
+    client: TestClient, tokens: dict[str, Any], session: Session, specs: Any
+) -> None:
     sid = _search_awaiting_approval(client, tokens["alice"], session, specs)
     _login(client, tokens["bob"])
     assert "No searches yet" in client.get("/ui/searches").text

@@ -14,7 +14,9 @@ from simulator.spec.io import parse_as
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 
 
-def _trial(id: int, state: str, median: float | None, *, baseline: str | None = None, minute: int = 0) -> d.Trial:
+def _trial(
+    id: int, state: str, median: float | None, *, baseline: str | None = None, minute: int = 0
+) -> d.Trial:
     return d.Trial(
         id=id, search_id=1, round_index=None if baseline else 1, candidate_id=None if baseline else id,
         baseline=baseline, cluster_name="c", strategy={}, predicted_time=None, state=state,  # type: ignore[arg-type]
@@ -54,7 +56,10 @@ def test_strategy_rows_and_baseline_diffs(specs: Any) -> None:
     mixed_json["variables"][0] = {
         "variable": "fc1.weight",
         "partition": {"axis": 0, "shards": 2},
-        "shards": [{"kind": "ps", "server": "n1", "local_replication": True}, {"kind": "collective", "group": 3}],
+        "shards": [
+            {"kind": "ps", "server": "n1", "local_replication": True},
+            {"kind": "collective", "group": 3},
+        ],
     }
     mixed = parse_as(Strategy, mixed_json)
     layers = strategy_layers(model, mixed, {"horovod": allreduce, "ps": ps})
@@ -64,7 +69,9 @@ def test_strategy_rows_and_baseline_diffs(specs: Any) -> None:
     ]
     w = layers[0].variables[0]
     assert w.partition == "axis 0 × 2"
-    assert [(s.shape, s.bytes, s.synchronizer, s.placement, s.local_replication, s.group) for s in w.shards] == [
+    assert [
+        (s.shape, s.bytes, s.synchronizer, s.placement, s.local_replication, s.group) for s in w.shards
+    ] == [
         ((32, 32), 32 * 32 * 4, "PS", "n1", True, None),
         ((32, 32), 32 * 32 * 4, "all-reduce", "", False, 3),
     ]
@@ -78,5 +85,10 @@ def test_strategy_rows_and_baseline_diffs(specs: Any) -> None:
 
 
 def test_formatting() -> None:
-    assert (seconds(None), seconds(0.0004), seconds(0.25), seconds(3.21)) == ("—", "400 µs", "250.0 ms", "3.210 s")
+    assert (seconds(None), seconds(0.0004), seconds(0.25), seconds(3.21)) == (
+        "—",
+        "400 µs",
+        "250.0 ms",
+        "3.210 s",
+    )
     assert (nbytes(512), nbytes(2048), nbytes(3 * 1024**2)) == ("512 B", "2.0 KB", "3.0 MB")
