@@ -118,7 +118,9 @@ def _postgres_database() -> Iterator[str]:
     name = f"strategist_test_{uuid.uuid4().hex[:12]}"
     with admin.connect() as conn:
         conn.execute(text(f'CREATE DATABASE "{name}"'))
-    url = admin_url.set(database=name).render_as_string(hide_password=False)
+    # Durability is not under test: not waiting for the WAL flush on each commit halves the run time.
+    test_url = admin_url.set(database=name).update_query_dict({"options": "-c synchronous_commit=off"})
+    url = test_url.render_as_string(hide_password=False)
     try:
         upgrade(url)
         yield url
