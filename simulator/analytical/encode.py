@@ -209,7 +209,7 @@ def encode(ma: ModelArrays, ca: ClusterArrays, strategies: Sequence[Strategy]) -
 def _variable_rows(vi: int, vs: VariableStrategy, node_index: dict[str, int]) -> list[tuple[int, ...]]:
     """The rows of one sub-strategy, in ``_CHOICES[1:]`` order."""
     axis, k = vs.partition.axis, vs.partition.shards
-    out = []
+    out: list[tuple[int, ...]] = []
     for si, sync in enumerate(vs.shards):
         if isinstance(sync, PSSync):
             out.append(
