@@ -141,7 +141,7 @@ class FeatureExtractor:
         """Feature graphs of ``strategies`` (one vectorised pass over all their shards)."""
         if not strategies:
             return []
-        graphs = self._many(list(strategies) + [self._collective])
+        graphs = self._many([*strategies, self._collective])
         return graphs[:-1]
 
     def _many(self, strategies: Sequence[Strategy]) -> list[StrategyGraph]:

@@ -64,7 +64,10 @@ class RNNSimulatorNet(SimulatorNet):
     def _final_state(self, lstm: nn.LSTM, x: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
         z = self.mlp_in(self.normalise(x))
         packed = pack_padded_sequence(z, lengths, batch_first=True, enforce_sorted=False)
-        _, (h, _) = lstm(packed)
+        # oneDNN builds an LSTM primitive per input shape (~0.2 s each); strategies have many
+        # lengths, so the native kernel is much faster here.
+        with torch.backends.mkldnn.flags(enabled=False):
+            _, (h, _) = lstm(packed)
         return h[-1]
 
     def embed(self, batch: SequenceBatch) -> torch.Tensor:

@@ -50,6 +50,7 @@ class TrainConfig:
     batch_size: int = 32  # strategies per mini-batch (one domain per batch)
     seed: int = 0  # initialisation and shuffling
     eval_every: int = 5  # epochs between validation checks (model selection)
+    threads: int = 1  # torch intra-op threads while training (these models are too small to gain)
 
     def as_dict(self) -> dict[str, object]:
         return {k: (list(v) if isinstance(v, tuple) else v) for k, v in self.__dict__.items()}
@@ -114,6 +115,20 @@ def fit(
         raise ValueError("no training data")
     if config.kind == "linear":
         return FitResult(fit_linear(train, val, seed=config.seed), best_epoch=0)
+    previous = torch.get_num_threads()
+    torch.set_num_threads(config.threads)
+    try:
+        return _fit_net(train, val, config, start)
+    finally:
+        torch.set_num_threads(previous)
+
+
+def _fit_net(
+    train: Sequence[EncodedDomain],
+    val: Sequence[EncodedDomain],
+    config: TrainConfig,
+    start: NeuralSimulator | None,
+) -> FitResult:
     torch.manual_seed(config.seed)
     rng = np.random.default_rng(config.seed)
     if start is not None:
@@ -178,6 +193,7 @@ def fine_tune(
         batch_size=config.batch_size,
         seed=config.seed,
         eval_every=epochs,
+        threads=config.threads,
     )
     return fit([target], [], tuned, start=base).simulator
 

@@ -6,8 +6,11 @@ they exist only to unit-test the training loop and are never reported as accurac
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import numpy as np
 import pytest
+import torch
 
 from simulator.analytical import AnalyticalSimulator
 from simulator.learned.data import Domain
@@ -108,6 +111,15 @@ def synthetic_domain(
     strategies = [random_strategy(model, cluster, rng) for _ in range(n)]
     times = analytical_labels(model, cluster, strategies) * np.exp(noise * rng.standard_normal(n))
     return Domain.from_measurements(model, cluster, list(zip(strategies, times, strict=True)))
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _one_torch_thread() -> Iterator[None]:
+    # Tiny networks on a shared 2-core machine: one thread avoids oversubscription stalls.
+    previous = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(previous)
 
 
 @pytest.fixture(scope="session")
