@@ -6,11 +6,13 @@ import typer
 
 from service.cli import (
     admin_commands,
+    collect_commands,
     cost_commands,
     import_commands,
     search_cli_commands,
     search_commands,
     serve_commands,
+    simulator_commands,
     spec_commands,
     worker_commands,
 )
@@ -30,6 +32,8 @@ serve_commands.register(app)
 worker_commands.register(app)
 search_cli_commands.register(app)
 search_commands.register(app)
+collect_commands.register(app)
+simulator_commands.register(app)
 
 
 def main() -> None:
