@@ -13,6 +13,7 @@ from search.samplers import (
     Sampler,
     UniformSampler,
 )
+from search.samplers.partial import Prior
 from search.space import Space, SpaceConfig
 from simulator.spec import ClusterSpec, ModelSpec
 
@@ -28,20 +29,22 @@ def make_sampler(
     space: SpaceConfig | None = None,
     memory: MemoryConfig | Literal[False] | None = None,
     constraints: Constraints | None = None,
+    prior: Prior = "hierarchical",
 ) -> Sampler:
     """A sampler of ``kind`` over the space of ``model`` on ``cluster``.
 
     ``memory=None`` rejects strategies that do not fit with the default MemoryConfig; pass a
-    MemoryConfig to change its assumptions, or False to keep every draw.
+    MemoryConfig to change its assumptions, or False to keep every draw. ``prior`` is how the
+    partial strategy's factors are drawn (``search.samplers.partial``).
     """
     sp = Space(model, cluster, space)
     mm = None if memory is False else MemoryModel(model, cluster, memory or None)
     if kind == "random":
         if constraints is not None:
             raise ValueError("constraints: the random sampler has none")
-        return UniformSampler(sp, seed, mm)
+        return UniformSampler(sp, seed, mm, prior=prior)
     if kind == "constrained":
-        return ConstrainedSampler(sp, seed, mm, constraints)
+        return ConstrainedSampler(sp, seed, mm, constraints, prior=prior)
     raise ValueError(f"kind: unknown sampler {kind!r}; expected 'random' or 'constrained'")
 
 
@@ -52,6 +55,7 @@ __all__ = [
     "InfeasibleSpaceError",
     "MemoryConfig",
     "MemoryModel",
+    "Prior",
     "Sampler",
     "SamplerKind",
     "Space",

@@ -82,6 +82,14 @@ class ShardLayout:
     message_bytes: float
     compressors: tuple[Compressor, ...]
 
+    @cached_property
+    def by_kind(self) -> dict[str, tuple[Compressor, ...]]:
+        """The compressors grouped by kind ('none', 'fp16', 'powersgd'), in config order."""
+        out: dict[str, list[Compressor]] = {}
+        for c in self.compressors:
+            out.setdefault(c.kind, []).append(c)
+        return {k: tuple(v) for k, v in out.items()}
+
 
 class Space:
     """The strategy space of ``model`` on ``cluster`` under ``config`` (see the module docstring)."""

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from search.feasibility import Feasibility, MemoryModel
+from search.samplers.partial import Prior
 from search.space import Space
 from simulator.spec import Strategy
 
@@ -33,6 +34,7 @@ class Sampler(ABC):
     - Draw i uses its own generator ``np.random.default_rng([seed, i])``, so the same seed gives
       the same strategies, and ``sample(a) + sample(b)`` equals ``sample(a + b)`` of a fresh
       sampler with that seed.
+    - ``prior`` says how the partial strategy's factors are drawn (``search.samplers.partial``).
     - A sampler is stateful (its draw counter) and not thread safe; use one per thread.
     """
 
@@ -45,8 +47,10 @@ class Sampler(ABC):
         seed: int = 0,
         memory: MemoryModel | None = None,
         max_rejections_per_strategy: int = 50,
+        prior: Prior = "hierarchical",
     ) -> None:
         self.space = space
+        self.prior: Prior = prior
         self.seed = seed
         self.memory = memory
         self.max_rejections_per_strategy = max_rejections_per_strategy

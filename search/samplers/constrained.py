@@ -9,7 +9,7 @@ import numpy as np
 from search.constraints import adjacent_merge, load_balance
 from search.feasibility import MemoryModel
 from search.samplers.base import Sampler
-from search.samplers.partial import assemble, draw_partial
+from search.samplers.partial import Prior, assemble, draw_partial
 from search.space import Space
 from simulator.spec import Strategy
 
@@ -38,13 +38,14 @@ class ConstrainedSampler(Sampler):
         memory: MemoryModel | None = None,
         constraints: Constraints | None = None,
         max_rejections_per_strategy: int = 50,
+        prior: Prior = "hierarchical",
     ) -> None:
-        super().__init__(space, seed, memory, max_rejections_per_strategy)
+        super().__init__(space, seed, memory, max_rejections_per_strategy, prior)
         self.constraints = constraints or Constraints()
 
     def draw(self, rng: np.random.Generator) -> Strategy:
         c = self.constraints
-        partial = draw_partial(self.space, rng)
+        partial = draw_partial(self.space, rng, self.prior)
         ps = partial.ps_shards()
         if c.load_balance:
             placed = load_balance(

@@ -4,18 +4,31 @@ AutoSync §6: "the strategy sampler first generates a partial strategy S, leavin
 variable placement (PS-based) and the group (collective-based) undecided". Both samplers draw the
 partial strategy here and differ only in how they fill those two fields.
 
-Factor-wise uniform: each factor is drawn uniformly among its options, independently (partition:
-"not partitioned" with probability 1/2 when the variable is partitionable, else axis and shard
-count uniform; per shard: PS or collective with probability 1/2, then local replication, or
-compressor and algorithm, uniform; N uniform in 1..max_groups). This is not uniform over the
-*set* of strategies: that measure puts almost all mass on the largest shard counts, since a
-variable's number of sub-strategies grows exponentially with its shards.
+How factors are drawn (``Prior``):
+
+- flat: every factor independently and uniformly (a partitionable variable is split with
+  probability 1/2, axis and shard count then uniform; each shard is PS with probability 1/2, then
+  local replication 1/2, or a compressor kind uniform among those it accepts, PowerSGD rank
+  uniform, algorithm uniform; N uniform in 1..max_groups).
+- hierarchical (default): the same, except that the probabilities are themselves drawn once per
+  strategy — p_split, p_ps, p_replication ~ U(0, 1), compressor-kind and algorithm weights
+  ~ Dirichlet(1, ..., 1) — and then used for every variable and shard. Each factor's
+  marginal is unchanged (still 1/2, or uniform), but the choices of one strategy are correlated.
+  Why: with independent fair coins a 200-variable model's strategy is almost surely a ~50/50 mix
+  of PS and collective shards with every compressor present; coherent strategies (all collective,
+  all PS, everything compressed — where hand-tuned systems like Horovod live) have probability
+  ~2^-200 and are never sampled. Under the hierarchical prior they are common, and the space is
+  the same (every strategy keeps a positive probability).
+
+Neither is uniform over the *set* of strategies: that measure puts almost all mass on the largest
+shard counts, since a variable's number of sub-strategies grows exponentially with its shards.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import cache
+from typing import Literal
 
 import numpy as np
 
@@ -85,17 +98,31 @@ class PartialStrategy:
         return [s for var in reversed(self.shards) for s in reversed(var) if not s.ps]
 
 
-def draw_partial(space: Space, rng: np.random.Generator) -> PartialStrategy:
-    """Draw every factor but placement and merge group, factor-wise uniformly."""
+Prior = Literal["flat", "hierarchical"]
+
+
+def draw_partial(space: Space, rng: np.random.Generator, prior: Prior = "hierarchical") -> PartialStrategy:
+    """Draw every factor but placement and merge group (module docstring: the two priors)."""
     partitions: list[Partition] = []
     shards: list[list[ShardDraft]] = []
     algorithms = space.config.algorithms
+    kinds = space.config.compressors
+    if prior == "hierarchical":
+        p_split, p_ps, p_rep = rng.random(3).tolist()
+        kind_weight = dict(zip(kinds, rng.dirichlet(np.ones(len(kinds))).tolist(), strict=True))
+        alg_weight = rng.dirichlet(np.ones(len(algorithms))).tolist()
+    elif prior == "flat":
+        p_split = p_ps = p_rep = 0.5
+        kind_weight = dict.fromkeys(kinds, 1.0)
+        alg_weight = [1.0] * len(algorithms)
+    else:
+        raise ValueError(f"prior: unknown {prior!r}; expected 'flat' or 'hierarchical'")
     # uniforms drawn in blocks (numpy calls per factor would dominate); u < p is a Bernoulli(p),
     # int(u * n) a uniform choice among n
     per_var = rng.random((len(space.variables), 3)).tolist()
-    per_shard = iter(rng.random((space.max_shard_count, 3)).tolist())
+    per_shard = iter(rng.random((space.max_shard_count, 4)).tolist())
     for vs, (u_split, u_axis, u_k) in zip(space.variables, per_var, strict=True):
-        if vs.partitionable and u_split < 0.5:
+        if vs.partitionable and u_split < p_split:
             axes = sorted(vs.k_max)
             axis = axes[int(u_axis * len(axes))]
             part = _partition(axis, 2 + int(u_k * (vs.k_max[axis] - 1)))
@@ -103,19 +130,43 @@ def draw_partial(space: Space, rng: np.random.Generator) -> PartialStrategy:
             part = _partition(0, 1)
         drafts = []
         for layout in space.layout(vs, part.axis, part.shards):
-            u_ps, u_a, u_b = next(per_shard)
-            d = ShardDraft(vs.index, layout.message_bytes, ps=u_ps < 0.5)
+            u_ps, u_a, u_b, u_c = next(per_shard)
+            d = ShardDraft(vs.index, layout.message_bytes, ps=u_ps < p_ps)
             if d.ps:
-                d.local_replication = u_a < 0.5
+                d.local_replication = u_a < p_rep
             else:
-                d.compressor = layout.compressors[int(u_a * len(layout.compressors))]
-                d.algorithm = algorithms[int(u_b * len(algorithms))]
+                options = _pick(layout.by_kind, kind_weight, u_a)
+                d.compressor = options[int(u_c * len(options))]
+                d.algorithm = _choose(algorithms, alg_weight, u_b)
             drafts.append(d)
         partitions.append(part)
         shards.append(drafts)
     n_cc = sum(1 for var in shards for s in var if not s.ps)
     n_groups = int(rng.integers(1, space.max_groups(n_cc) + 1))
     return PartialStrategy(partitions, shards, n_groups)
+
+
+def _choose(items: tuple[str, ...], weights: list[float], u: float) -> str:
+    """The item drawn with probability proportional to ``weights`` from a uniform ``u``."""
+    target, acc = u * sum(weights), 0.0
+    for item, w in zip(items, weights, strict=True):
+        acc += w
+        if target < acc:
+            return item
+    return items[-1]
+
+
+def _pick(
+    by_kind: dict[str, tuple[Compressor, ...]], weight: dict[str, float], u: float
+) -> tuple[Compressor, ...]:
+    """The options of the compressor kind drawn from ``weight`` (restricted to available kinds)."""
+    total = sum(weight[k] for k in by_kind)
+    acc = 0.0
+    for k, options in by_kind.items():
+        acc += weight[k]
+        if u * total < acc:
+            return options
+    return options
 
 
 def assemble(space: Space, partial: PartialStrategy, name: str = "") -> Strategy:

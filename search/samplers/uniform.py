@@ -16,7 +16,7 @@ class UniformSampler(Sampler):
     name = "random"
 
     def draw(self, rng: np.random.Generator) -> Strategy:
-        partial = draw_partial(self.space, rng)
+        partial = draw_partial(self.space, rng, self.prior)
         for var in partial.shards:
             for d in var:
                 if d.ps:

