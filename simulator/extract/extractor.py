@@ -5,7 +5,10 @@
     (220, 400.0)
 
 The model is copied onto the meta device (no parameter memory, tied parameters stay tied), put in
-training mode, traced once (``tracer``) and folded into layers (``builder``). FLOPs follow torch's
+training mode, traced once (``tracer``) and folded into layers (``builder``). A model whose forward
+pass needs tensor *values* (``.item()``, ``nonzero``, data-dependent branches) cannot run on meta
+tensors; it is then traced once more on the CPU with zero-filled parameters and inputs, which
+costs the model's memory (a warning says so). FLOPs follow torch's
 ``FlopCounterMode``: 2 FLOPs per multiply-add (a matmul is 2*M*N*K), bias adds and element-wise ops
 not counted; so ``Linear(10, 20)`` is 2 * 10 * 20 = 400 forward FLOPs per sample.
 """
@@ -14,6 +17,7 @@ from __future__ import annotations
 
 import copy
 import importlib
+import warnings
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, cast
 
@@ -21,7 +25,7 @@ import torch
 from torch import nn
 
 from simulator.extract.builder import BuildOptions, build_spec
-from simulator.extract.tracer import trace
+from simulator.extract.tracer import Trace, trace
 from simulator.spec import ModelSpec
 
 Inputs = torch.Tensor | Sequence[torch.Tensor] | Mapping[str, torch.Tensor]
@@ -62,23 +66,20 @@ def example_inputs(shape: Sequence[int], dtype: str = "float32") -> torch.Tensor
     return torch.zeros(tuple(shape), dtype=TORCH_DTYPES[dtype], device="meta")
 
 
-def to_meta(module: nn.Module, dtype: torch.dtype | None = None) -> nn.Module:
+def to_meta(module: nn.Module, dtype: torch.dtype | None = None, device: str = "meta") -> nn.Module:
     """A copy of ``module`` whose parameters and buffers are meta tensors; ties are kept.
 
     The deep copy is seeded with meta replacements of every parameter and buffer, so no data is
     copied and a parameter shared by two submodules stays one parameter. ``dtype`` casts the
-    floating-point ones.
+    floating-point ones. ``device="cpu"`` makes zero-filled CPU tensors instead (the fallback).
     """
     memo: dict[int, Any] = {}
-    for p in module.parameters():
-        if id(p) not in memo:
-            cast = dtype if dtype is not None and p.is_floating_point() else p.dtype
-            meta = torch.empty_like(p, device="meta", dtype=cast)
-            memo[id(p)] = nn.Parameter(meta, requires_grad=p.requires_grad)
-    for b in module.buffers():
-        if id(b) not in memo:
-            cast = dtype if dtype is not None and b.is_floating_point() else b.dtype
-            memo[id(b)] = torch.empty_like(b, device="meta", dtype=cast)
+    for t in [*module.parameters(), *module.buffers()]:
+        if id(t) not in memo:
+            cast = dtype if dtype is not None and t.is_floating_point() else t.dtype
+            new = torch.zeros(t.shape, device=device, dtype=cast)
+            is_param = isinstance(t, nn.Parameter)
+            memo[id(t)] = nn.Parameter(new, requires_grad=t.requires_grad) if is_param else new
     return copy.deepcopy(module, memo)
 
 
@@ -101,12 +102,42 @@ def _batch_of(inputs: Inputs) -> int:
     return int(first.shape[0])
 
 
-def _meta(inputs: Inputs) -> Inputs:
+def _on(inputs: Inputs, device: str) -> Inputs:
+    """The inputs as tensors on ``device``: meta (no data) or zero-filled CPU tensors."""
+
+    def move(v: Any) -> Any:
+        if not isinstance(v, torch.Tensor):
+            return v
+        return v.to("meta") if device == "meta" else torch.zeros(v.shape, dtype=v.dtype, device=device)
+
     if isinstance(inputs, torch.Tensor):
-        return inputs.to("meta")
+        return cast(torch.Tensor, move(inputs))
     if isinstance(inputs, Mapping):
-        return {k: v.to("meta") if isinstance(v, torch.Tensor) else v for k, v in inputs.items()}
-    return tuple(v.to("meta") if isinstance(v, torch.Tensor) else v for v in inputs)
+        return {k: move(v) for k, v in inputs.items()}
+    return tuple(move(v) for v in inputs)
+
+
+def _needs_data(e: Exception) -> bool:
+    """Whether ``e`` is a meta tensor refusing to give up values it does not have."""
+    text = str(e).lower()
+    return "meta" in text and any(w in text for w in ("item()", "no data", "data-independent"))
+
+
+def _trace_on_meta_or_cpu(module: nn.Module, inputs: Inputs, dtype: torch.dtype | None) -> Trace:
+    for device in ("meta", "cpu"):
+        model = to_meta(module, dtype, device)
+        model.train()
+        try:
+            return trace(model, _call_with(_on(inputs, device)))
+        except (RuntimeError, NotImplementedError) as e:
+            if device == "cpu" or not _needs_data(e):
+                raise
+            warnings.warn(
+                f"the forward pass needs tensor values ({str(e).splitlines()[0]}); "
+                "tracing again on the CPU with zero-filled parameters",
+                stacklevel=3,
+            )
+    raise AssertionError("unreachable")
 
 
 def extract_model(
@@ -134,11 +165,8 @@ def extract_model(
             given = inputs()
     else:
         given = cast(Inputs, inputs)
-    inputs = _meta(given)
-    trace_batch = _batch_of(inputs)
-    model = to_meta(module, dtype)
-    model.train()
-    traced = trace(model, _call_with(inputs))
+    trace_batch = _batch_of(given)
+    traced = _trace_on_meta_or_cpu(module, given, dtype)
     opts = BuildOptions(
         name=name,
         batch_size=batch_size or trace_batch,

@@ -137,11 +137,11 @@ def zoo_clusters() -> list[ClusterSpec]:
         ("B6", [(G4DN_12XL, 3)], b.format("B6", "3x g4dn.12xlarge, [4] x 3, 50GbE"), aws),
         ("B7", [(G4DN_12XL, 4)], b.format("B7", "4x g4dn.12xlarge, [4] x 4, 50GbE"), aws),
         ("B8", [(G4DN_12XL, 8)], b.format("B8", "8x g4dn.12xlarge, [4] x 8, 50GbE"), aws),
-        ("B9", [(G3_4XL, 1), (G3_16XL, 1)], b.format("B9", "1x g3.4xlarge + 1x g3.16xlarge, [1, 4], 10/25GbE"), aws),  # noqa: E501
-        ("B10", [(G3_16XL, 1), (G4DN_12XL, 1)], b.format("B10", "1x g3.16xlarge + 1x g4dn.12xlarge, [4] x 2, 25/50GbE"), aws),  # noqa: E501
-        ("B11", [(G3_16XL, 2), (G4DN_12XL, 2)], b.format("B11", "2x g3.16xlarge + 2x g4dn.12xlarge, [4] x 4, 25/50GbE"), aws),  # noqa: E501
-        ("B12", [(G4DN_2XL, 1), (G4DN_12XL, 1)], b.format("B12", "1x g4dn.2xlarge + 1x g4dn.12xlarge, [1, 4], 25/50GbE"), aws),  # noqa: E501
+        ("B9", [(G3_4XL, 1), (G3_16XL, 1)], b.format("B9", "1x g3.4xlarge + 1x g3.16xlarge, [1, 4], 10/25GbE"), aws),
+        ("B10", [(G3_16XL, 1), (G4DN_12XL, 1)], b.format("B10", "1x g3.16xlarge + 1x g4dn.12xlarge, [4] x 2, 25/50GbE"), aws),
+        ("B11", [(G3_16XL, 2), (G4DN_12XL, 2)], b.format("B11", "2x g3.16xlarge + 2x g4dn.12xlarge, [4] x 4, 25/50GbE"), aws),
+        ("B12", [(G4DN_2XL, 1), (G4DN_12XL, 1)], b.format("B12", "1x g4dn.2xlarge + 1x g4dn.12xlarge, [1, 4], 25/50GbE"), aws),
         ("A100x8", [(A100_NODE, 1)], "One node with 8x A100 80GB on NVSwitch (p4de.24xlarge class).", None),
-        ("H100-4x8", [(H100_NODE, 4)], "4 nodes x 8 H100 SXM on NVSwitch, 8x400 Gbit/s rails per node; one flow rides one rail.", 400.0),  # noqa: E501
+        ("H100-4x8", [(H100_NODE, 4)], "4 nodes x 8 H100 SXM on NVSwitch, 8x400 Gbit/s rails per node; one flow rides one rail.", 400.0),
     ]  # fmt: skip
     return [make_cluster(name, groups, desc, cap) for name, groups, desc, cap in table]

@@ -238,3 +238,22 @@ def test_a_module_called_twice_gives_two_layers_and_one_variable_set() -> None:
     assert [(layer.name, layer.inputs) for layer in spec.layers] == [("fc", ()), ("fc#2", ("fc",))]
     assert len(spec.layers[0].variables) == 2 and spec.layers[1].variables == ()
     assert spec.params == 20 and spec.fwd_flops == 2 * (2 * 4 * 4)
+
+
+def test_a_forward_that_needs_values_falls_back_to_cpu() -> None:
+    class DataDependent(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.fc = nn.Linear(3, 3)
+            self.other = nn.Linear(3, 5)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            h = self.fc(x)
+            return self.other(h) if bool(h.sum() >= 0) else h  # meta tensors have no values
+
+    with torch.device("meta"):
+        model = DataDependent()
+    with pytest.warns(UserWarning, match="needs tensor values"):
+        spec = extract_model(model, torch.empty(2, 3), name="dd")
+    assert [layer.name for layer in spec.layers] == ["fc", "other"]  # zeros: sum >= 0
+    assert spec.params == 12 + 20 and spec.fwd_flops == 2 * 3 * 3 + 2 * 3 * 5
