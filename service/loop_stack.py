@@ -163,9 +163,8 @@ def embedded_worker_argv(
     """The command line of a worker subprocess started by ``strategist serve``/``demo`` (token via env)."""
     argv = [
         sys.executable,
-        "-c",
-        "from service.cli import main; main()",
-        "worker",
+        "-m",
+        "service.queue.worker_main",
         "--pool",
         pool,
         "--api",

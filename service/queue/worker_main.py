@@ -1,0 +1,132 @@
+"""`strategist worker`: run trials from the service's queue on the testbed or on this host's GPUs.
+
+Also runnable as ``python -m service.queue.worker_main`` (what `serve` starts): this module imports
+only the worker, the queue and the zoo, so a worker starts in seconds, not after every CLI group.
+
+How a worker finds work (the trade-off): it *pulls through the API* — every trial is claimed with
+``POST /api/v1/workers/claim`` using a worker token, so a GPU host needs no database credentials and
+no inbound connection (DESIGN.md: workers pull, no ssh into GPU hosts). With ``--broker`` it also
+consumes Celery nudges from the queues of its clusters, which wakes it the moment a trial is
+queued; without a broker it polls the API every ``--poll`` seconds (simpler to deploy, adds up to
+that much latency per trial and one cheap request per poll). Either way the claim decides: a
+duplicated or redelivered nudge claims nothing, so it never produces a second measurement.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import sys
+import threading
+from types import FrameType
+from typing import Annotated
+
+import typer
+
+from runtime.worker import TOKEN_ENV, Worker, WorkerConfig, wait_for_api
+from runtime.worker_pools import POOLS, runnable_clusters
+from simulator import zoo
+
+
+def _fail(field: str, reason: str) -> typer.Exit:
+    typer.echo(f"error: {field}: {reason}", err=True)
+    return typer.Exit(2)
+
+
+def worker(
+    pool: Annotated[str, typer.Option(help="'testbed' (emulated cluster here) or 'gpu' (this host's GPUs).")],
+    api: Annotated[str, typer.Option(help="Base URL of the strategist API.", envvar="STRATEGIST_API_URL")],
+    token: Annotated[
+        str,
+        typer.Option(
+            help=f"A worker-role API token (or ${TOKEN_ENV}).", envvar=TOKEN_ENV, show_default=False
+        ),
+    ] = "",
+    clusters: Annotated[
+        str,
+        typer.Option(help="Comma-separated clusters to advertise; default: the zoo clusters that fit."),
+    ] = "",
+    broker: Annotated[
+        str, typer.Option(help="Celery broker URL to consume nudges from (optional; else poll only).")
+    ] = "",
+    heartbeat: Annotated[float, typer.Option(help="Seconds between heartbeats of a running trial.")] = 2.0,
+    poll: Annotated[float, typer.Option(help="Seconds between claim polls when idle.")] = 1.0,
+    iterations: Annotated[int, typer.Option(help="Measured iterations per trial.")] = 10,
+    warmup: Annotated[int, typer.Option(help="Warm-up iterations per trial (not measured).")] = 3,
+    compute: Annotated[str, typer.Option(help="'replay' (sleep per layer) or 'real'.")] = "replay",
+    trial_timeout: Annotated[float, typer.Option(help="Seconds a trial may run before it fails.")] = 600.0,
+    name: Annotated[str, typer.Option(help="Worker name shown on trials; default host-pid.")] = "",
+    wait_api: Annotated[float, typer.Option(help="Seconds to wait for the API to come up.")] = 60.0,
+) -> None:
+    """Claim trials from the API, run them, heartbeat while running, report the measurements."""
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    if pool not in POOLS:
+        raise _fail("--pool", f"must be one of {', '.join(POOLS)}, got {pool!r}")
+    if not token:
+        raise _fail("--token", f"a worker token is required (or set ${TOKEN_ENV})")
+    if compute not in ("replay", "real"):
+        raise _fail("--compute", f"must be 'replay' or 'real', got {compute!r}")
+    if iterations < 1 or warmup < 0:
+        raise _fail("--iterations/--warmup", "need iterations >= 1 and warmup >= 0")
+    names = [c.strip() for c in clusters.split(",") if c.strip()] or runnable_clusters(
+        pool, [zoo.cluster(n) for n in zoo.cluster_names()]
+    )
+    if not names:
+        raise _fail("--clusters", f"no cluster fits the {pool} pool on this machine; name them explicitly")
+    options: dict[str, object] = {
+        "iterations": iterations,
+        "warmup": warmup,
+        "compute": compute,
+        "timeout_s": trial_timeout,
+    }
+    config = WorkerConfig(
+        api_url=api,
+        token=token,
+        pool=pool,
+        clusters=tuple(names),
+        heartbeat_s=heartbeat,
+        poll_s=poll if not broker else max(poll, 5.0),
+        trial_timeout_s=trial_timeout + 60.0,
+        trial_options=options,
+        **({"name": name} if name else {}),
+    )
+    wait_for_api(api, wait_api)
+    w = Worker(config)
+    logging.getLogger("strategist.worker").info(
+        "worker %s: pool %s, clusters %s, %s",
+        config.name,
+        pool,
+        ",".join(names),
+        "nudges+poll" if broker else "poll",
+    )
+    if not broker:
+        _stop_on_signals(w)
+        w.serve_forever()
+        w.shutdown()
+        return
+    # The idle poll stays on as the safety net for lost nudges; both paths share the worker's
+    # one-trial-at-a-time lock.
+    poller = threading.Thread(target=w.serve_forever, name="poll", daemon=True)
+    poller.start()
+    from service.queue import consume_nudges, make_celery
+
+    def drain(_trial_id: int) -> None:
+        while w.run_once():
+            pass
+
+    consume_nudges(make_celery(broker), names, drain, hostname=f"{config.name}@strategist")
+    w.shutdown()
+
+
+def _stop_on_signals(w: Worker) -> None:
+    def handler(signum: int, _frame: FrameType | None) -> None:
+        w.stop()
+        if signum == signal.SIGINT:
+            sys.exit(130)
+
+    signal.signal(signal.SIGTERM, handler)
+    signal.signal(signal.SIGINT, handler)
+
+
+if __name__ == "__main__":
+    typer.run(worker)
