@@ -110,32 +110,50 @@ def make_batch(
 
     Derives the collective op of each row (all-gather for sparse variables, else the row's
     all-reduce algorithm) and numbers the distinct (strategy, group, op) collective calls.
+    Raises ValueError naming the field and first bad row when a value is out of range; it does
+    not check that every variable is covered exactly once (``decode`` + ``Strategy.check`` do).
     """
     strategy = np.asarray(strategy, dtype=np.int64)
     if strategy.size and np.any(np.diff(strategy) < 0):
         raise ValueError("strategy: rows must be grouped by strategy in increasing order")
-    n = int(strategy[-1]) + 1 if strategy.size else 0
+    if strategy.size == 0 or strategy[0] < 0:
+        raise ValueError("strategy: need rows, numbered from 0")
+    n = int(strategy[-1]) + 1
     counts = np.bincount(strategy, minlength=n)
     if np.any(counts == 0):
         raise ValueError(f"strategy: strategy {int(np.argmin(counts))} has no shard rows")
     offsets = np.concatenate(([0], np.cumsum(counts))).astype(np.int64)
-    variable = np.asarray(variable, dtype=np.int64)
+    ints = {
+        k: np.asarray(a, dtype=np.int64)
+        for k, a in dict(
+            variable=variable,
+            axis=axis,
+            num_shards=num_shards,
+            shard_index=shard_index,
+            server=server,
+            staleness=staleness,
+            group=group,
+            algorithm=algorithm,
+            compressor=compressor,
+            rank=rank,
+        ).items()
+    }
     is_ps = np.asarray(is_ps, dtype=bool)
-    group = np.where(is_ps, -1, np.asarray(group, dtype=np.int64))
-    algorithm = np.asarray(algorithm, dtype=np.int64)
+    _check_rows(ma, ca, len(strategy), is_ps, ints, np.asarray(local_replication))
+    variable, axis, num_shards, shard_index = (
+        ints[k] for k in ("variable", "axis", "num_shards", "shard_index")
+    )
+    server, staleness, compressor, rank = (ints[k] for k in ("server", "staleness", "compressor", "rank"))
+    group = np.where(is_ps, -1, ints["group"])
+    algorithm = ints["algorithm"]
     op = np.where(is_ps, -1, np.where(ma.sparse[variable], OP_ALLGATHER, algorithm))
     cc = ~is_ps
     call = np.full(strategy.shape, -1, dtype=np.int64)
     gspan = int(group.max()) + 1 if cc.any() else 1
     key = (strategy[cc] * gspan + group[cc]) * 3 + op[cc]
     uniq, call[cc] = _dense_rank(key, n * gspan * 3)
-    server = np.where(is_ps, np.asarray(server, dtype=np.int64), -1)
+    server = np.where(is_ps, server, -1)
     local_replication = np.asarray(local_replication, dtype=bool) & is_ps
-    axis = np.asarray(axis, dtype=np.int64)
-    num_shards = np.asarray(num_shards, dtype=np.int64)
-    shard_index = np.asarray(shard_index, dtype=np.int64)
-    compressor = np.asarray(compressor, dtype=np.int64)
-    rank = np.asarray(rank, dtype=np.int64)
     j = len(ca.gpus)
     return StrategyBatch(
         offsets=offsets,
@@ -147,7 +165,7 @@ def make_batch(
         is_ps=is_ps,
         server=server,
         local_replication=local_replication,
-        staleness=np.asarray(staleness, dtype=np.int64),
+        staleness=staleness,
         group=group,
         algorithm=algorithm,
         compressor=compressor,
@@ -161,6 +179,44 @@ def make_batch(
         code=np.where(is_ps, 2 * server + local_replication, 2 * j + op),
         bin=np.where(is_ps, strategy * j + server, n * j + call),
     )
+
+
+def _check_rows(
+    ma: ModelArrays,
+    ca: ClusterArrays,
+    t: int,
+    is_ps: np.ndarray,
+    ints: dict[str, np.ndarray],
+    local_replication: np.ndarray,
+) -> None:
+    """Raise ValueError for the first field with a wrong length or an out-of-range value."""
+    for k, a in [*ints.items(), ("is_ps", is_ps), ("local_replication", local_replication)]:
+        if a.shape != (t,):
+            raise ValueError(f"{k}: has shape {a.shape}, expected ({t},) like strategy")
+    v = ints["variable"]
+    cc = ~is_ps
+    checks = [
+        ("variable", (v < 0) | (v >= len(ma.numel))),
+    ]
+    if not checks[0][1].any():
+        axis, shards = ints["axis"], ints["num_shards"]
+        bad_axis = (axis < 0) | (axis >= ma.ndim[v])
+        dim = ma.dims[v, np.where(bad_axis, 0, axis)]
+        checks += [
+            ("axis", bad_axis),
+            ("num_shards", (shards < 1) | (shards > dim)),
+            ("shard_index", (ints["shard_index"] < 0) | (ints["shard_index"] >= shards)),
+            ("server", is_ps & ((ints["server"] < 0) | (ints["server"] >= len(ca.gpus)))),
+            ("staleness", ints["staleness"] < 0),
+            ("group", cc & (ints["group"] < 0)),
+            ("algorithm", cc & ((ints["algorithm"] < 0) | (ints["algorithm"] >= len(ALGORITHMS)))),
+            ("compressor", cc & ((ints["compressor"] < 0) | (ints["compressor"] >= len(COMPRESSORS)))),
+            ("rank", cc & ((ints["compressor"] == 2) != (ints["rank"] >= 1))),
+        ]
+    for name, bad in checks:
+        if bad.any():
+            row = int(np.argmax(bad))
+            raise ValueError(f"{name}: row {row} has an out-of-range value {int(ints[name][row])}")
 
 
 def _dense_rank(key: np.ndarray, span: int) -> tuple[np.ndarray, np.ndarray]:

@@ -13,6 +13,12 @@ to and pulls from every PS server, so the two kinds of traffic contend for the s
 serialise; the paper gives each kind's total but not their combination. A sum is the
 conservative choice and keeps T_sync linear in φ and δ for fitting. ``combine="max"`` models
 perfect overlap instead (the lower bound), for clusters where servers sit on separate nodes.
+
+Not modelled (kept as raw features for the learned simulators): SSP staleness (a stale shard is
+costed as synchronous), the overlap of a bucket's collective with the rest of back-propagation
+(Eq. 1 assumes full overlap, so fewer, larger merge groups always cost less), and PS-side
+compression (the vocabulary's PSSync has no compressor; a row's compressor code would apply).
+Hybrid plans (``Strategy.plan``) are rejected by ``encode``.
 """
 
 from __future__ import annotations

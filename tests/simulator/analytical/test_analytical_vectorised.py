@@ -127,3 +127,20 @@ def test_encode_rejects_plans() -> None:
     )
     with pytest.raises(ValueError, match="plan"):
         encode(model_arrays(model), cluster_arrays(cluster), [s.model_copy(update={"plan": plan})])
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [("variable", 99), ("server", 7), ("num_shards", 0), ("compressor", 5), ("axis", 9)],
+)
+def test_make_batch_names_the_out_of_range_field(field: str, value: int) -> None:
+    model, cluster = mixed_model(), CLUSTERS["two-nodes"]
+    ma, ca = model_arrays(model), cluster_arrays(cluster)
+    b = encode(ma, ca, random_strategies(model, cluster, 3, seed=0))
+    names = ("strategy", "variable", "axis", "num_shards", "shard_index", "is_ps", "server")
+    names += ("local_replication", "staleness", "group", "algorithm", "compressor", "rank")
+    fields = {k: getattr(b, k).copy() for k in names}
+    row = int(np.flatnonzero(b.is_ps if field == "server" else ~b.is_ps)[0])
+    fields[field][row] = value
+    with pytest.raises(ValueError, match=f"^{field}: row {row}"):
+        make_batch(ma, ca, **fields)
