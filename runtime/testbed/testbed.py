@@ -44,6 +44,8 @@ _NAME = re.compile(rf"^{PREFIX}-(\d+)-([0-9a-f]+)-(sw|n\d+)$")
 class TestbedUnavailable(netns.NetnsError):
     """Network namespaces cannot be used on this machine (not root, no iproute2, ...)."""
 
+    __test__ = False  # not a pytest test class
+
 
 def cleanup_stale() -> list[str]:
     """Remove testbed namespaces left behind by crashed runs (their owner pid is dead).

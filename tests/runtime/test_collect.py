@@ -1,0 +1,84 @@
+"""Runtime dataset collection: records, their files, and one real collection on the testbed."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+
+import pytest
+
+from runtime.collect import FORMAT, Trial, baseline_trials, collect, compress_if_large, load_records, record
+from runtime.executor import ExecutorConfig
+from runtime.executor.reference import GPU, tiny_model
+from runtime.testbed import netns
+from simulator.analytical import BASELINES
+from simulator.spec import ClusterSpec, CollectiveSync, Node, PSSync, Strategy, VariableStrategy
+from simulator.spec.measurement import Measurement
+
+MODEL = tiny_model()
+CLUSTER = ClusterSpec(name="2x1", device_types=(GPU,), intra_node_gbps=100.0,
+                      nodes=tuple(Node(name=f"n{i}", device=GPU.name, gpus=1, nic_gbps=1.0) for i in range(2)))  # fmt: skip
+
+
+def every(sync: CollectiveSync | PSSync, name: str) -> Strategy:
+    return Strategy(name=name, variables=tuple(VariableStrategy(variable=v.name, shards=(sync,))
+                                               for v in MODEL.variables))  # fmt: skip
+
+
+def test_record_of_a_measurement_and_of_a_failure() -> None:
+    m = Measurement(iteration_times=(0.3, 0.1, 0.2), compute_times=(0.05, 0.07, 0.06),
+                    sync_wait_times=(0.2, 0.0, 0.1), warmup=1, scale=40.0)  # fmt: skip
+    rec = record(
+        MODEL, CLUSTER, Trial(every(CollectiveSync(), "ar"), "baseline:horovod", 0), m, {"host": "h"}
+    )
+    assert rec["format"] == FORMAT and rec["baseline"] is True and rec["ok"] is True
+    assert (rec["median_s"], rec["compute_s"], rec["sync_wait_s"]) == (0.2, 0.06, 0.1)
+    assert rec["scale"] == 40.0 and rec["environment"]["host"] == "h" and "time_utc" in rec["environment"]
+    assert Strategy.model_validate(rec["strategy"]).name == "ar"
+    bad = record(MODEL, CLUSTER, Trial(every(CollectiveSync(), "ar"), "sampler:random", 3),
+                 Measurement(failure="timeout: x"), {})  # fmt: skip
+    assert (bad["ok"], bad["baseline"], bad["median_s"], bad["failure"], bad["index"]) == (
+        False, False, None, "timeout: x", 3)  # fmt: skip
+
+
+def test_large_files_are_gzipped_and_read_back(tmp_path: Path) -> None:
+    small, big = tmp_path / "a" / "s.jsonl", tmp_path / "b" / "b.jsonl"
+    for p, n in ((small, 2), (big, 50)):
+        p.parent.mkdir()
+        p.write_text("".join(json.dumps({"i": i, "pad": "x" * 100}) + "\n" for i in range(n)))
+    assert compress_if_large(small, above=10_000) == small
+    gz = compress_if_large(big, above=1_000)
+    assert gz.name == "b.jsonl.gz" and not big.exists()
+    with gzip.open(gz, "rt") as f:
+        assert len(f.read().splitlines()) == 50
+    assert sorted(r["i"] for r in load_records(tmp_path)) == sorted([0, 1, *range(50)])
+
+
+def test_baseline_trials_cover_every_baseline() -> None:
+    trials = baseline_trials(MODEL, CLUSTER)
+    assert [t.source for t in trials] == [f"baseline:{b}" for b in BASELINES]
+    for t in trials:
+        t.strategy.check(MODEL, CLUSTER)
+
+
+@pytest.mark.netns
+@pytest.mark.skipif(netns.namespaces_usable() is not None, reason="network namespaces unavailable")
+def test_collect_on_the_testbed_appends_one_record_per_trial(tmp_path: Path) -> None:
+    trials = [
+        Trial(every(CollectiveSync(), "ar"), "sampler:random", 0),
+        Trial(every(PSSync(server="n1"), "ps"), "sampler:random", 1),
+        Trial(every(PSSync(server="nowhere"), "bad"), "sampler:random", 2),
+    ]
+    out = tmp_path / "t.jsonl"
+    seen: list[dict[str, object]] = []
+    cfg = ExecutorConfig(warmup=1, iterations=2, timeout_s=60, scale=10.0)
+    assert collect(MODEL, CLUSTER, trials, out, config=cfg, on_record=seen.append) == out
+    recs = list(load_records(out))
+    assert recs == seen and [r["index"] for r in recs] == [0, 1, 2]
+    assert [r["ok"] for r in recs] == [True, True, False]
+    assert "invalid strategy" in str(recs[2]["failure"])
+    env = recs[0]["measurement"]["environment"]
+    assert env["testbed"] == "netns" and env["shaped"] is True and env["rates_mbit"] == [100.0, 100.0]
+    assert recs[0]["environment"]["git_commit"] != "" and recs[0]["scale"] == 10.0
+    assert len(recs[0]["measurement"]["iteration_times"]) == 2
