@@ -31,7 +31,9 @@ def serve(
     loop: Annotated[bool, typer.Option(help="Run the search loop in this process.")] = True,
 ) -> None:
     """Run strategist: migrations, API, search loop and an embedded testbed worker, until Ctrl-C."""
-    settings = Settings(**({"api_host": host} if host else {}))
+    settings = Settings()
+    if host:
+        settings = settings.model_copy(update={"api_host": host})
     stack = Stack(settings, StackConfig(embedded_worker=worker, loop=loop, port=port if port >= 0 else None))
     stack.start()
     typer.echo(

@@ -14,6 +14,7 @@ duplicated or redelivered nudge claims nothing, so it never produces a second me
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import signal
 import sys
@@ -88,8 +89,9 @@ def worker(
         poll_s=poll if not broker else max(poll, 5.0),
         trial_timeout_s=trial_timeout + 60.0,
         trial_options=options,
-        **({"name": name} if name else {}),
     )
+    if name:
+        config = dataclasses.replace(config, name=name)
     wait_for_api(api, wait_api)
     w = Worker(config)
     logging.getLogger("strategist.worker").info(
