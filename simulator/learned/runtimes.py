@@ -1,0 +1,143 @@
+"""Reading measured runtimes from ``datasets/runtimes/<model>__<cluster>/*.jsonl[.gz]`` as Domains.
+
+The record format is ``runtime.collect``'s (datasets/README.md, "Runtime records"): one JSON
+object per line with ``format`` ("strategist.runtime/1"), ``model`` and ``cluster`` (zoo names),
+``strategy`` (a Strategy as JSON), ``ok``, ``median_s`` (median seconds per iteration) and
+``failure``. Failed trials carry no time and are left out (they are counted). Model and cluster
+specs are looked up by name (the zoo by default). Only measured times are used: nothing here
+makes a label up.
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import json
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from simulator import zoo
+from simulator.learned.data import Domain, SourceFile
+from simulator.spec import ClusterSpec, ModelSpec, SpecError, Strategy
+from simulator.spec.io import parse_as
+
+FORMAT_PREFIX = "strategist.runtime/"
+
+
+def default_runtimes_dir() -> Path:
+    return zoo.datasets_dir() / "runtimes"
+
+
+@dataclass(frozen=True)
+class DomainFiles:
+    """A domain's folder and its record files."""
+
+    name: str
+    files: tuple[Path, ...]
+
+
+def domain_folders(root: Path) -> list[DomainFiles]:
+    """Every ``<model>__<cluster>`` folder under ``root`` with at least one record file."""
+    if not root.is_dir():
+        return []
+    out = []
+    for folder in sorted(p for p in root.iterdir() if p.is_dir() and "__" in p.name):
+        files = tuple(sorted([*folder.glob("*.jsonl"), *folder.glob("*.jsonl.gz")]))
+        if files:
+            out.append(DomainFiles(folder.name, files))
+    return out
+
+
+def _lines(path: Path) -> Iterator[tuple[int, str]]:
+    opener = gzip.open if path.suffix == ".gz" else open
+    with opener(path, "rt") as f:
+        for i, line in enumerate(f, start=1):
+            if line.strip():
+                yield i, line
+
+
+def _sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def read_records(path: Path) -> list[dict[str, Any]]:
+    """The records of one file; a bad line raises ValueError naming file, line and field."""
+    out = []
+    for lineno, line in _lines(path):
+        try:
+            rec = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise ValueError(f"{path}:{lineno}: not valid JSON: {e}") from None
+        if not isinstance(rec, dict):
+            raise ValueError(f"{path}:{lineno}: a record must be a JSON object")
+        fmt = rec.get("format", "")
+        if not str(fmt).startswith(FORMAT_PREFIX):
+            raise ValueError(f"{path}:{lineno}: format: expected {FORMAT_PREFIX}*, got {fmt!r}")
+        for key in ("model", "cluster", "strategy"):
+            if key not in rec:
+                raise ValueError(f"{path}:{lineno}: {key}: missing")
+        out.append(rec)
+    return out
+
+
+def load_domain(
+    folder: DomainFiles,
+    model_of: Callable[[str], ModelSpec] = zoo.model,
+    cluster_of: Callable[[str], ClusterSpec] = zoo.cluster,
+) -> tuple[Domain, int]:
+    """The successful measurements of one domain folder, and the number of failed records."""
+    samples: list[tuple[Strategy, float]] = []
+    sources = []
+    failed = 0
+    model: ModelSpec | None = None
+    cluster: ClusterSpec | None = None
+    for path in folder.files:
+        records = read_records(path)
+        sources.append(SourceFile(path=str(path), records=len(records), sha256=_sha256(path)))
+        for i, rec in enumerate(records):
+            where = f"{path}: record {i + 1}"
+            if model is None:
+                model, cluster = model_of(rec["model"]), cluster_of(rec["cluster"])
+            assert cluster is not None
+            if (rec["model"], rec["cluster"]) != (model.name, cluster.name):
+                raise ValueError(
+                    f"{where}: model/cluster: {rec['model']}/{rec['cluster']} in a folder of "
+                    f"{model.name}/{cluster.name}"
+                )
+            seconds = rec.get("median_s")
+            if not rec.get("ok", False) or seconds is None:
+                failed += 1
+                continue
+            if not (isinstance(seconds, int | float) and seconds > 0):
+                raise ValueError(f"{where}: median_s: must be a number > 0, got {seconds!r}")
+            try:
+                strategy = parse_as(Strategy, rec["strategy"])
+            except SpecError as e:
+                raise ValueError(f"{where}: strategy: {e}") from None
+            samples.append((strategy, float(seconds)))
+    if model is None or cluster is None:
+        raise ValueError(f"{folder.name}: no records")
+    domain = Domain.from_measurements(model, cluster, samples, sources=tuple(sources))
+    return domain, failed
+
+
+def load_runtimes(
+    root: Path | None = None,
+    names: Sequence[str] | None = None,
+    model_of: Callable[[str], ModelSpec] = zoo.model,
+    cluster_of: Callable[[str], ClusterSpec] = zoo.cluster,
+) -> list[Domain]:
+    """Every measured domain under ``root`` (default ``datasets/runtimes``), or those in ``names``.
+
+    Raises KeyError naming the known domains when a requested one is missing.
+    """
+    folders = {f.name: f for f in domain_folders(root or default_runtimes_dir())}
+    wanted = list(names) if names is not None else sorted(folders)
+    missing = [n for n in wanted if n not in folders]
+    if missing:
+        raise KeyError(
+            f"no runtime records for {', '.join(missing)}; known: {', '.join(sorted(folders)) or 'none'}"
+        )
+    return [load_domain(folders[n], model_of, cluster_of)[0] for n in wanted]
