@@ -5,7 +5,8 @@ Its time is ``end_k - end_{k-1}``; the first iteration's reference is the latest
 the start-of-trial barrier (``max_r t0[r][0]``). All timestamps come from CLOCK_MONOTONIC, one
 clock for every process on a host (the testbed's namespaces share it). ``compute_times`` and
 ``sync_wait_times`` are the means over workers of (end of backward - start) and (end of
-synchronisation - end of backward) of that iteration.
+synchronisation - end of backward) of that iteration. ``environment["iterations_s"]`` is the
+wall time of all iterations, warm-up included (a trial's overhead is ``trial_wall_s`` minus it).
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ def aggregate(ranks: list[dict[str, Any]], cfg: ExecutorConfig, environment: dic
         scale=cfg.scale,
         compute_mode=cfg.compute,
         backend=cfg.backend,
-        environment=environment,
+        environment={**environment, "iterations_s": ends[-1] - start},
     )
 
 

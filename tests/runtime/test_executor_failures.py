@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from runtime.executor import ExecutorConfig, ExecutorSession, LocalLauncher, run_trial
-from runtime.executor.reference import GPU, linear, tiny_model
+from runtime.executor.reference import GPU, correctness_cases, linear, tiny_model
 from simulator.spec import (
     ClusterSpec,
     CollectiveSync,
@@ -105,13 +105,29 @@ def test_estimated_out_of_memory_is_a_failure() -> None:
     assert m.failure is not None and m.failure.startswith("out of memory (estimated)"), m.failure
 
 
-def test_killed_process_is_replaced_for_the_next_strategy() -> None:
-    with ExecutorSession(MODEL, CLUSTER, LocalLauncher(), FAST) as s:
-        assert s.run(allreduce()).ok
+def test_replayed_trials_then_a_killed_rank_is_replaced() -> None:
+    # Every layer's forward takes 2 ms on the toy GPU (backward 4 ms): 30 ms of compute per step.
+    flops = 2e-3 * GPU.fp32_tflops * 1e12 * 0.5 / MODEL.batch_size
+    model = MODEL.model_copy(
+        update={"layers": tuple(layer.model_copy(update={"fwd_flops": flops}) for layer in MODEL.layers)}
+    )
+    compute = 3 * 2e-3 * len(MODEL.layers)
+    cfg = ExecutorConfig(compute="replay", warmup=1, iterations=3, scale=4.0, timeout_s=30)
+    cases = correctness_cases(model, "n0", "n0")
+    with ExecutorSession(model, CLUSTER, LocalLauncher(), cfg) as s:
+        for name in ("mixed", "ps-local-replication", "powersgd"):
+            m = s.run(cases[name][0])
+            assert m.ok, m.failure
+            assert len(m.iteration_times) == len(m.compute_times) == len(m.sync_wait_times) == 3
+            # Replay sleeps until deadlines: compute never takes less than the FLOPs say.
+            assert min(m.compute_times) >= compute * 0.999
+            assert min(m.sync_wait_times) >= 0.0
+            assert m.environment["iterations_s"] >= 4 * compute
+            assert m.scale == 4.0 and m.compute_mode == "replay"
         victim = s._procs[1].popen
         victim.kill()
         victim.wait()
-        m = s.run(allreduce())
+        m = s.run(allreduce(model))
         assert m.ok, m.failure
         assert s.starts == 2
 
