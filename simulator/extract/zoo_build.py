@@ -55,7 +55,15 @@ def main(argv: list[str] | None = None) -> int:
     if args.only in ("all", "clusters"):
         print("clusters:", ", ".join(write_clusters(out)))
     if args.only in ("all", "models"):
-        write_models(out, args.model)
+        try:
+            write_models(out, args.model)
+        except ImportError as e:
+            print(
+                f"error: {e}; building the model zoo needs torchvision and transformers "
+                "(the zoo environment in datasets/README.md, 'Regenerating the zoo')",
+                file=sys.stderr,
+            )
+            return 2
     return 0
 
 
