@@ -1,10 +1,23 @@
 """Deciding: the strategy space, samplers under AutoSync's constraints, memory feasibility,
-similarity, diverse selection (Eq. 11) and the searchers that drive them."""
+similarity, diverse selection (Eq. 11) and the searchers that drive them.
+
+Public API:
+    Space(model, cluster, SpaceConfig)      the strategy space (search.space) and log10_size()
+    make_sampler(kind, model, cluster, seed) -> Sampler     kind: "random" | "constrained"
+    Sampler.sample(n) -> list[Strategy]     seeded; UniformSampler, ConstrainedSampler(Constraints)
+    load_balance / adjacent_merge           Algorithms 1 and 2 (search.constraints)
+    MemoryModel(model, cluster).check(s) -> Feasibility   device and PS-host memory, with reasons
+    FactorSimilarity / HiddenSimilarity     sim(S_i, S_j) behind Similarity
+    select_diverse(strategies, scores, k, alpha, similarity) -> Selection   Eq. 11
+    Searcher.ask(n) / tell(strategies, times): RandomSearcher, ConstrainedSearcher (AutoSync(-s)),
+        AutoSyncSearcher, TPESearcher, CMAESSearcher (search.searchers)
+"""
 
 from __future__ import annotations
 
 from typing import Literal
 
+from search.constraints import adjacent_merge, load_balance
 from search.feasibility import Feasibility, MemoryConfig, MemoryModel
 from search.samplers import (
     ConstrainedSampler,
@@ -14,6 +27,17 @@ from search.samplers import (
     UniformSampler,
 )
 from search.samplers.partial import Prior
+from search.searchers import (
+    AutoSyncConfig,
+    AutoSyncSearcher,
+    CMAESSearcher,
+    ConstrainedSearcher,
+    RandomSearcher,
+    Searcher,
+    TPESearcher,
+)
+from search.selection import Selection, select_diverse, select_exact
+from search.similarity import FactorSimilarity, HiddenSimilarity, Similarity
 from search.space import Space, SpaceConfig
 from simulator.spec import ClusterSpec, ModelSpec
 
@@ -49,17 +73,32 @@ def make_sampler(
 
 
 __all__ = [
+    "AutoSyncConfig",
+    "AutoSyncSearcher",
+    "CMAESSearcher",
     "ConstrainedSampler",
+    "ConstrainedSearcher",
     "Constraints",
+    "FactorSimilarity",
     "Feasibility",
+    "HiddenSimilarity",
     "InfeasibleSpaceError",
     "MemoryConfig",
     "MemoryModel",
     "Prior",
+    "RandomSearcher",
     "Sampler",
     "SamplerKind",
+    "Searcher",
+    "Selection",
+    "Similarity",
     "Space",
     "SpaceConfig",
+    "TPESearcher",
     "UniformSampler",
+    "adjacent_merge",
+    "load_balance",
     "make_sampler",
+    "select_diverse",
+    "select_exact",
 ]

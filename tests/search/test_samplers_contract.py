@@ -8,7 +8,7 @@ import math
 import numpy as np
 import pytest
 
-from search import ConstrainedSampler, Constraints, Sampler, Space, UniformSampler
+from search import ConstrainedSampler, Constraints, Sampler, Space, UniformSampler, make_sampler
 from search.samplers.partial import PartialStrategy
 from search.space import shard_message_bytes
 from simulator.spec import ClusterSpec, CollectiveSync, ModelSpec, PSSync, Strategy
@@ -25,6 +25,8 @@ SAMPLERS = {
     "constrained-no-am": lambda sp, seed: ConstrainedSampler(
         sp, seed, constraints=Constraints(adjacent_merge=False)
     ),
+    "constrained-flat": lambda sp, seed: ConstrainedSampler(sp, seed, prior="flat"),
+    "random-flat": lambda sp, seed: UniformSampler(sp, seed, prior="flat"),
 }
 
 
@@ -87,7 +89,9 @@ def _ps_deviation(s: Strategy, model: ModelSpec, cluster: ClusterSpec) -> float 
     return float(np.abs(loads - bw / bw.sum() * b.sum()).max() / (b.max() + 3 * b.mean()))
 
 
-@pytest.mark.parametrize("kind", ["constrained", "constrained-argmax", "constrained-no-am"])
+@pytest.mark.parametrize(
+    "kind", ["constrained", "constrained-argmax", "constrained-no-am", "constrained-flat"]
+)
 def test_ps_load_is_bandwidth_proportional(kind: str, model: ModelSpec, cluster: ClusterSpec) -> None:
     """c_lb: each server's PS bytes lie within max shard + 3 mean shards of its bandwidth share.
 
@@ -111,7 +115,9 @@ def _groups_backprop(s: Strategy, model: ModelSpec) -> tuple[list[int], list[flo
     return [x.sync.group for x in shards], [x.grad_bytes for x in shards]  # type: ignore[union-attr]
 
 
-@pytest.mark.parametrize("kind", ["constrained", "constrained-argmax", "constrained-no-lb"])
+@pytest.mark.parametrize(
+    "kind", ["constrained", "constrained-argmax", "constrained-no-lb", "constrained-flat"]
+)
 def test_groups_adjacent_and_byte_balanced(kind: str, model: ModelSpec, cluster: ClusterSpec) -> None:
     """c_am: groups are contiguous runs 0, 1, ... in back-prop order, and byte-balanced as
     Algorithm 2 makes them: some l_avg exists with, for every group but the last,
@@ -147,3 +153,29 @@ def test_partial_strategy_draw_matches_space(model: ModelSpec, cluster: ClusterS
             if var_space.variable.sparse:
                 assert axis == 0
     assert PartialStrategy is not None and math.isfinite(shard_message_bytes(model.variables[0], (2, 2)))
+
+
+def _collective_share(s: Strategy) -> float:
+    syncs = [x for vs in s.variables for x in vs.shards]
+    return sum(not isinstance(x, PSSync) for x in syncs) / len(syncs)
+
+
+def test_hierarchical_prior_reaches_coherent_strategies(model: ModelSpec, cluster: ClusterSpec) -> None:
+    """The documented reason for the hierarchical prior: strategies that are >= 90% collective
+    (or >= 90% PS) are common under it and (nearly) absent under independent fair coins."""
+    hier = [_collective_share(s) for s in _make("constrained", model, cluster, 6).sample(100)]
+    flat = [_collective_share(s) for s in _make("constrained-flat", model, cluster, 6).sample(100)]
+    coherent = [sum(x >= 0.9 or x <= 0.1 for x in shares) for shares in (hier, flat)]
+    assert coherent[0] >= 20 and coherent[1] <= 3
+    assert abs(np.mean(hier) - 0.5) < 0.1 and abs(np.mean(flat) - 0.5) < 0.1  # same marginal
+
+
+def test_make_sampler_kinds(model: ModelSpec, cluster: ClusterSpec) -> None:
+    assert isinstance(make_sampler("random", model, cluster), UniformSampler)
+    assert isinstance(make_sampler("constrained", model, cluster), ConstrainedSampler)
+    with pytest.raises(ValueError, match="kind: unknown sampler 'grid'"):
+        make_sampler("grid", model, cluster)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="constraints: the random sampler has none"):
+        make_sampler("random", model, cluster, constraints=Constraints())
+    with pytest.raises(ValueError, match="prior: unknown 'tilted'"):
+        make_sampler("random", model, cluster, prior="tilted").sample(1)  # type: ignore[arg-type]
