@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from alembic import command
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
-from sqlalchemy import Engine, create_engine, event, text
+from sqlalchemy import CursorResult, Engine, Result, create_engine, event, text
 from sqlalchemy.engine import make_url
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -86,3 +86,8 @@ def ping(engine: Engine) -> None:
     """Run ``SELECT 1``; raises if the database is unreachable."""
     with engine.connect() as conn:
         conn.execute(text("SELECT 1"))
+
+
+def affected(result: Result[Any]) -> int:
+    """Rows an UPDATE/DELETE matched: how a conditional UPDATE tells whether this caller won."""
+    return int(cast(CursorResult[Any], result).rowcount)

@@ -16,6 +16,7 @@ from sqlalchemy.orm import Session
 
 from service import domain as d
 from service.db import convert
+from service.db.engine import affected
 from service.db.models import RetrainRequestRow, RuntimeRecordRow, SimulatorVersionRow, utcnow
 from simulator.spec import Strategy
 
@@ -179,7 +180,7 @@ def start_retrain(session: Session, *, request_id: int) -> d.RetrainRequest | No
             .where(RetrainRequestRow.id == request_id, RetrainRequestRow.state == "pending")
             .values(state="running")
         )
-        if done.rowcount != 1:  # type: ignore[attr-defined]
+        if affected(done) != 1:
             return None
         return convert.retrain_request(session.get_one(RetrainRequestRow, request_id, populate_existing=True))
 

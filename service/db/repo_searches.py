@@ -21,6 +21,7 @@ from sqlalchemy.orm import Session
 
 from service import domain as d
 from service.db import convert
+from service.db.engine import affected
 from service.db.models import CandidateRow, RoundRow, SearchRow, TrialRow, utcnow
 
 
@@ -32,6 +33,21 @@ def load_search(session: Session, search_id: int, owner_id: int | None, *, lock:
     row = session.scalars(q).one_or_none()
     if row is None or (owner_id is not None and row.owner_id != owner_id):
         raise d.NotFound(f"no search {search_id}")
+    return row
+
+
+def open_search_guard(session: Session, search_id: int) -> SearchRow:
+    """Re-read a search after this unit of work has written (so under the write lock) and refuse a
+    final one: the caller's writes are rolled back with the Conflict.
+
+    Why: SQLite ignores ``FOR UPDATE``, so a state read *before* the first write may be stale; a
+    read after it is not (SQLite serialises writers, PostgreSQL holds the row lock).
+    """
+    row = session.scalars(
+        select(SearchRow).where(SearchRow.id == search_id).execution_options(populate_existing=True)
+    ).one()
+    if row.state in d.SEARCH_FINAL:
+        raise d.Conflict(f"search {search_id} is already {row.state}")
     return row
 
 
@@ -119,7 +135,7 @@ def transition_search(
             .where(SearchRow.id == search_id, SearchRow.state.in_(list(from_states)))
             .values(**values)
         )
-        if done.rowcount != 1:  # type: ignore[attr-defined]
+        if affected(done) != 1:
             return None
         return convert.search(load_search(session, search_id, None))
 
@@ -133,11 +149,14 @@ def cancel_search(session: Session, *, search_id: int, owner_id: int | None = No
     now = utcnow()
     with session.begin():
         row = load_search(session, search_id, owner_id, lock=True)
-        if row.state in d.SEARCH_FINAL:
+        taken = session.execute(
+            update(SearchRow)
+            .where(SearchRow.id == search_id, SearchRow.state.not_in(sorted(d.SEARCH_FINAL)))
+            .values(state="cancelled", finished_at=now, updated_at=now)
+        )
+        session.refresh(row)
+        if affected(taken) != 1:
             raise d.Conflict(f"search {search_id} is already {row.state}")
-        row.state = "cancelled"
-        row.finished_at = now
-        row.updated_at = now
         session.execute(
             update(TrialRow)
             .where(TrialRow.search_id == search_id, TrialRow.state == "queued")
@@ -153,7 +172,6 @@ def cancel_search(session: Session, *, search_id: int, owner_id: int | None = No
             .where(RoundRow.search_id == search_id, RoundRow.state.not_in(["completed", "cancelled"]))
             .values(state="cancelled", finished_at=now)
         )
-        session.flush()
         return convert.search(row)
 
 
@@ -203,6 +221,20 @@ def add_round(
             raise d.Conflict(f"search {search_id} is already {search.state}")
         index = search.current_round + 1
         waiting = search.approval_required and len(candidates) > 0
+        # The gate: only one caller moves the search from round index-1 to index, and never a
+        # finished search (the read above may be stale on SQLite; this UPDATE is not).
+        gate = session.execute(
+            update(SearchRow)
+            .where(
+                SearchRow.id == search_id,
+                SearchRow.current_round == index - 1,
+                SearchRow.state.not_in(sorted(d.SEARCH_FINAL)),
+            )
+            .values(current_round=index, state="awaiting_approval" if waiting else "running", updated_at=now)
+        )
+        if affected(gate) != 1:
+            raise d.Conflict(f"search {search_id} changed while adding round {index}; read it again")
+        session.refresh(search)
         rnd = RoundRow(
             search_id=search_id,
             index=index,
@@ -240,9 +272,6 @@ def add_round(
                 )
                 for c in rows
             )
-        search.current_round = index
-        search.state = "awaiting_approval" if waiting else "running"
-        search.updated_at = now
         session.flush()
         return convert.round_(rnd), [convert.candidate(c) for c in rows]
 
@@ -307,6 +336,7 @@ def decide_candidate(
         if cand is None:
             raise d.NotFound(f"no candidate {candidate_id}")
         search = load_search(session, cand.search_id, owner_id, lock=True)
+        session.refresh(cand)  # as of now, holding the search's lock (PostgreSQL)
         trial = session.scalars(select(TrialRow).where(TrialRow.candidate_id == cand.id)).one_or_none()
         if cand.status == want:
             return convert.candidate(cand), convert.trial(trial, None) if trial else None
@@ -320,8 +350,18 @@ def decide_candidate(
         if rnd.state != "awaiting_approval":
             raise d.Conflict(f"round {rnd.index} is {rnd.state}, not awaiting approval")
         now = utcnow()
-        cand.status = want
-        cand.decided_at = now
+        won = session.execute(
+            update(CandidateRow)
+            .where(CandidateRow.id == cand.id, CandidateRow.status == "proposed")
+            .values(status=want, decided_at=now)
+        )
+        session.refresh(cand)
+        if affected(won) != 1:  # decided concurrently: the same way is a no-op, the other a conflict
+            if cand.status != want:
+                raise d.Conflict(f"candidate {candidate_id} was already {cand.status}")
+            trial = session.scalars(select(TrialRow).where(TrialRow.candidate_id == cand.id)).one_or_none()
+            return convert.candidate(cand), convert.trial(trial, None) if trial else None
+        search = open_search_guard(session, search.id)
         if approve:
             trial = new_trial(
                 search,
@@ -336,8 +376,15 @@ def decide_candidate(
             select(CandidateRow.id).where(CandidateRow.round_id == rnd.id, CandidateRow.status == "proposed")
         ).first()
         if pending is None:
-            rnd.state = "running"
-            search.state = "running"
-            search.updated_at = now
+            session.execute(
+                update(RoundRow)
+                .where(RoundRow.id == rnd.id, RoundRow.state == "awaiting_approval")
+                .values(state="running")
+            )
+            session.execute(
+                update(SearchRow)
+                .where(SearchRow.id == search.id, SearchRow.state == "awaiting_approval")
+                .values(state="running", updated_at=now)
+            )
         session.flush()
         return convert.candidate(cand), convert.trial(trial, None) if trial else None

@@ -27,8 +27,9 @@ from sqlalchemy.orm import Session
 
 from service import domain as d
 from service.db import convert
+from service.db.engine import affected
 from service.db.models import MeasurementRow, RuntimeRecordRow, SearchRow, SpecRow, TrialRow, utcnow
-from service.db.repo_searches import load_search, new_trial
+from service.db.repo_searches import load_search, new_trial, open_search_guard
 from simulator.spec.measurement import Measurement
 
 
@@ -71,6 +72,7 @@ def enqueue_trial(
             )
             session.add(row)
             session.flush()
+            open_search_guard(session, search_id)  # cancelled meanwhile: roll the insert back
         return _trial(session, row)
 
 
@@ -139,7 +141,7 @@ def claim_trial(
                     started_at=now,
                 )
             )
-            if won.rowcount != 1:  # type: ignore[attr-defined]
+            if affected(won) != 1:
                 continue
             row = session.get_one(TrialRow, picked, populate_existing=True)
             search = session.get_one(SearchRow, row.search_id)
@@ -173,7 +175,7 @@ def heartbeat(session: Session, *, trial_id: int, attempt: int, claim_token: str
             )
             .values(heartbeat_at=utcnow())
         )
-        if done.rowcount != 1:  # type: ignore[attr-defined]
+        if affected(done) != 1:
             if session.get(TrialRow, trial_id) is None:
                 raise d.NotFound(f"no trial {trial_id}")
             return d.HeartbeatAck(accepted=False, stop=False)
@@ -209,7 +211,7 @@ def report_trial(
             )
             .values(state=final, failure_reason=reason, finished_at=now, heartbeat_at=now)
         )
-        if won.rowcount != 1:  # type: ignore[attr-defined]
+        if affected(won) != 1:
             session.refresh(row)
             return d.ReportOutcome(trial=_trial(session, row), recorded=False)
         median = measurement.median if measurement.ok else None
@@ -281,7 +283,7 @@ def requeue_stale_trials(
                 .where(TrialRow.id == row.id, TrialRow.state == "running", TrialRow.attempt == row.attempt)
                 .values(**values)
             )
-            if done.rowcount == 1:  # type: ignore[attr-defined]
+            if affected(done) == 1:
                 session.refresh(row)
                 changed.append(_trial(session, row))
     return changed
