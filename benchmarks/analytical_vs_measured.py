@@ -1,0 +1,103 @@
+"""How well AutoSync's analytical cost model (Eq. 1-3) explains the runtimes measured on the testbed.
+
+    python benchmarks/analytical_vs_measured.py [DATASET_DIR]   (default datasets/runtimes)
+
+Per domain (a ``<model>__<cluster>`` folder of runtime records): the number of measured
+strategies; how the analytical model ranks them with its default constants (pairwise ranking
+accuracy, AutoSync §5.1, and Spearman's rho via scipy); its mean relative error |T̂ - T| / T
+before fitting and after fitting φ, δ and compute efficiency (``simulator.analytical.fit``) —
+in-sample, and held out (fit on the even-indexed records, scored on the odd ones); and the
+speed-up of the best measured strategy over the measured Horovod and PS baselines
+(T_baseline / T_best, AutoSync's speed-up definition).
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from scipy.stats import spearmanr
+
+from runtime.collect import load_records
+from simulator import zoo
+from simulator.analytical import CostParams, FitSample, fit, predict_samples
+from simulator.metrics import pairwise_accuracy
+from simulator.spec import Strategy
+
+
+@dataclass(frozen=True)
+class DomainReport:
+    """One row of the table."""
+
+    domain: str
+    measured: int
+    failed: int
+    pairwise: float
+    spearman: float
+    pairwise_fit: float
+    mre_default: float
+    mre_fit: float
+    mre_heldout: float
+    speedup_horovod: float
+    speedup_ps: float
+
+
+def _mre(pred: np.ndarray, meas: np.ndarray) -> float:
+    return float(np.mean(np.abs(pred - meas) / meas))
+
+
+def domain_report(domain: str, records: Sequence[dict[str, Any]]) -> DomainReport:
+    """Analytical-vs-measured numbers of one domain's records."""
+    ok = [r for r in records if r["ok"]]
+    model, cluster = zoo.model(ok[0]["model"]), zoo.cluster(ok[0]["cluster"])
+    samples = [FitSample(model, cluster, Strategy.model_validate(r["strategy"]), r["median_s"]) for r in ok]
+    meas = np.array([s.seconds for s in samples])
+    default = predict_samples(samples, CostParams())
+    fitted = fit(samples)
+    after = predict_samples(samples, fitted.params)
+    half = fit(samples[0::2]).params
+    heldout = predict_samples(samples[1::2], half)
+    best = float(meas.min())
+
+    def base(name: str) -> float:
+        ts = [r["median_s"] for r in ok if r["source"] == f"baseline:{name}"]
+        return float(np.median(ts)) / best if ts else float("nan")
+
+    return DomainReport(
+        domain=domain,
+        measured=len(ok),
+        failed=len(records) - len(ok),
+        pairwise=pairwise_accuracy(default, meas),
+        spearman=float(spearmanr(default, meas).statistic),
+        pairwise_fit=pairwise_accuracy(after, meas),
+        mre_default=_mre(default, meas),
+        mre_fit=_mre(after, meas),
+        mre_heldout=_mre(heldout, meas[1::2]),
+        speedup_horovod=base("horovod"),
+        speedup_ps=base("ps"),
+    )
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = sys.argv[1:] if argv is None else argv
+    root = Path(args[0]) if args else zoo.datasets_dir() / "runtimes"
+    domains = sorted(p for p in root.iterdir() if p.is_dir() and "__" in p.name)
+    print("| domain | measured | failed | pairwise acc. | Spearman | pairwise acc. (fitted) "
+          "| MRE default | MRE fitted | MRE fitted, held out | best vs Horovod | best vs PS |")  # fmt: skip
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    for d in domains:
+        recs = list(load_records(d))
+        if sum(r["ok"] for r in recs) < 4:
+            continue
+        r = domain_report(d.name, recs)
+        print(f"| {r.domain} | {r.measured} | {r.failed} | {r.pairwise:.3f} | {r.spearman:.3f} "
+              f"| {r.pairwise_fit:.3f} | {r.mre_default:.1%} | {r.mre_fit:.1%} | {r.mre_heldout:.1%} "
+              f"| {r.speedup_horovod:.2f}x | {r.speedup_ps:.2f}x |", flush=True)  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()
