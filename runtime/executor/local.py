@@ -15,6 +15,9 @@ class LocalLauncher:
     shaped, so times measured with it say nothing about the cluster's network.
     """
 
+    # Every node is this host: with NCCL, worker r uses GPU r (not its index on its node).
+    single_host = True
+
     @property
     def master_addr(self) -> str:
         return "127.0.0.1"

@@ -125,7 +125,7 @@ class ExecutorSession:
             node = self.layout.node_of(rank)
             argv = [sys.executable, "-m", "runtime.executor.worker_main", "--spec-dir", str(self._dir),
                     "--rank", str(rank), "--master", self.launcher.master_addr,
-                    "--port", str(port)]  # fmt: skip
+                    "--port", str(port), "--cuda-index", str(self._cuda_index(rank))]  # fmt: skip
             err = self._dir / f"rank{rank}.stderr"
             with err.open("wb") as ef:
                 popen = self.launcher.spawn(
@@ -145,6 +145,13 @@ class ExecutorSession:
         self.starts += 1
         self._await(READY, self.config.startup_timeout_s, "start-up")
         self.startup_s = time.monotonic() - t0
+
+    def _cuda_index(self, rank: int) -> int:
+        """The worker's GPU: its index on its node, or, when every node shares one host (the
+        launcher says ``single_host``), its worker rank (NCCL refuses two ranks on one GPU)."""
+        if not self.layout.is_worker(rank):
+            return -1
+        return rank if getattr(self.launcher, "single_host", False) else self.layout.local_index(rank)
 
     def _read(self, stream: IO[bytes]) -> None:
         for raw in stream:
@@ -258,6 +265,9 @@ class ExecutorSession:
                 return self._execute(strategy, trial, t0)
             except SessionFailure as e:
                 reason = str(e)
+            except Exception as e:  # a bug here must still not lose the trial or leak processes
+                self._kill()
+                reason = f"executor error: {type(e).__name__}: {e}"
         env = self.environment()
         env["trial_wall_s"] = time.monotonic() - t0
         return TrialResult(failed(reason, cfg, env), wall_s=time.monotonic() - t0, trial=trial)

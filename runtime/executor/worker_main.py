@@ -1,4 +1,5 @@
-"""Process entry point: ``python -m runtime.executor.worker_main --spec-dir D --rank R --master A --port P``.
+"""Process entry point: ``python -m runtime.executor.worker_main --spec-dir D --rank R --master A --port P``
+(``--cuda-index I``: the worker's GPU with the nccl backend).
 
 Every process of a session runs this. It joins the session's process group (the TCPStore lives
 in the coordinator, the lowest rank on node 0), creates the subgroups once, then runs trials
@@ -31,12 +32,16 @@ READY = "@@READY"
 RESULT = "@@RESULT "
 
 
-def _device(cfg: ExecutorConfig, layout: RankLayout, rank: int) -> torch.device:
-    if cfg.backend == "nccl" and layout.is_worker(rank):
-        dev = torch.device("cuda", layout.local_index(rank) % torch.cuda.device_count())
-        torch.cuda.set_device(dev)
-        return dev
-    return torch.device("cpu")
+def _device(cfg: ExecutorConfig, layout: RankLayout, rank: int, cuda_index: int) -> torch.device:
+    if cfg.backend != "nccl" or not layout.is_worker(rank):
+        return torch.device("cpu")
+    have = torch.cuda.device_count()
+    if cuda_index >= have:
+        # NCCL refuses two ranks on one GPU, so never wrap around.
+        raise RuntimeError(f"rank {rank} needs CUDA device {cuda_index} but this host has {have}")
+    dev = torch.device("cuda", cuda_index)
+    torch.cuda.set_device(dev)
+    return dev
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -45,6 +50,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--rank", required=True, type=int)
     ap.add_argument("--master", required=True)
     ap.add_argument("--port", required=True, type=int)
+    ap.add_argument("--cuda-index", type=int, default=-1, help="this worker's GPU (nccl backend)")
     args = ap.parse_args(argv)
     torch.set_num_threads(1)
     model = ModelSpec.model_validate_json((args.spec_dir / "model.json").read_text())
@@ -67,7 +73,7 @@ def main(argv: list[str] | None = None) -> None:
         world_size=layout.world,
         timeout=timedelta(seconds=cfg.timeout_s + 60),
     )
-    groups = build_groups(layout, rank, cfg.backend, _device(cfg, layout, rank))
+    groups = build_groups(layout, rank, cfg.backend, _device(cfg, layout, rank, args.cuda_index))
     ctx = Context(model, cluster, cfg, layout, rank, groups)
     dist.barrier()
     store.set_timeout(timedelta(days=7))  # idle between trials; the driver bounds each trial
