@@ -21,8 +21,8 @@ from simulator.analytical.arrays import (
     model_arrays,
 )
 from simulator.analytical.baselines import BASELINES, baseline
+from simulator.analytical.batch import StrategyBatch, decode, encode, make_batch
 from simulator.analytical.breakdown import CallCost, CostBreakdown, ServerCost, cost_breakdown
-from simulator.analytical.encode import StrategyBatch, decode, encode, make_batch
 from simulator.analytical.features import GLOBAL_FEATURES, RAW_FEATURES, Features, features
 from simulator.analytical.fit import FitResult, FitSample, fit, predict_samples
 from simulator.analytical.geometry import ShardGeometry, shard_geometry

@@ -6,7 +6,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from simulator.analytical.arrays import OP_NAMES, cluster_arrays, model_arrays
-from simulator.analytical.encode import encode
+from simulator.analytical.batch import encode
 from simulator.analytical.params import CostParams
 from simulator.analytical.vectorised import score
 from simulator.spec import ClusterSpec, ModelSpec, Strategy

@@ -22,7 +22,7 @@ from simulator.analytical.arrays import (
     ClusterArrays,
     ModelArrays,
 )
-from simulator.analytical.encode import StrategyBatch
+from simulator.analytical.batch import StrategyBatch
 
 #: Columns of ``Features.shard_raw``.
 RAW_FEATURES = (

@@ -22,7 +22,7 @@ import numpy as np
 
 from simulator.analytical import formulas as f
 from simulator.analytical.arrays import cluster_arrays, model_arrays
-from simulator.analytical.encode import encode
+from simulator.analytical.batch import encode
 from simulator.analytical.params import CostParams
 from simulator.analytical.vectorised import score
 from simulator.spec import ClusterSpec, ModelSpec, Strategy

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from simulator.analytical.arrays import cluster_arrays, model_arrays
-from simulator.analytical.encode import StrategyBatch, encode
+from simulator.analytical.batch import StrategyBatch, encode
 from simulator.analytical.features import features
 from simulator.analytical.params import CostParams
 from simulator.analytical.vectorised import Scores, score

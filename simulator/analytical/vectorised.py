@@ -29,7 +29,7 @@ import numpy as np
 
 from simulator.analytical import formulas as f
 from simulator.analytical.arrays import ClusterArrays, ModelArrays
-from simulator.analytical.encode import StrategyBatch
+from simulator.analytical.batch import StrategyBatch
 from simulator.analytical.params import CostParams
 
 

@@ -242,53 +242,41 @@ def encode(ma: ModelArrays, ca: ClusterArrays, strategies: Sequence[Strategy]) -
     """
     node_index = ca.cluster.node_index
     names = [v.name for v in ma.model.variables]
-    memo: dict[int, tuple[VariableStrategy, list[tuple[int, ...]]]] = {}
-    rows: list[tuple[int, ...]] = []
+    memo: dict[int, tuple[VariableStrategy, tuple[int, ...]]] = {}
+    flat: list[int] = []
     counts = np.zeros(len(strategies), dtype=np.int64)
+    width = len(_CHOICES) - 1
     for n, s in enumerate(strategies):
         if s.plan is not None:
             raise ValueError(f"strategies.{n}.plan: hybrid plans are not modelled by the analytical cost")
-        start = len(rows)
-        by_var = s.by_variable
-        for vi, name in enumerate(names):
-            vs = by_var[name]
+        start = len(flat)
+        subs = s.variables
+        if len(subs) != len(names) or any(vs.variable != name for vs, name in zip(subs, names, strict=True)):
+            subs = tuple(s.by_variable[name] for name in names)  # not listed in forward order
+        for vi, vs in enumerate(subs):
             hit = memo.get(id(vs))
             if hit is None or hit[0] is not vs:
                 hit = memo[id(vs)] = (vs, _variable_rows(vi, vs, node_index))
-            rows.extend(hit[1])
-        counts[n] = len(rows) - start
-    table = np.array(rows, dtype=np.int64).reshape(-1, len(_CHOICES) - 1)
+            flat.extend(hit[1])
+        counts[n] = (len(flat) - start) // width
+    table = np.array(flat, dtype=np.int64).reshape(-1, width)
     cols = dict(zip(_CHOICES[1:], table.T, strict=True))
     return make_batch(ma, ca, strategy=np.repeat(np.arange(len(strategies)), counts), **cols)
 
 
-def _variable_rows(vi: int, vs: VariableStrategy, node_index: dict[str, int]) -> list[tuple[int, ...]]:
-    """The rows of one sub-strategy, in ``_CHOICES[1:]`` order."""
+def _variable_rows(vi: int, vs: VariableStrategy, node_index: dict[str, int]) -> tuple[int, ...]:
+    """The rows of one sub-strategy, flattened, each in ``_CHOICES[1:]`` order."""
     axis, k = vs.partition.axis, vs.partition.shards
-    out: list[tuple[int, ...]] = []
+    out: list[int] = []
     for si, sync in enumerate(vs.shards):
         if isinstance(sync, PSSync):
-            out.append(
-                (
-                    vi,
-                    axis,
-                    k,
-                    si,
-                    1,
-                    node_index[sync.server],
-                    int(sync.local_replication),
-                    sync.staleness,
-                    0,
-                    0,
-                    0,
-                    0,
-                )
-            )
+            out += (vi, axis, k, si, 1, node_index[sync.server], int(sync.local_replication), sync.staleness)
+            out += (0, 0, 0, 0)
         else:
             comp = sync.compressor
             algorithm, kind = ALGORITHMS.index(sync.algorithm), COMPRESSORS.index(comp.kind)
-            out.append((vi, axis, k, si, 0, -1, 0, 0, sync.group, algorithm, kind, comp.rank or 0))
-    return out
+            out += (vi, axis, k, si, 0, -1, 0, 0, sync.group, algorithm, kind, comp.rank or 0)
+    return tuple(out)
 
 
 _CHOICES = (
