@@ -72,14 +72,16 @@ class Worker:
         self.trials_run = 0
 
     def stop(self) -> None:
-        """Ask ``serve_forever`` to return after the trial in progress."""
+        """Claim nothing more; ``serve_forever`` returns after the trial in progress."""
         self._stopping.set()
 
     def run_once(self) -> bool:
         """Claim one trial and run it to the end; False when none was claimed or a trial is running."""
-        if not self._busy.acquire(blocking=False):
-            return False  # one trial at a time; the running one will poll again when it ends
+        if self._stopping.is_set() or not self._busy.acquire(blocking=False):
+            return False  # stopping, or busy: one trial at a time (the running one polls again)
         try:
+            if self._stopping.is_set():
+                return False
             trial = self.api.claim(pool=self.config.pool, clusters=list(self.config.clusters))
             if trial is None:
                 return False

@@ -54,6 +54,9 @@ class StackConfig:
     log_level: str = "warning"
     # Port to listen on instead of settings.api_port; 0 picks a free one (tests, the demo).
     port: int | None = None
+    # If set, a worker token with exactly this secret is ensured at start (bootstrapping remote
+    # workers, e.g. docker-compose's, which are given the same secret).
+    worker_token: str = ""
 
 
 class Stack:
@@ -108,6 +111,9 @@ class Stack:
         api.start()
         self._threads.append(api)
         self._wait_api()
+        if self.config.worker_token:
+            with self.sessions() as session:
+                repo.ensure_token(session, name="worker", role="worker", secret=self.config.worker_token)
         if self.config.loop:
             self._stop_loop = run_in_thread(self.loop)
         if self.config.embedded_worker:
@@ -133,6 +139,10 @@ class Stack:
         return secret
 
     def stop(self) -> None:
+        """Stop the loop (no new rounds), then the worker (it reports its trial), then the API."""
+        if callable(self._stop_loop):
+            self._stop_loop()
+            self._stop_loop = None
         if self.worker is not None and self.worker.poll() is None:
             self.worker.terminate()
             try:
@@ -140,8 +150,6 @@ class Stack:
             except subprocess.TimeoutExpired:
                 self.worker.kill()
                 self.worker.wait()
-        if callable(self._stop_loop):
-            self._stop_loop()
         if self._server is not None:
             self._server.should_exit = True
         for t in self._threads:

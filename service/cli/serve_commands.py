@@ -19,6 +19,7 @@ from typing import Annotated, Any
 import typer
 from rich.console import Console
 
+from runtime.worker import TOKEN_ENV
 from service.cli.search_cli_commands import SearchClient, best_table, describe_strategy, watch_search
 from service.loop_stack import Stack, StackConfig
 from service.settings import Settings
@@ -29,12 +30,23 @@ def serve(
     port: Annotated[int, typer.Option(help="Port (default: settings' api_port; 0 = any free one).")] = -1,
     worker: Annotated[bool, typer.Option(help="Start the embedded testbed worker.")] = True,
     loop: Annotated[bool, typer.Option(help="Run the search loop in this process.")] = True,
+    worker_token: Annotated[
+        str,
+        typer.Option(
+            help=f"Ensure a worker token with this secret (bootstraps remote workers; or ${TOKEN_ENV}).",
+            envvar=TOKEN_ENV,
+            show_default=False,
+        ),
+    ] = "",
 ) -> None:
     """Run strategist: migrations, API, search loop and an embedded testbed worker, until Ctrl-C."""
     settings = Settings()
     if host:
         settings = settings.model_copy(update={"api_host": host})
-    stack = Stack(settings, StackConfig(embedded_worker=worker, loop=loop, port=port if port >= 0 else None))
+    config = StackConfig(
+        embedded_worker=worker, loop=loop, port=port if port >= 0 else None, worker_token=worker_token
+    )
+    stack = Stack(settings, config)
     stack.start()
     typer.echo(
         f"strategist serving at {stack.url}  (database {settings.database_url}; broker {settings.broker_url})"

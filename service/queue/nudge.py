@@ -48,11 +48,13 @@ def consume_nudges(
     names: QueueNames = QueueNames(),
     hostname: str | None = None,
     loglevel: str = "WARNING",
+    on_shutdown: Callable[[], None] | None = None,
 ) -> None:
     """Run a Celery worker in this process, calling ``on_nudge(trial_id)`` for every nudge.
 
     Consumes the queues of ``clusters`` with the solo pool (one nudge at a time, in this thread);
-    blocks until the process gets SIGTERM or SIGINT. ``on_nudge`` must claim through the API.
+    blocks until the process gets SIGTERM or SIGINT (then ``on_shutdown`` is called at once, and the
+    nudge in progress is finished). ``on_nudge`` must claim through the API.
     """
 
     @app.task(name=RUN_TRIAL, ignore_result=True)
@@ -62,6 +64,10 @@ def consume_nudges(
 
     # Trials on the testbed need root (network namespaces); Celery's warning about it is noise.
     warnings.filterwarnings("ignore", message="You're running the worker with superuser privileges")
+    if on_shutdown is not None:
+        from celery.signals import worker_shutting_down
+
+        worker_shutting_down.connect(lambda **_: on_shutdown(), weak=False)
     worker = app.Worker(
         pool="solo",
         concurrency=1,

@@ -116,7 +116,9 @@ def worker(
         while w.run_once():
             pass
 
-    consume_nudges(make_celery(broker), names, drain, hostname=f"{config.name}@strategist")
+    consume_nudges(
+        make_celery(broker), names, drain, hostname=f"{config.name}@strategist", on_shutdown=w.stop
+    )
     w.shutdown()
 
 
