@@ -14,6 +14,7 @@ import json
 import platform
 import shutil
 import socket
+import statistics
 import subprocess
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
@@ -71,7 +72,6 @@ def record(
 ) -> dict[str, Any]:
     """The JSON record of one measured trial (see datasets/README.md, "Runtime records")."""
     ok = m.ok
-    med = (lambda xs: sorted(xs)[len(xs) // 2] if xs else None) if ok else (lambda xs: None)
     return {
         "format": FORMAT,
         "model": model.name,
@@ -86,11 +86,15 @@ def record(
         "failure": m.failure,
         "median_s": m.median if ok else None,
         "spread": m.spread if ok else None,
-        "compute_s": med(m.compute_times),
-        "sync_wait_s": med(m.sync_wait_times),
+        "compute_s": _median(m.compute_times) if ok else None,
+        "sync_wait_s": _median(m.sync_wait_times) if ok else None,
         "measurement": m.model_dump(mode="json"),
         "environment": {**env, "time_utc": datetime.now(UTC).isoformat(timespec="seconds")},
     }
+
+
+def _median(xs: tuple[float, ...]) -> float | None:
+    return statistics.median(xs) if xs else None
 
 
 def baseline_trials(model: ModelSpec, cluster: ClusterSpec) -> list[Trial]:
