@@ -64,8 +64,8 @@ def serve(
 
 
 def demo(
-    model: Annotated[str, typer.Option(help="Zoo model of the demo search.")] = "VGG16",
-    cluster: Annotated[str, typer.Option(help="Zoo cluster of the demo search.")] = "B12",
+    model: Annotated[str, typer.Option(help="Zoo model of the demo search.")] = "NCF-dense",
+    cluster: Annotated[str, typer.Option(help="Zoo cluster of the demo search.")] = "B9",
     budget: Annotated[int, typer.Option(help="Candidate trials in total.")] = 6,
     per_round: Annotated[int, typer.Option(help="Candidates per round.")] = 3,
     samples: Annotated[int, typer.Option(help="Strategies sampled and scored per round.")] = 300,

@@ -18,6 +18,9 @@ from service.queue.app import RUN_TRIAL, QueueNames
 
 log = logging.getLogger("strategist.queue")
 
+#: A nudge is not worth blocking the loop for: two quick retries, then give up (the poll covers it).
+PUBLISH_RETRY = {"max_retries": 2, "interval_start": 0.0, "interval_step": 0.2, "interval_max": 0.5}
+
 
 class Nudger:
     """Publishes ``run_trial`` nudges; thread-safe (Celery's producer pool is)."""
@@ -33,7 +36,13 @@ class Nudger:
         poll finds it.
         """
         try:
-            self.app.send_task(RUN_TRIAL, args=(trial_id, cluster), queue=self.names.trials(cluster))
+            self.app.send_task(
+                RUN_TRIAL,
+                args=(trial_id, cluster),
+                queue=self.names.trials(cluster),
+                retry=True,
+                retry_policy=PUBLISH_RETRY,
+            )
         except Exception as e:  # the broker is an accelerator here, never the source of truth
             log.warning("nudge for trial %s not published: %s", trial_id, e)
             return False
