@@ -152,22 +152,23 @@ def ps(model: ModelSpec, cluster: ClusterSpec, threshold: float) -> Strategy:
 
 def ps_naive(model: ModelSpec, cluster: ClusterSpec) -> Strategy:
     """Every variable whole on the first node's server, one message per GPU."""
-    server = cluster.nodes[0].name
+    shards = (PSSync(server=cluster.nodes[0].name),)  # frozen: shared by every variable
     return _strategy(
         "ps-naive",
         model,
         cluster,
-        [VariableStrategy(variable=v.name, shards=(PSSync(server=server),)) for v in model.variables],
+        [VariableStrategy(variable=v.name, shards=shards) for v in model.variables],
     )
 
 
 def allreduce_single(model: ModelSpec, cluster: ClusterSpec) -> Strategy:
     """Every variable in merge group 0 with a ring collective."""
+    shards = (CollectiveSync(group=0),)
     return _strategy(
         "allreduce-single",
         model,
         cluster,
-        [VariableStrategy(variable=v.name, shards=(CollectiveSync(group=0),)) for v in model.variables],
+        [VariableStrategy(variable=v.name, shards=shards) for v in model.variables],
     )
 
 
