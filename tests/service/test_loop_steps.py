@@ -1,0 +1,119 @@
+"""The loop's state machine, step by step, on SQLite and PostgreSQL (no worker: trials are claimed and
+reported through the data-access functions, as the API would). Each ``advance`` does one thing and
+is idempotent; the search ends when the budget is spent and the baselines are measured."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from sqlalchemy.orm import Session, sessionmaker
+
+from service.db import repository as repo
+from service.loop import LoopConfig, SearchLoop
+from service.loop_round import RoundConfig, strategy_key
+from simulator.spec.measurement import Measurement
+
+CONFIG = LoopConfig(round=RoundConfig(qualified_fraction=0.5))
+
+
+def run_queued(sessions: sessionmaker[Session], seconds: dict[str, float] | None = None) -> list[int]:
+    """Claim and report every queued trial as a worker would; returns the trial ids."""
+    done = []
+    with sessions() as s:
+        while (claim := repo.claim_trial(s, worker="w", clusters=["two-node"])) is not None:
+            t = claim.trial
+            median = (seconds or {}).get(t.baseline or "", 0.1 + 0.01 * t.id)
+            m = Measurement(iteration_times=(median, median, median))
+            out = repo.report_trial(
+                s, trial_id=t.id, attempt=claim.attempt, claim_token=claim.claim_token, measurement=m
+            )
+            assert out.recorded
+            done.append(t.id)
+    return done
+
+
+def test_search_goes_through_rounds_to_completion(sessions: sessionmaker[Session], search_of: Any) -> None:
+    search = search_of(trial_budget=3, candidates_per_round=2, samples_per_round=30)
+    loop = SearchLoop(sessions, config=CONFIG)
+
+    assert loop.advance(search.id) == "started"
+    with sessions() as s:
+        baselines = repo.list_trials(s, search_id=search.id)
+    assert sorted(t.baseline or "" for t in baselines) == ["horovod", "ps"]
+    assert loop.advance(search.id) == "round 1 planned"
+    assert loop.advance(search.id) == "round 1: 2 trials running"  # idempotent: nothing new
+    with sessions() as s:
+        assert len(repo.list_rounds(s, search_id=search.id)) == 1
+
+    assert len(run_queued(sessions, {"horovod": 0.5, "ps": 0.8})) == 4  # 2 baselines + 2 candidates
+    assert loop.advance(search.id) == "round 1 completed"
+    assert loop.advance(search.id) == "retraining"  # the round's retraining request is pending
+    loop.retrainer.poll()
+    loop.retrainer.stop()  # wait for it: too few runtimes, so no new version
+    assert loop.advance(search.id) == "round 2 planned"
+    with sessions() as s:
+        r2 = repo.list_candidates(s, search_id=search.id, round_index=2)
+        r1 = repo.list_candidates(s, search_id=search.id, round_index=1)
+    assert len(r2) == 1  # the budget's last trial
+    assert not {strategy_key(c.strategy) for c in r2} & {strategy_key(c.strategy) for c in r1}
+
+    run_queued(sessions)
+    assert loop.advance(search.id) == "round 2 completed"
+    loop.retrainer.poll()
+    loop.retrainer.stop()
+    assert loop.advance(search.id) == "completed"
+    assert loop.advance(search.id) == "final"
+    with sessions() as s:
+        status = repo.search_status(s, search_id=search.id)
+        retrains = repo.list_retrain_requests(s, domain=search.domain)
+    assert status.search.state == "completed" and status.candidate_trials_done == 3
+    assert status.speedups["horovod"] == 0.5 / status.best_time
+    assert [r.state for r in retrains] == ["done", "done"] and all(
+        r.simulator_version_id is None for r in retrains
+    )
+
+
+def test_round_waits_for_approval(sessions: sessionmaker[Session], search_of: Any) -> None:
+    search = search_of(trial_budget=2, candidates_per_round=2, samples_per_round=30, approval_required=True)
+    loop = SearchLoop(sessions, config=CONFIG)
+    loop.advance(search.id)
+    assert loop.advance(search.id) == "round 1 planned"
+    assert loop.advance(search.id) == "awaiting approval"
+    with sessions() as s:
+        cands = repo.list_candidates(s, search_id=search.id)
+        assert all(c.status == "proposed" for c in cands)
+        assert [t.baseline for t in repo.list_trials(s, search_id=search.id)] == ["horovod", "ps"]
+        repo.decide_candidate(s, candidate_id=cands[0].id, approve=True)
+        repo.decide_candidate(s, candidate_id=cands[1].id, approve=False)
+    assert loop.advance(search.id) == "round 1: 1 trials running"
+    run_queued(sessions)
+    assert loop.advance(search.id) == "round 1 completed"
+    loop.retrainer.poll()
+    loop.retrainer.stop()
+    # one trial of a budget of two ran: a second round proposes the last one
+    assert loop.advance(search.id) == "round 2 planned"
+
+
+def test_cancelled_search_is_left_alone(sessions: sessionmaker[Session], search_of: Any) -> None:
+    search = search_of(trial_budget=2, candidates_per_round=1, samples_per_round=10)
+    loop = SearchLoop(sessions, config=CONFIG)
+    loop.advance(search.id)
+    with sessions() as s:
+        repo.cancel_search(s, search_id=search.id)
+    assert loop.advance(search.id) == "final"
+    with sessions() as s:
+        trials = repo.list_trials(s, search_id=search.id)
+    assert {t.state for t in trials} == {"cancelled"}
+
+
+def test_sweep_requeues_a_stale_trial(sessions: sessionmaker[Session], search_of: Any) -> None:
+    search = search_of(trial_budget=1, candidates_per_round=1, samples_per_round=10)
+    loop = SearchLoop(sessions, config=LoopConfig(heartbeat_timeout_s=0.01))
+    loop.advance(search.id)
+    with sessions() as s:
+        claim = repo.claim_trial(s, worker="dead", clusters=["two-node"])
+    assert claim is not None
+    time.sleep(0.05)
+    changed = loop.sweep()
+    assert [(t.id, t.state, t.attempt) for t in changed] == [(claim.trial.id, "queued", 1)]
