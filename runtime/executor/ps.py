@@ -22,14 +22,14 @@ Update = Callable[[], object]
 Work = dist.Work
 
 
-def _isend(t: torch.Tensor, dst: int, tag: int) -> Work:
-    work = dist.isend(t, dst, tag=tag)
+def _isend(t: torch.Tensor, dst: int, tag: int, group: dist.ProcessGroup | None) -> Work:
+    work = dist.isend(t, dst, tag=tag, group=group)
     assert work is not None  # None only for a rank outside the group
     return work
 
 
-def _irecv(t: torch.Tensor, src: int, tag: int) -> Work:
-    work = dist.irecv(t, src, tag=tag)
+def _irecv(t: torch.Tensor, src: int, tag: int, group: dist.ProcessGroup | None) -> Work:
+    work = dist.irecv(t, src, tag=tag, group=group)
     assert work is not None
     return work
 
@@ -86,7 +86,7 @@ def push(unit: PSUnit, plan: SyncPlan, tensors: ShardTensors, g: CommGroups) -> 
         if group is not None:
             dist.reduce(grad, dst=leader, group=group)
         if _talks_to_server(unit, g):
-            sends.append((_isend(grad, server, tag=_tag(unit, 0)), grad))
+            sends.append((_isend(grad, server, _tag(unit, 0), g.ps_push), grad))
         return sends
     idx, rows = (t.cpu() for t in tensors.sparse_grad(unit.shard))
     if group is not None:
@@ -94,7 +94,7 @@ def push(unit: PSUnit, plan: SyncPlan, tensors: ShardTensors, g: CommGroups) -> 
     if _talks_to_server(unit, g):
         count = torch.tensor([idx.numel()], dtype=torch.int64)
         for k, t in enumerate((count, idx.contiguous(), rows.contiguous())):
-            sends.append((_isend(t, server, tag=_tag(unit, k)), t))
+            sends.append((_isend(t, server, _tag(unit, k), g.ps_push), t))
     return sends
 
 
@@ -109,20 +109,20 @@ def pull(unit: PSUnit, plan: SyncPlan, tensors: ShardTensors, g: CommGroups) -> 
     if not info.sparse:
         buf = torch.empty(param.numel())
         if talks:
-            dist.recv(buf, server, tag=_tag(unit, 3))
+            dist.recv(buf, server, tag=_tag(unit, 3), group=g.ps_pull)
         if group is not None:
             dist.broadcast(buf, src=leader, group=group)
         return lambda: param.copy_(buf.view(param.shape))
     count = torch.zeros(1, dtype=torch.int64)
     if talks:
-        dist.recv(count, server, tag=_tag(unit, 3))
+        dist.recv(count, server, tag=_tag(unit, 3), group=g.ps_pull)
     if group is not None:
         dist.broadcast(count, src=leader, group=group)
     idx = torch.empty(int(count), dtype=torch.int64)
     rows = torch.empty(int(count), param.shape[1])
     if talks:
-        dist.recv(idx, server, tag=_tag(unit, 4))
-        dist.recv(rows, server, tag=_tag(unit, 5))
+        dist.recv(idx, server, tag=_tag(unit, 4), group=g.ps_pull)
+        dist.recv(rows, server, tag=_tag(unit, 5), group=g.ps_pull)
     if group is not None:
         dist.broadcast(idx, src=leader, group=group)
         dist.broadcast(rows, src=leader, group=group)
@@ -153,7 +153,8 @@ class Server:
             dtype = torch.float32 if not self.plan.shards[u.shard].sparse else torch.int64
             bufs = [torch.empty(shape, dtype=dtype) for _ in self.sources(u)]
             posted[u.id] = [
-                (_irecv(b, src, tag=_tag(u, 0)), b) for b, src in zip(bufs, self.sources(u), strict=True)
+                (_irecv(b, src, _tag(u, 0), self.g.ps_push), b)
+                for b, src in zip(bufs, self.sources(u), strict=True)
             ]
         sends: list[tuple[Work, object]] = []
         for u in self.units:
@@ -164,14 +165,21 @@ class Server:
                 total = torch.stack([b for _, b in posted[u.id]]).sum(0)
                 p.sub_(total.view(p.shape), alpha=self.lr / world)
                 for src in self.sources(u):
-                    sends.append((_isend(p, src, tag=_tag(u, 3)), p))
+                    sends.append((_isend(p, src, _tag(u, 3), self.g.ps_pull), p))
                 continue
             width = p.shape[1]
             parts = []
             for (_, count), src in zip(posted[u.id], self.sources(u), strict=True):
                 k = int(count)
                 idx, rows = torch.empty(k, dtype=torch.int64), torch.empty(k, width)
-                parts.append((_irecv(idx, src, tag=_tag(u, 1)), _irecv(rows, src, tag=_tag(u, 2)), idx, rows))
+                parts.append(
+                    (
+                        _irecv(idx, src, _tag(u, 1), self.g.ps_push),
+                        _irecv(rows, src, _tag(u, 2), self.g.ps_push),
+                        idx,
+                        rows,
+                    )
+                )
             for wi, wr, _, _ in parts:
                 wi.wait()
                 wr.wait()
@@ -183,6 +191,6 @@ class Server:
             out = (torch.tensor([touched.numel()], dtype=torch.int64), touched, p[touched].contiguous())
             for src in self.sources(u):
                 for k, t in enumerate(out):
-                    sends.append((_isend(t, src, tag=_tag(u, 3 + k)), t))
+                    sends.append((_isend(t, src, _tag(u, 3 + k), self.g.ps_pull), t))
         for work, _ in sends:
             work.wait()
