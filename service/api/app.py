@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from typing import Any
 
 from fastapi import FastAPI
 
@@ -23,11 +24,19 @@ from service.api.routes import (
     trials,
     workers,
 )
+from service.api.schemas.common import Message
 from service.db import repository as repo
 from service.db.engine import make_engine, session_factory, upgrade
 from service.settings import Settings
 
 API_PREFIX = "/api/v1"
+#: The error answers every /api/v1 route may give, documented once in the OpenAPI schema.
+COMMON_RESPONSES: dict[int | str, dict[str, Any]] = {
+    401: {"model": Message, "description": "Missing, unknown or revoked bearer token."},
+    403: {"model": Message, "description": "The token's role may not use this endpoint."},
+    404: {"model": Message, "description": "No such object, or not yours."},
+    409: {"model": Message, "description": "Not allowed in the object's current state."},
+}
 log = logging.getLogger("strategist.api")
 
 DESCRIPTION = """
@@ -88,7 +97,7 @@ def create_app(settings: Settings | None = None, *, orchestrator: Orchestrator |
     app.state.orchestrator = orchestrator or StoreOnly()
     errors.install(app)
     for module in (models, clusters, searches, candidates, trials, workers, runtimes, simulators, tokens):
-        app.include_router(module.router, prefix=API_PREFIX)
+        app.include_router(module.router, prefix=API_PREFIX, responses=COMMON_RESPONSES)
     app.include_router(health.router)
     web.install(app)
     return app
