@@ -8,7 +8,9 @@ accuracy, AutoSync §5.1, and Spearman's rho via scipy); its mean relative error
 before fitting and after fitting φ, δ and compute efficiency (``simulator.analytical.fit``) —
 in-sample, and held out (fit on the even-indexed records, scored on the odd ones); and the
 speed-up of the best measured strategy over the measured Horovod and PS baselines
-(T_baseline / T_best, AutoSync's speed-up definition).
+(T_baseline / T_best, AutoSync's speed-up definition). "repeat." is the noise ceiling: Spearman's
+rho between the medians of the first and of the second half of every trial's measured iterations
+(a ranker cannot agree with the measurements much better than they agree with themselves).
 """
 
 from __future__ import annotations
@@ -44,6 +46,7 @@ class DomainReport:
     mre_heldout: float
     speedup_horovod: float
     speedup_ps: float
+    repeatability: float
 
 
 def _mre(pred: np.ndarray, meas: np.ndarray) -> float:
@@ -79,7 +82,19 @@ def domain_report(domain: str, records: Sequence[dict[str, Any]]) -> DomainRepor
         mre_heldout=_mre(heldout, meas[1::2]),
         speedup_horovod=base("horovod"),
         speedup_ps=base("ps"),
+        repeatability=_split_half(ok),
     )
+
+
+def _split_half(ok: Sequence[dict[str, Any]]) -> float:
+    halves = []
+    for r in ok:
+        ts = r["measurement"]["iteration_times"]
+        k = len(ts) // 2
+        halves.append((float(np.median(ts[:k])), float(np.median(ts[k:]))) if k else (np.nan, np.nan))
+    a = np.array(halves)
+    a = a[np.isfinite(a).all(axis=1)]
+    return float(spearmanr(a[:, 0], a[:, 1]).statistic) if len(a) > 2 else float("nan")
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -87,8 +102,8 @@ def main(argv: list[str] | None = None) -> None:
     root = Path(args[0]) if args else zoo.datasets_dir() / "runtimes"
     domains = sorted(p for p in root.iterdir() if p.is_dir() and "__" in p.name)
     print("| domain | measured | failed | pairwise acc. | Spearman | pairwise acc. (fitted) "
-          "| MRE default | MRE fitted | MRE fitted, held out | best vs Horovod | best vs PS |")  # fmt: skip
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
+          "| MRE default | MRE fitted | MRE fitted, held out | best vs Horovod | best vs PS | repeat. |")  # fmt: skip
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for d in domains:
         recs = list(load_records(d))
         if sum(r["ok"] for r in recs) < 4:
@@ -96,7 +111,7 @@ def main(argv: list[str] | None = None) -> None:
         r = domain_report(d.name, recs)
         print(f"| {r.domain} | {r.measured} | {r.failed} | {r.pairwise:.3f} | {r.spearman:.3f} "
               f"| {r.pairwise_fit:.3f} | {r.mre_default:.1%} | {r.mre_fit:.1%} | {r.mre_heldout:.1%} "
-              f"| {r.speedup_horovod:.2f}x | {r.speedup_ps:.2f}x |", flush=True)  # fmt: skip
+              f"| {r.speedup_horovod:.2f}x | {r.speedup_ps:.2f}x | {r.repeatability:.3f} |", flush=True)  # fmt: skip
 
 
 if __name__ == "__main__":
