@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from sqlalchemy import Engine
 from typer.testing import CliRunner
 
 from service.cli import app
@@ -13,11 +14,19 @@ from service.db.engine import make_engine, session_factory
 
 
 @pytest.fixture
-def env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
-    url = f"sqlite:///{tmp_path / 'cli.db'}"
+def env(database_url: str, engine: Engine, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
+    """The commands' environment: the (cleared) test database of this backend."""
     monkeypatch.setenv("STRATEGIST_DATA_DIR", str(tmp_path))
-    monkeypatch.setenv("STRATEGIST_DATABASE_URL", url)
-    return url
+    monkeypatch.setenv("STRATEGIST_DATABASE_URL", database_url)
+    return database_url
+
+
+def test_db_upgrade_creates_a_fresh_sqlite_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("STRATEGIST_DATA_DIR", str(tmp_path / "data"))
+    monkeypatch.delenv("STRATEGIST_DATABASE_URL", raising=False)
+    r = CliRunner().invoke(app, ["db", "upgrade"])
+    assert r.exit_code == 0 and r.output.strip() == "database at 0001 (head 0001)"
+    assert (tmp_path / "data" / "strategist.db").is_file()
 
 
 def test_db_upgrade_and_current(env: str) -> None:
