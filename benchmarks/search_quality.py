@@ -119,7 +119,9 @@ def collect(args: argparse.Namespace) -> dict[str, Any]:
                     SIM.score_batch(model, cluster, SIM.encode(model, cluster, [base["ps"]])).t_comp[0]
                 ),
                 "baselines": {n: {"t": float(t[i]), "sync": float(sync[i])} for i, n in enumerate(base)},
-                "throughput": {k: throughput(model, cluster, k) for k in ("random", "constrained")},
+                "throughput": {
+                    k: throughput(model, cluster, k) for k in ("random", "constrained") if args.throughput
+                },
                 "runs": {},
             }
             results["domains"].append(domain)
@@ -186,8 +188,8 @@ def report(results: dict[str, Any]) -> None:
             f"{d['t_comp'] * 1e3:.1f}",
             f"{b['horovod']['sync'] * 1e3:.1f}",
             f"{b['ps']['sync'] * 1e3:.1f}",
-            f"{d['throughput']['random']:.0f}",
-            f"{d['throughput']['constrained']:.0f}",
+            f"{d['throughput'].get('random', float('nan')):.0f}",
+            f"{d['throughput'].get('constrained', float('nan')):.0f}",
             cpu,
         )
     console.print(table)
@@ -202,6 +204,7 @@ def main() -> None:
     p.add_argument("--batch", type=int, default=10, help="Strategies per ask.")
     p.add_argument("--searchers", default=",".join(MAKERS))
     p.add_argument("--tpe-max-budget", type=int, default=200, help="TPE's cost grows with trials x params.")
+    p.add_argument("--no-throughput", dest="throughput", action="store_false", help="Skip it.")
     p.add_argument("--results", default="", help="Write raw results (JSON) here as domains finish.")
     p.add_argument("--report", default="", help="Only print the tables of results files (a,b,...).")
     args = p.parse_args()
@@ -209,7 +212,13 @@ def main() -> None:
     if args.report:
         parts = [json.loads(Path(f).read_text()) for f in args.report.split(",")]
         budgets = sorted({b for r in parts for b in r["budgets"]})
-        report({"budgets": budgets, "domains": [d for r in parts for d in r["domains"]]})
+        merged: dict[tuple[str, str], dict[str, Any]] = {}
+        for d in (d for r in parts for d in r["domains"]):  # one domain may be split over files
+            into = merged.setdefault((d["model"], d["cluster"]), d)
+            if into is not d:
+                into["runs"].update(d["runs"])
+                into["throughput"] = into["throughput"] or d["throughput"]
+        report({"budgets": budgets, "domains": list(merged.values())})
         return
     report(collect(args))
 
