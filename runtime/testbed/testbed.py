@@ -38,7 +38,8 @@ from simulator.spec import ClusterSpec
 PREFIX = "stb"
 NODE_IF = "eth0"
 BRIDGE = "br0"
-_NAME = re.compile(rf"^{PREFIX}-(\d+)-([0-9a-f]+)-(sw|n\d+)$")
+# a testbed's namespaces, and the probe namespace of netns.namespaces_usable / qdisc_available
+_NAME = re.compile(rf"^{PREFIX}(?:-(\d+)-[0-9a-f]+-(?:sw|n\d+)|probe-(\d+))$")
 
 
 class TestbedUnavailable(netns.NetnsError):
@@ -56,7 +57,7 @@ def cleanup_stale() -> list[str]:
     removed = []
     for name in netns.list_namespaces():
         m = _NAME.match(name)
-        if m is None or netns.pid_alive(int(m.group(1))):
+        if m is None or netns.pid_alive(int(m.group(1) or m.group(2))):
             continue
         for pid in netns.namespace_pids(name):
             with contextlib.suppress(ProcessLookupError):

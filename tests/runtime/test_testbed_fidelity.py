@@ -88,9 +88,9 @@ def test_teardown_after_exception_kills_processes_and_namespaces() -> None:
 def test_cleanup_stale_removes_leftovers_of_dead_owners_only() -> None:
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()
-    stale = [f"stb-{dead.pid}-abc123-sw", f"stb-{dead.pid}-abc123-n0"]
-    netns.add_namespace(stale[0])
-    netns.add_namespace(stale[1])
+    stale = [f"stb-{dead.pid}-abc123-sw", f"stb-{dead.pid}-abc123-n0", f"stbprobe-{dead.pid}"]
+    for name in stale:
+        netns.add_namespace(name)
     netns.add_veth(stale[1], "eth0", stale[0], "p0")
     with Testbed(cluster([0.4, 0.4]), 1.0, clean_stale=False) as live:
         removed = cleanup_stale()
