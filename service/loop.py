@@ -27,6 +27,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
 from service import domain as d
@@ -132,7 +133,9 @@ class SearchLoop:
         for search in sorted(active, key=lambda x: x.id):
             try:
                 self.advance(search.id)
-            except Exception as e:  # one broken search must not stall the others
+            except SQLAlchemyError:  # the database is the source of truth: retry at the next tick
+                log.exception("advancing search %s: database error; retrying", search.id)
+            except Exception as e:  # a search that cannot be planned fails; the others go on
                 log.exception("advancing search %s failed", search.id)
                 self._fail(search.id, f"loop error: {type(e).__name__}: {e}")
         self.retrainer.poll()
