@@ -67,7 +67,7 @@ def fit(samples: Sequence[FitSample], initial: CostParams | None = None, max_ite
     it = 0
     for it in range(1, max_iter + 1):  # noqa: B007 (reported as iterations)
         _, sync_bound, sync_terms, comp_feature, comp_device = _branches(samples, params)
-        key = tuple(np.where(sync_bound, -1, comp_device)) + tuple(sync_terms[:, 1].round(9))
+        key = tuple(np.where(sync_bound, -1, comp_device)) + tuple(sync_terms.ravel())
         if key == branch_key:
             break
         branch_key = key

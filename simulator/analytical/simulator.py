@@ -8,7 +8,7 @@ import numpy as np
 
 from simulator.analytical.arrays import cluster_arrays, model_arrays
 from simulator.analytical.batch import StrategyBatch, encode
-from simulator.analytical.features import features
+from simulator.analytical.features import GLOBAL_FEATURES, features
 from simulator.analytical.params import CostParams
 from simulator.analytical.vectorised import Scores, score
 from simulator.base import Simulator
@@ -30,10 +30,14 @@ class AnalyticalSimulator(Simulator):
 
     def predict(self, model: ModelSpec, cluster: ClusterSpec, strategies: Sequence[Strategy]) -> np.ndarray:
         """Iteration time T = max(T_comp, T_sync) per strategy, shape (N,)."""
+        if not strategies:
+            return np.zeros(0)
         return self.score_batch(model, cluster, self.encode(model, cluster, strategies)).t_iter
 
     def hidden(self, model: ModelSpec, cluster: ClusterSpec, strategies: Sequence[Strategy]) -> np.ndarray:
         """Global domain-agnostic features z (``features.GLOBAL_FEATURES``), shape (N, 12)."""
+        if not strategies:
+            return np.zeros((0, len(GLOBAL_FEATURES)))
         return self.hidden_batch(model, cluster, self.encode(model, cluster, strategies))
 
     def encode(self, model: ModelSpec, cluster: ClusterSpec, strategies: Sequence[Strategy]) -> StrategyBatch:

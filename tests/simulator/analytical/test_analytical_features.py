@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import numpy as np
-import pytest
 
 from simulator.analytical import (
     GLOBAL_FEATURES,
@@ -102,5 +101,5 @@ def test_simulator_contract() -> None:
     h = sim.hidden(model, cluster, ss)
     assert t.shape == (7,) and t.dtype == np.float64 and np.all(np.isfinite(t)) and np.all(t > 0)
     assert h.shape == (7, 12) and h.dtype == np.float64
-    with pytest.raises(ValueError, match="strategies"):
-        sim.predict(model, cluster, [])
+    assert sim.predict(model, cluster, []).shape == (0,)
+    assert sim.hidden(model, cluster, []).shape == (0, 12)
