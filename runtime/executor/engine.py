@@ -108,8 +108,10 @@ class SyncEngine:
             with self._lock:
                 self._sends.extend(sends)
 
+        pending = ps.post_pull(pu, self.plan, self.tensors, self.g)
+
         def pull() -> None:
-            up = ps.pull(pu, self.plan, self.tensors, self.g)
+            up = ps.pull(pending, self.plan, self.tensors, self.g)
             with self._lock:
                 self._updates.append(up)
 

@@ -10,6 +10,7 @@ the server, and the leader broadcasts what it pulls inside the node.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
@@ -98,24 +99,43 @@ def push(unit: PSUnit, plan: SyncPlan, tensors: ShardTensors, g: CommGroups) -> 
     return sends
 
 
-def pull(unit: PSUnit, plan: SyncPlan, tensors: ShardTensors, g: CommGroups) -> Update:
-    """Receive the updated shard (blocking); returns the update that writes it into the replica."""
+@dataclass
+class PendingPull:
+    """A posted receive of a unit's parameters (dense) or of its row count (sparse)."""
+
+    unit: PSUnit
+    buf: torch.Tensor
+    work: Work | None  # None where a node leader receives for this worker
+
+
+def post_pull(unit: PSUnit, plan: SyncPlan, tensors: ShardTensors, g: CommGroups) -> PendingPull:
+    """Post the receive of ``unit``'s answer now, so pulls from several servers arrive in
+    parallel (as a PS's independent pull requests do); called in launch order by one thread."""
+    sparse = plan.shards[unit.shard].sparse
+    buf = torch.zeros(1, dtype=torch.int64) if sparse else torch.empty(tensors.param(unit.shard).numel())
+    work = None
+    if _talks_to_server(unit, g):
+        work = _irecv(buf, g.layout.server_rank(unit.server), _tag(unit, 3), g.ps_pull)
+    return PendingPull(unit, buf, work)
+
+
+def pull(pending: PendingPull, plan: SyncPlan, tensors: ShardTensors, g: CommGroups) -> Update:
+    """Wait for a posted pull (and share it in the node); returns the update of the replica."""
+    unit = pending.unit
     info = plan.shards[unit.shard]
     server = g.layout.server_rank(unit.server)
     group = _local_group(unit, g, pull=True)
     leader = g.layout.leader(g.node)
     talks = _talks_to_server(unit, g)
     param = tensors.param(unit.shard)
+    if pending.work is not None:
+        pending.work.wait()
     if not info.sparse:
-        buf = torch.empty(param.numel())
-        if talks:
-            dist.recv(buf, server, tag=_tag(unit, 3), group=g.ps_pull)
+        buf = pending.buf
         if group is not None:
             dist.broadcast(buf, src=leader, group=group)
         return lambda: param.copy_(buf.view(param.shape))
-    count = torch.zeros(1, dtype=torch.int64)
-    if talks:
-        dist.recv(count, server, tag=_tag(unit, 3), group=g.ps_pull)
+    count = pending.buf
     if group is not None:
         dist.broadcast(count, src=leader, group=group)
     idx = torch.empty(int(count), dtype=torch.int64)
