@@ -44,9 +44,10 @@ def test_allreduce_bus_bandwidth_within_15_percent_of_the_shaped_rate() -> None:
 
 
 def test_halving_a_nodes_rate_slows_a_ps_strategy_whose_servers_sit_on_it() -> None:
-    # Every variable (2 x 1 MB) on node 0's server; the workers of nodes 1 and 2 push 2 MB to it
-    # and pull 2 MB back each step through node 0's link: 4 MB each way at 100 Mbit/s = 0.34 s of
-    # sync against ~1 ms of replayed compute. Halving node 0's NIC must roughly double the step.
+    # Every variable (2 x 1 MB) on node 0's server; the workers of nodes 1 and 2 push 2.1 MB each
+    # into node 0 and pull 2.1 MB each back: 4.2 MB each way through node 0's 100 Mbit/s link,
+    # 0.34 s if pushes and pulls overlap (full duplex), 0.67 s if they do not, against ~1 ms of
+    # replayed compute. Halving node 0's NIC must double the step.
     model = ModelSpec(name="fat", batch_size=1, layers=(linear("a", 512, 512), linear("b", 512, 512)))
     strategy = Strategy(variables=tuple(VariableStrategy(variable=v.name, shards=(PSSync(server="n0"),))
                                         for v in model.variables))  # fmt: skip
@@ -58,7 +59,8 @@ def test_halving_a_nodes_rate_slows_a_ps_strategy_whose_servers_sit_on_it() -> N
             m = session.run(strategy)
         assert m.ok, m.failure
         step[g0] = m.median
-    assert step[0.1] == pytest.approx(2 * 2 * model.param_bytes * 8 / 100e6, rel=0.3)
+    one_way = 2 * model.param_bytes * 8 / 100e6
+    assert 0.9 * one_way <= step[0.1] <= 1.15 * 2 * one_way, step
     assert step[0.05] / step[0.1] == pytest.approx(2.0, rel=0.2), step
 
 
