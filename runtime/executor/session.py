@@ -14,6 +14,7 @@ import json
 import os
 import platform
 import queue
+import re
 import shutil
 import signal
 import socket
@@ -39,6 +40,7 @@ from simulator.spec import ClusterSpec, ModelSpec, SpecError, Strategy
 from simulator.spec.measurement import Measurement
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
+_WARNING = re.compile(r"^\[W\d{4} ")
 
 
 class SessionFailure(RuntimeError):
@@ -187,7 +189,9 @@ class ExecutorSession:
             return None
         time.sleep(0.2)  # let the first one's traceback reach its file
         first = min(dead, key=lambda p: (p.died_at, p.rank))
-        return f"rank {first.rank} exited with code {first.popen.returncode}: {_tail(first.stderr_path)}"
+        code = first.popen.returncode
+        how = f"was killed by {signal.Signals(-code).name}" if code < 0 else f"exited with code {code}"
+        return f"rank {first.rank} {how}: {_tail(first.stderr_path)}"
 
     def _kill(self) -> None:
         for p in self._procs:
@@ -308,7 +312,8 @@ def _tail(path: Path, lines: int = 1) -> str:
         text = path.read_text(errors="replace").strip().splitlines()
     except OSError:
         return "(no stderr)"
-    useful = [t for t in text if t.strip()]
+    # c10d's start-up warnings ("[W1122 ...] ...") are noise, not the reason a rank died.
+    useful = [t for t in text if t.strip() and not _WARNING.match(t)]
     return " | ".join(useful[-lines:]) if useful else "(no stderr)"
 
 
