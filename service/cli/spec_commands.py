@@ -66,8 +66,14 @@ def zoo_list(as_json: bool = typer.Option(False, "--json", help="Print JSON.")) 
     console = Console()
     mt = Table("model", "family", "params", "variables", "layers", "batch/GPU", title="Models")
     for m in models:
-        mt.add_row(m.name, m.family, f"{m.params / 1e6:.1f}M", str(len(m.variables)), str(len(m.layers)),
-                   str(m.batch_size))
+        mt.add_row(
+            m.name,
+            m.family,
+            f"{m.params / 1e6:.1f}M",
+            str(len(m.variables)),
+            str(len(m.layers)),
+            str(m.batch_size),
+        )
     ct = Table("cluster", "nodes", "GPUs", "NIC Gbps", title="Clusters")
     for c in clusters:
         nics = sorted({n.nic_gbps for n in c.nodes})
@@ -107,7 +113,9 @@ def validate(
         model_ref = model or spec.model
         cluster_ref = cluster or spec.cluster
         if model_ref is None or cluster_ref is None:
-            raise fail(f"{file}: a strategy needs a model and a cluster (--model/--cluster or its own fields)")
+            raise fail(
+                f"{file}: a strategy needs a model and a cluster (--model/--cluster or its own fields)"
+            )
         try:
             spec.check(resolve_model(model_ref), resolve_cluster(cluster_ref))
         except SpecError as e:

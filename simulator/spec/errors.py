@@ -69,6 +69,4 @@ def _is_union_tag(p: str | int) -> bool:
 def structural(issues: Iterable[Issue]) -> None:
     """Raise the first structural issue inside a pydantic validator, keeping its relative path."""
     for issue in issues:
-        raise PydanticCustomError(
-            "spec", "{path}: {reason}", {"path": issue.dotted, "reason": issue.reason}
-        )
+        raise PydanticCustomError("spec", "{path}: {reason}", {"path": issue.dotted, "reason": issue.reason})

@@ -47,9 +47,7 @@ class Variable(BaseModel):
 
     @model_validator(mode="after")
     def _check(self) -> Variable:
-        structural(
-            Issue(("shape", i), f"must be >= 1, got {d}") for i, d in enumerate(self.shape) if d < 1
-        )
+        structural(Issue(("shape", i), f"must be >= 1, got {d}") for i, d in enumerate(self.shape) if d < 1)
         if not self.sparse and self.density != 1.0:
             structural([Issue(("density",), "must be 1.0 for a dense variable")])
         return self

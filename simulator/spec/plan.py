@@ -73,9 +73,7 @@ class Plan(BaseModel):
         issues = []
         total = sum(self.batch_shares.values())
         if total != self.global_batch:
-            issues.append(
-                Issue(("batch_shares",), f"sum to {total} but global_batch is {self.global_batch}")
-            )
+            issues.append(Issue(("batch_shares",), f"sum to {total} but global_batch is {self.global_batch}"))
         for dev, share in self.batch_shares.items():
             if share < 0:
                 issues.append(Issue(("batch_shares", dev), f"must be >= 0, got {share}"))

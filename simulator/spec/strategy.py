@@ -83,7 +83,7 @@ class Partition(BaseModel):
     def shard_shapes(self, shape: tuple[int, ...]) -> tuple[tuple[int, ...], ...]:
         n, r = divmod(shape[self.axis], self.shards)
         sizes = [n + (1 if i < r else 0) for i in range(self.shards)]
-        return tuple(shape[: self.axis] + (s,) + shape[self.axis + 1 :] for s in sizes)
+        return tuple((*shape[: self.axis], s, *shape[self.axis + 1 :]) for s in sizes)
 
 
 class VariableStrategy(BaseModel):
@@ -229,7 +229,9 @@ def _variable_issues(
             if sync.compressor.kind == "powersgd":
                 if var.sparse:
                     issues.append(
-                        Issue((*path, "shards", j, "compressor"), "powersgd cannot compress a sparse gradient")
+                        Issue(
+                            (*path, "shards", j, "compressor"), "powersgd cannot compress a sparse gradient"
+                        )
                     )
                 elif len(var.shape) < 2:
                     issues.append(

@@ -49,7 +49,10 @@ def small_model() -> ModelSpec:
                 fwd_flops=2 * 16 * 32,
                 activation_bytes=128,
                 inputs=("emb",),
-                variables=[Variable(name="fc1.weight", shape=(32, 16)), Variable(name="fc1.bias", shape=(32,))],
+                variables=[
+                    Variable(name="fc1.weight", shape=(32, 16)),
+                    Variable(name="fc1.bias", shape=(32,)),
+                ],
             ),
             Layer(name="relu", kind="relu", fwd_flops=32, activation_bytes=128, inputs=("fc1",)),
             Layer(
@@ -373,7 +376,10 @@ def test_plan_rules() -> None:
 
 
 def test_unknown_kind_and_not_an_object() -> None:
-    assert _errors({"kind": "pipeline"}) == "kind: unknown kind 'pipeline'; expected one of ['cluster', 'model', 'strategy']"
+    assert (
+        _errors({"kind": "pipeline"})
+        == "kind: unknown kind 'pipeline'; expected one of ['cluster', 'model', 'strategy']"
+    )
     with pytest.raises(SpecError, match="must be a JSON object"):
         parse_spec([1, 2])
 
