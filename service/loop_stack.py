@@ -86,7 +86,7 @@ class Stack:
         upgrade(s.database_url)
         self.engine = make_engine(s.database_url, echo=s.echo_sql)
         self.sessions = session_factory(self.engine)
-        self.nudger = Nudger(make_celery(s.broker_url, s.result_backend))
+        self.nudger = Nudger(make_celery(s.broker_url))
         self.loop = SearchLoop(
             self.sessions,
             config=LoopConfig(

@@ -33,11 +33,13 @@ class QueueNames:
         return f"{self.prefix}.default"
 
 
-def make_celery(
-    broker_url: str, result_backend: str | None = None, names: QueueNames = QueueNames()
-) -> Celery:
-    """A Celery app on ``broker_url``; nudges are fire-and-forget (no results are stored)."""
-    app = Celery("strategist", broker=broker_url, backend=result_backend or None)
+def make_celery(broker_url: str, names: QueueNames = QueueNames()) -> Celery:
+    """A Celery app on ``broker_url``.
+
+    Nudges are fire-and-forget: no result backend is configured (the outcome of a trial is in the
+    database, reported through the API), so publishing needs the broker and nothing else.
+    """
+    app = Celery("strategist", broker=broker_url, backend=None)
     app.conf.update(
         task_default_queue=names.default,
         task_default_exchange=names.default,
