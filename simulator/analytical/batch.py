@@ -235,14 +235,9 @@ def _dense_rank(key: np.ndarray, span: int) -> tuple[np.ndarray, np.ndarray]:
 
 
 def encode(ma: ModelArrays, ca: ClusterArrays, strategies: Sequence[Strategy]) -> StrategyBatch:
-    """Flatten ``strategies`` (valid for ma.model on ca.cluster) into a StrategyBatch.
-
-    Sub-strategies are frozen, and samplers and baselines share them between strategies, so each
-    distinct VariableStrategy object is turned into rows once per call.
-    """
+    """Flatten ``strategies`` (valid for ma.model on ca.cluster) into a StrategyBatch."""
     node_index = ca.cluster.node_index
     names = [v.name for v in ma.model.variables]
-    memo: dict[int, tuple[VariableStrategy, tuple[int, ...]]] = {}
     flat: list[int] = []
     counts = np.zeros(len(strategies), dtype=np.int64)
     width = len(_CHOICES) - 1
@@ -254,13 +249,10 @@ def encode(ma: ModelArrays, ca: ClusterArrays, strategies: Sequence[Strategy]) -
         if len(subs) != len(names) or any(vs.variable != name for vs, name in zip(subs, names, strict=True)):
             subs = tuple(s.by_variable[name] for name in names)  # not listed in forward order
         for vi, vs in enumerate(subs):
-            hit = memo.get(id(vs))
-            if hit is None or hit[0] is not vs:
-                hit = memo[id(vs)] = (vs, _variable_rows(vi, vs, node_index))
-            flat.extend(hit[1])
+            flat.extend(_variable_rows(vi, vs, node_index))
         counts[n] = (len(flat) - start) // width
-    table = np.array(flat, dtype=np.int64).reshape(-1, width)
-    cols = dict(zip(_CHOICES[1:], table.T, strict=True))
+    table = np.ascontiguousarray(np.array(flat, dtype=np.int64).reshape(-1, width).T)
+    cols = dict(zip(_CHOICES[1:], table, strict=True))
     return make_batch(ma, ca, strategy=np.repeat(np.arange(len(strategies)), counts), **cols)
 
 
