@@ -15,6 +15,7 @@ import httpx
 import typer
 from rich.console import Console, Group
 from rich.live import Live
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
@@ -112,7 +113,7 @@ def best_table(status: dict[str, Any], trials: list[dict[str, Any]], top: int = 
         table.add_row(
             str(t["id"]),
             str(t.get("round_index")),
-            describe_strategy(t["strategy"]),
+            escape(describe_strategy(t["strategy"])),
             f"{pred:.3f}" if pred else "-",
             f"{t['median_time']:.3f}",
             *speed,

@@ -18,6 +18,7 @@ from typing import Annotated, Any
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from runtime.worker import TOKEN_ENV
 from service.cli.search_cli_commands import SearchClient, best_table, describe_strategy, watch_search
@@ -89,7 +90,13 @@ def demo(
             heartbeat_timeout_s=30.0,
             sweep_interval_s=5.0,
         )
-        flags = {"iterations": iterations, "warmup": 2, "heartbeat": 2.0, "clusters": cluster}
+        flags = {
+            "iterations": iterations,
+            "warmup": 2,
+            "heartbeat": 2.0,
+            "clusters": cluster,
+            "log_level": "warning",
+        }
         with Stack(settings, StackConfig(worker_flags=flags, port=0)) as stack:
             console.print(f"[bold]strategist demo[/]: API at {stack.url}, data in {folder}")
             token = _user_token(stack)
@@ -137,7 +144,9 @@ def _print_result(
     if best is None:
         console.print("[red]no candidate trial succeeded[/]")
         return
-    console.print(f"[bold]best strategy[/] (trial {best['id']}): {describe_strategy(best['strategy'])}")
+    console.print(
+        f"[bold]best strategy[/] (trial {best['id']}): {escape(describe_strategy(best['strategy']))}"
+    )
     console.print(f"  measured median iteration time: {best['median_time']:.3f} s")
     for b in final.get("baselines", []):
         m = b.get("median_time")

@@ -58,9 +58,14 @@ def worker(
     trial_timeout: Annotated[float, typer.Option(help="Seconds a trial may run before it fails.")] = 600.0,
     name: Annotated[str, typer.Option(help="Worker name shown on trials; default host-pid.")] = "",
     wait_api: Annotated[float, typer.Option(help="Seconds to wait for the API to come up.")] = 60.0,
+    log_level: Annotated[str, typer.Option(help="debug, info, warning or error.")] = "info",
 ) -> None:
     """Claim trials from the API, run them, heartbeat while running, report the measurements."""
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    level = getattr(logging, log_level.upper(), None)
+    if not isinstance(level, int):
+        raise _fail("--log-level", f"must be debug, info, warning or error, got {log_level!r}")
+    logging.basicConfig(level=level, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    logging.getLogger("httpx").setLevel(max(level, logging.WARNING))  # one line per request is noise
     if pool not in POOLS:
         raise _fail("--pool", f"must be one of {', '.join(POOLS)}, got {pool!r}")
     if not token:
