@@ -69,6 +69,8 @@ def read_records(path: Path) -> list[dict[str, Any]]:
         try:
             rec = json.loads(line)
         except json.JSONDecodeError as e:
+            if not line.endswith("\n"):
+                break  # the last line of a file still being written
             raise ValueError(f"{path}:{lineno}: not valid JSON: {e}") from None
         if not isinstance(rec, dict):
             raise ValueError(f"{path}:{lineno}: a record must be a JSON object")
