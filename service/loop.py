@@ -139,6 +139,8 @@ class SearchLoop:
                 log.exception("advancing search %s failed", search.id)
                 self._fail(search.id, f"loop error: {type(e).__name__}: {e}")
         self.retrainer.poll()
+        horizon = time.monotonic() - 10 * self.config.renudge_s
+        self._nudged = {t: at for t, at in self._nudged.items() if at > horizon}  # bounded memory
 
     def sweep(self) -> list[d.Trial]:
         """Requeue trials whose heartbeat went stale, and nudge them at once."""
