@@ -136,7 +136,7 @@ def test_compose_processes_round_trip(
                 return None
             return r.status_code == 200 and r.json()
 
-        body = wait_for(ready, 240, "the API's /readyz")
+        body = wait_for(ready, 480, "the API's /readyz")
         assert body["checks"]["database"] == "ok" and body["checks"]["broker"] == "ok"
         assert body["checks"]["migrations"].startswith("ok")
 
