@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal
 
-from simulator.spec import ClusterSpec, ModelSpec, Strategy
+from simulator.spec import ClusterSpec, ModelSpec, Strategy, domain_name
 from simulator.spec.io import parse_as
 from simulator.spec.measurement import Measurement
 
@@ -48,8 +48,8 @@ RetrainState = Literal["pending", "running", "done", "failed"]
 
 
 def domain_of(model_name: str, cluster_name: str) -> str:
-    """The simulator domain of a (model, cluster) pair, e.g. ``'vgg16@aws-4xg4dn'``."""
-    return f"{model_name}@{cluster_name}"
+    """The simulator domain of a (model, cluster) pair, e.g. ``'VGG16__A2'`` (as in datasets/runtimes/)."""
+    return domain_name(model_name, cluster_name)
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,7 @@
 """The vocabulary every stage speaks: models, clusters, strategies, plans, and their errors."""
 
 from simulator.spec.cluster import GBPS, ClusterSpec, Device, DeviceType, Node
+from simulator.spec.domain import domain_name
 from simulator.spec.errors import Issue, SpecError
 from simulator.spec.io import Spec, dump_json, load_spec, parse_spec
 from simulator.spec.model import DTYPE_BYTES, Layer, ModelSpec, Variable
@@ -39,6 +40,7 @@ __all__ = [
     "Synchronizer",
     "Variable",
     "VariableStrategy",
+    "domain_name",
     "dump_json",
     "load_spec",
     "parse_spec",

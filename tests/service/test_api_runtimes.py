@@ -37,7 +37,7 @@ def test_ingest_runtime_and_list(client: TestClient, tokens: dict[str, Any], spe
     strategy |= {"model": None, "cluster": None, "plan": None}
     record = {
         "id": 1,
-        "domain": "tiny-mlp@two-node",
+        "domain": "tiny-mlp__two-node",
         "model_name": "tiny-mlp",
         "cluster_name": "two-node",
         "strategy": strategy,
@@ -52,9 +52,9 @@ def test_ingest_runtime_and_list(client: TestClient, tokens: dict[str, Any], spe
     assert r.json() == record
     assert client.get(f"{API}/runtimes", headers=tokens["alice"]).json() == {"data": [record], "count": 1}
     assert (
-        client.get(f"{API}/runtimes?domain=tiny-mlp@two-node", headers=tokens["alice"]).json()["count"] == 1
+        client.get(f"{API}/runtimes?domain=tiny-mlp__two-node", headers=tokens["alice"]).json()["count"] == 1
     )
-    assert client.get(f"{API}/runtimes?domain=other@x", headers=tokens["alice"]).json()["count"] == 0
+    assert client.get(f"{API}/runtimes?domain=other__x", headers=tokens["alice"]).json()["count"] == 0
     assert client.get(f"{API}/runtimes?since_id=1", headers=tokens["alice"]).json()["count"] == 0
     assert client.get(f"{API}/runtimes", headers=tokens["bob"]).json()["count"] == 0
     assert client.get(f"{API}/runtimes", headers=tokens["admin"]).json()["count"] == 1
@@ -111,7 +111,7 @@ def test_simulator_versions_and_retraining(
     assert client.get(f"{API}/simulators", headers=tokens["alice"]).json() == {"data": [], "count": 0}
     repo.add_simulator_version(
         session,
-        domain="tiny-mlp@two-node",
+        domain="tiny-mlp__two-node",
         kind="gat",
         metrics={"kendall_tau": 0.7},
         path="/s/1.pt",
@@ -119,16 +119,16 @@ def test_simulator_versions_and_retraining(
     )
     repo.add_simulator_version(
         session,
-        domain="tiny-mlp@two-node",
+        domain="tiny-mlp__two-node",
         kind="gat",
         metrics={"kendall_tau": 0.8},
         path="/s/2.pt",
         n_records=20,
     )
-    repo.add_simulator_version(session, domain="other@x", kind="rnn", metrics={}, path=None, n_records=3)
+    repo.add_simulator_version(session, domain="other__x", kind="rnn", metrics={}, path=None, n_records=3)
     v2 = {
         "id": 2,
-        "domain": "tiny-mlp@two-node",
+        "domain": "tiny-mlp__two-node",
         "kind": "gat",
         "version": 2,
         "metrics": {"kendall_tau": 0.8},
@@ -136,18 +136,18 @@ def test_simulator_versions_and_retraining(
         "n_records": 20,
         "created_at": ANY,
     }
-    listed = client.get(f"{API}/simulators?domain=tiny-mlp@two-node", headers=tokens["alice"]).json()
+    listed = client.get(f"{API}/simulators?domain=tiny-mlp__two-node", headers=tokens["alice"]).json()
     assert listed["count"] == 2 and listed["data"][1] == v2 and listed["data"][0]["version"] == 1
     assert client.get(f"{API}/simulators?kind=rnn", headers=tokens["alice"]).json()["data"][0]["version"] == 1
     assert client.get(f"{API}/simulators/2", headers=tokens["bob"]).json() == v2
     assert client.get(f"{API}/simulators/9", headers=tokens["bob"]).status_code == 404
     r = client.post(
-        f"{API}/simulators/retrain", json={"domain": "tiny-mlp@two-node"}, headers=tokens["alice"]
+        f"{API}/simulators/retrain", json={"domain": "tiny-mlp__two-node"}, headers=tokens["alice"]
     )
     assert r.status_code == 202
     req = {
         "id": 1,
-        "domain": "tiny-mlp@two-node",
+        "domain": "tiny-mlp__two-node",
         "state": "pending",
         "requested_by": 1,
         "simulator_version_id": None,
@@ -159,7 +159,7 @@ def test_simulator_versions_and_retraining(
     # A second request while one is pending is the same request.
     assert (
         client.post(
-            f"{API}/simulators/retrain", json={"domain": "tiny-mlp@two-node"}, headers=tokens["bob"]
+            f"{API}/simulators/retrain", json={"domain": "tiny-mlp__two-node"}, headers=tokens["bob"]
         ).json()
         == req
     )
@@ -171,6 +171,6 @@ def test_simulator_versions_and_retraining(
     r = client.post(f"{API}/simulators/retrain", json={"domain": "no-at-sign"}, headers=tokens["alice"])
     assert r.status_code == 422 and r.json()["detail"][0]["loc"] == ["body", "domain"]
     assert (
-        client.post(f"{API}/simulators/retrain", json={"domain": "a@b"}, headers=tokens["worker"]).status_code
+        client.post(f"{API}/simulators/retrain", json={"domain": "a__b"}, headers=tokens["worker"]).status_code
         == 403
     )

@@ -108,7 +108,7 @@ def test_searches_are_listed_per_owner_and_state(session: Session, search_of: An
     assert [s.id for s in repo.list_searches(session, states=["pending"])] == [a.id]
     with pytest.raises(NotFound):
         repo.get_search(session, search_id=a.id, owner_id=b.owner_id)
-    assert a.domain == "tiny-mlp@two-node"
+    assert a.domain == "tiny-mlp__two-node"
 
 
 def test_runtimes_simulators_and_retrain_requests(session: Session, specs: Any) -> None:
@@ -123,29 +123,29 @@ def test_runtimes_simulators_and_retrain_requests(session: Session, specs: Any) 
     repo.ingest_runtime(
         session, model_name="m", cluster_name="d", strategy=strategy, iteration_times=[1], user_id=None
     )
-    assert (r1.domain, r1.median_time, r1.source) == ("m@c", 2.0, "user")
-    assert [r.id for r in repo.list_runtimes(session, domain="m@c")] == [r1.id]
-    assert repo.count_runtimes(session, domain="m@c") == 1
-    assert [r.domain for r in repo.list_runtimes(session, since_id=r1.id)] == ["m@d"]
-    assert repo.latest_simulator_version(session, domain="m@c") is None
+    assert (r1.domain, r1.median_time, r1.source) == ("m__c", 2.0, "user")
+    assert [r.id for r in repo.list_runtimes(session, domain="m__c")] == [r1.id]
+    assert repo.count_runtimes(session, domain="m__c") == 1
+    assert [r.domain for r in repo.list_runtimes(session, since_id=r1.id)] == ["m__d"]
+    assert repo.latest_simulator_version(session, domain="m__c") is None
     v1 = repo.add_simulator_version(
-        session, domain="m@c", kind="gat", metrics={"tau": 0.5}, path=None, n_records=1
+        session, domain="m__c", kind="gat", metrics={"tau": 0.5}, path=None, n_records=1
     )
     v2 = repo.add_simulator_version(
-        session, domain="m@c", kind="gat", metrics={"tau": 0.6}, path="p", n_records=2
+        session, domain="m__c", kind="gat", metrics={"tau": 0.6}, path="p", n_records=2
     )
-    r = repo.add_simulator_version(session, domain="m@c", kind="rnn", metrics={}, path=None, n_records=2)
+    r = repo.add_simulator_version(session, domain="m__c", kind="rnn", metrics={}, path=None, n_records=2)
     assert (v1.version, v2.version, r.version) == (1, 2, 1)
-    latest = repo.latest_simulator_version(session, domain="m@c", kind="gat")
+    latest = repo.latest_simulator_version(session, domain="m__c", kind="gat")
     assert latest is not None and latest.id == v2.id
-    req = repo.request_retrain(session, domain="m@c", requested_by=None)
-    assert repo.request_retrain(session, domain="m@c", requested_by=None).id == req.id
+    req = repo.request_retrain(session, domain="m__c", requested_by=None)
+    assert repo.request_retrain(session, domain="m__c", requested_by=None).id == req.id
     taken = repo.start_retrain(session, request_id=req.id)
     assert taken is not None and taken.state == "running"
     assert repo.start_retrain(session, request_id=req.id) is None
-    assert repo.request_retrain(session, domain="m@c", requested_by=None).id != req.id  # none pending now
+    assert repo.request_retrain(session, domain="m__c", requested_by=None).id != req.id  # none pending now
     done = repo.finish_retrain(session, request_id=req.id, simulator_version_id=v2.id)
     assert (done.state, done.simulator_version_id, done.error) == ("done", v2.id, None)
     with pytest.raises(Conflict):
         repo.finish_retrain(session, request_id=req.id, simulator_version_id=None)
-    assert [q.state for q in repo.list_retrain_requests(session, domain="m@c")] == ["done", "pending"]
+    assert [q.state for q in repo.list_retrain_requests(session, domain="m__c")] == ["done", "pending"]

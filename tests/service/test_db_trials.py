@@ -136,7 +136,7 @@ def test_report_records_exactly_one_measurement(session: Session, search_of: Any
     ]
     assert again.trial.finished_at is not None and again.trial.failure_reason is None
     assert _count(session, MeasurementRow) == 1
-    runtimes = repo.list_runtimes(session, domain="tiny-mlp@two-node")
+    runtimes = repo.list_runtimes(session, domain="tiny-mlp__two-node")
     assert [(r.source, r.trial_id, r.median_time, r.search_id) for r in runtimes] == [
         ("trial", c.trial.id, 0.5, s.id)
     ]

@@ -111,7 +111,7 @@ def test_search_runs_two_rounds_and_measures_each_trial_once(stack: Stack) -> No
     after = {t["id"]: (t["attempt"], t["iteration_times"]) for t in client.trials(sid)}
     assert after == before
     with stack.sessions() as session:
-        runtimes = repo.list_runtimes(session, domain="tiny-mlp@two-node")
-        retrains = repo.list_retrain_requests(session, domain="tiny-mlp@two-node")
+        runtimes = repo.list_runtimes(session, domain="tiny-mlp__two-node")
+        retrains = repo.list_retrain_requests(session, domain="tiny-mlp__two-node")
     assert sorted(r.trial_id for r in runtimes) == sorted(before)  # one runtime record per trial
     assert [r.state for r in retrains] == ["done", "done"]  # one retraining after each round

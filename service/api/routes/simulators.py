@@ -23,7 +23,7 @@ router = APIRouter(prefix="/simulators", tags=["simulators"])
 def list_versions(
     session: SessionDep,
     user: UserDep,
-    domain: Annotated[str | None, Query(description="'<model>@<cluster>'.")] = None,
+    domain: Annotated[str | None, Query(description="'<model>__<cluster>'.")] = None,
     kind: Annotated[str | None, Query(description="e.g. 'rnn', 'gat'.")] = None,
 ) -> SimulatorVersionsPublic:
     """Simulator versions, oldest first, with their accuracy metrics."""
@@ -48,7 +48,7 @@ def request_retrain(
 def list_retrain_requests(
     session: SessionDep,
     user: UserDep,
-    domain: Annotated[str | None, Query(description="'<model>@<cluster>'.")] = None,
+    domain: Annotated[str | None, Query(description="'<model>__<cluster>'.")] = None,
 ) -> RetrainRequestsPublic:
     """Retraining requests, oldest first, with their state and the version they produced."""
     data = [

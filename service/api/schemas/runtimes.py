@@ -38,7 +38,7 @@ class RuntimeCreate(BaseModel):
 
 class RuntimePublic(Public):
     id: int
-    domain: str = Field(examples=["resnet50@B1"])
+    domain: str = Field(examples=["ResNet50__B1"])
     model_name: str
     cluster_name: str
     strategy: dict[str, Any]
@@ -73,10 +73,10 @@ class SimulatorVersionsPublic(Public):
 
 
 class RetrainCreate(BaseModel):
-    model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [{"domain": "resnet50@B1"}]})
+    model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [{"domain": "ResNet50__B1"}]})
 
     domain: str = Field(
-        min_length=3, max_length=401, pattern=r"^[^@]+@[^@]+$", description="'<model>@<cluster>'."
+        min_length=3, max_length=401, pattern=r"^.+__.+$", description="'<model>__<cluster>'."
     )
 
 
