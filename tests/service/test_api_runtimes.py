@@ -171,6 +171,8 @@ def test_simulator_versions_and_retraining(
     r = client.post(f"{API}/simulators/retrain", json={"domain": "no-at-sign"}, headers=tokens["alice"])
     assert r.status_code == 422 and r.json()["detail"][0]["loc"] == ["body", "domain"]
     assert (
-        client.post(f"{API}/simulators/retrain", json={"domain": "a__b"}, headers=tokens["worker"]).status_code
+        client.post(
+            f"{API}/simulators/retrain", json={"domain": "a__b"}, headers=tokens["worker"]
+        ).status_code
         == 403
     )
