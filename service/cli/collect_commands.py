@@ -17,10 +17,6 @@ import typer
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from runtime.collect import Trial, baseline_trials, collect, output_path
-from runtime.executor import ExecutorConfig
-from runtime.testbed import suggest_scale
-from search import InfeasibleSpaceError, make_sampler
 from service.cli.spec_commands import fail, resolve_cluster, resolve_model
 from simulator.zoo import datasets_dir
 
@@ -48,6 +44,12 @@ def collect_command(
     out: Path | None = typer.Option(None, "--out", help="Dataset folder (default datasets/runtimes)."),
 ) -> None:
     """Run N sampled strategies plus the baselines on the testbed and append their measurements."""
+    # Imported here: torch and the executor cost seconds, which no other command should pay.
+    from runtime.collect import Trial, baseline_trials, collect, output_path
+    from runtime.executor import ExecutorConfig
+    from runtime.testbed import suggest_scale
+    from search import InfeasibleSpaceError, make_sampler
+
     if sampler not in ("random", "constrained"):
         raise fail(f"--sampler: unknown {sampler!r}; expected 'random' or 'constrained'")
     if compute not in ("replay", "real"):
