@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import json
 import os
+import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -276,3 +277,21 @@ def tokens(session: Session) -> dict[str, dict[str, str]]:
         "admin": repo.create_token(session, name="root", role="admin"),
     }
     return {k: bearer(v.secret) for k, v in made.items()}
+
+
+def _wait_for(check: Callable[[], Any], timeout_s: float, what: str) -> Any:
+    """Poll ``check`` every 0.3 s until it returns something truthy (returned); fail after ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        value = check()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout_s:.0f} s waiting for {what}")
+        time.sleep(0.3)
+
+
+@pytest.fixture
+def wait_for() -> Callable[[Callable[[], Any], float, str], Any]:
+    """``wait_for(check, timeout_s, what)``: poll until ``check()`` is truthy (the end-to-end tests)."""
+    return _wait_for

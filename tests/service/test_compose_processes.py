@@ -13,7 +13,6 @@ import os
 import socket
 import subprocess
 import sys
-import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -30,17 +29,6 @@ PG = os.environ.get("STRATEGIST_TEST_POSTGRES_URL", "postgresql+psycopg://postgr
 REDIS = os.environ.get("STRATEGIST_TEST_REDIS_URL", "redis://127.0.0.1:6379/15")
 
 pytestmark = [pytest.mark.postgres, pytest.mark.redis]
-
-
-def wait_for(check: Callable[[], Any], timeout_s: float, what: str) -> Any:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout_s:.0f} s waiting for {what}")
-        time.sleep(0.5)
 
 
 @pytest.fixture
@@ -93,7 +81,7 @@ def localize(value: str, *, database: str, broker: str, api: str) -> str:
 
 
 def test_compose_processes_round_trip(
-    pg_database: str, redis_url: str, tmp_path: Path, zoo_dir: Path
+    pg_database: str, redis_url: str, tmp_path: Path, zoo_dir: Path, wait_for: Callable[..., Any]
 ) -> None:
     compose = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
     services = compose["services"]

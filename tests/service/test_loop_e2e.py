@@ -24,17 +24,6 @@ from service.settings import Settings
 WORKER_FLAGS = {"iterations": 3, "warmup": 1, "heartbeat": 0.5, "poll": 0.5, "clusters": "two-node"}
 
 
-def wait_for(check: Callable[[], Any], timeout_s: float, what: str) -> Any:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout_s:.0f} s waiting for {what}")
-        time.sleep(0.3)
-
-
 @pytest.fixture
 def stack(tmp_path: Path, zoo_dir: Path) -> Iterator[Stack]:
     settings = Settings(
@@ -55,7 +44,9 @@ def user_client(stack: Stack, name: str = "alice") -> SearchClient:
     return SearchClient(stack.url, secret)
 
 
-def test_search_runs_two_rounds_and_measures_each_trial_once(stack: Stack) -> None:
+def test_search_runs_two_rounds_and_measures_each_trial_once(
+    stack: Stack, wait_for: Callable[..., Any]
+) -> None:
     client = user_client(stack)
     ready = httpx.get(stack.url + "/readyz").json()
     assert ready["status"] == "ready", ready

@@ -4,7 +4,6 @@ trial measured once and no round planned twice."""
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -18,18 +17,9 @@ from service.settings import Settings
 WORKER_FLAGS = {"iterations": 3, "warmup": 1, "heartbeat": 0.5, "poll": 0.5, "clusters": "two-node"}
 
 
-def wait_for(check: Callable[[], Any], timeout_s: float, what: str) -> Any:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout_s:.0f} s waiting for {what}")
-        time.sleep(0.3)
-
-
-def test_search_survives_a_service_restart(tmp_path: Path, zoo_dir: Path) -> None:
+def test_search_survives_a_service_restart(
+    tmp_path: Path, zoo_dir: Path, wait_for: Callable[..., Any]
+) -> None:
     settings = Settings(
         data_dir=tmp_path / "data",
         database_url="",

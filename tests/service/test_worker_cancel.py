@@ -19,17 +19,6 @@ from service.settings import Settings
 WORKER_FLAGS = {"iterations": 400, "warmup": 1, "heartbeat": 0.5, "poll": 0.5, "clusters": "two-node"}
 
 
-def wait_for(check: Callable[[], Any], timeout_s: float, what: str) -> Any:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout_s:.0f} s waiting for {what}")
-        time.sleep(0.3)
-
-
 @pytest.fixture
 def stack(tmp_path: Path, zoo_dir: Path) -> Iterator[Stack]:
     settings = Settings(
@@ -44,7 +33,7 @@ def stack(tmp_path: Path, zoo_dir: Path) -> Iterator[Stack]:
         yield s
 
 
-def test_cancel_stops_the_running_trial(stack: Stack) -> None:
+def test_cancel_stops_the_running_trial(stack: Stack, wait_for: Callable[..., Any]) -> None:
     with stack.sessions() as s:
         owner = repo.create_token(s, name="alice", role="user").info
         model = repo.zoo_spec(s, kind="model", name="tiny-mlp")

@@ -21,17 +21,6 @@ from service.loop_stack import Stack, StackConfig, embedded_worker_argv, worker_
 from service.settings import Settings
 
 
-def wait_for(check: Callable[[], Any], timeout_s: float, what: str) -> Any:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout_s:.0f} s waiting for {what}")
-        time.sleep(0.2)
-
-
 def processes_marked(mark: str) -> list[int]:
     """Pids of live processes whose environment carries ``STRATEGIST_TEST_MARK=mark``."""
     found = []
@@ -76,7 +65,9 @@ def start_worker(stack: Stack, token: str, name: str, mark: str) -> subprocess.P
     return subprocess.Popen(embedded_worker_argv(api=stack.url, broker="", flags=flags), env=env)
 
 
-def test_killed_worker_trial_is_requeued_and_measured_once(stack: Stack) -> None:
+def test_killed_worker_trial_is_requeued_and_measured_once(
+    stack: Stack, wait_for: Callable[..., Any]
+) -> None:
     with stack.sessions() as s:
         owner = repo.create_token(s, name="alice", role="user").info
         worker_token = repo.create_token(s, name="gpu-host", role="worker").secret
