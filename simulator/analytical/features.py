@@ -98,7 +98,8 @@ def features(ma: ModelArrays, ca: ClusterArrays, b: StrategyBatch) -> Features:
     lr = b.local_replication.astype(np.int64)
     op = np.where(ps, 0, b.op)
     call = np.where(ps, 0, b.call)
-    g = len(b.call_strategy)
+    # At least one slot: PS rows index call 0 (masked out below), even in a batch with no call.
+    g = max(len(b.call_strategy), 1)
     call_shards = np.bincount(b.call[cc], minlength=g).astype(np.float64)
     call_bytes = np.bincount(b.call[cc], weights=c[cc], minlength=g)
     ps_key = b.strategy * j + srv

@@ -31,7 +31,6 @@ from simulator.analytical import (
     model_arrays,
     score,
 )
-from simulator.analytical.baselines import allreduce_single
 from simulator.analytical.formulas import TRAIN_FLOPS_PER_FWD
 from simulator.learned.graph import shard_edges, variable_edges
 from simulator.spec import ClusterSpec, ModelSpec, Strategy
@@ -129,10 +128,6 @@ class FeatureExtractor:
         flops = np.array([layer.fwd_flops for layer in model.layers])
         self._layer_ms = _log_ms(TRAIN_FLOPS_PER_FWD * flops * model.batch_size / tflops)
         self._var_edges = variable_edges(model)
-        # Every batch carries one all-collective strategy (dropped from the output): the
-        # analytical ``features`` indexes per-call arrays and fails on a batch without a
-        # collective call.
-        self._collective = allreduce_single(model, cluster)
 
     def __call__(self, strategy: Strategy) -> StrategyGraph:
         return self.many([strategy])[0]
@@ -141,8 +136,7 @@ class FeatureExtractor:
         """Feature graphs of ``strategies`` (one vectorised pass over all their shards)."""
         if not strategies:
             return []
-        graphs = self._many([*strategies, self._collective])
-        return graphs[:-1]
+        return self._many(strategies)
 
     def _many(self, strategies: Sequence[Strategy]) -> list[StrategyGraph]:
         b = encode(self._ma, self._ca, strategies)

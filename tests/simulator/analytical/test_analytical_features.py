@@ -103,3 +103,23 @@ def test_simulator_contract() -> None:
     assert h.shape == (7, 12) and h.dtype == np.float64
     assert sim.predict(model, cluster, []).shape == (0,)
     assert sim.hidden(model, cluster, []).shape == (0, 12)
+
+
+def test_a_batch_without_any_collective_call() -> None:
+    """All-PS strategies alone: the same features as when a collective strategy shares the batch."""
+    model, cluster = setup()
+    ma, ca = model_arrays(model), cluster_arrays(cluster)
+    all_ps = Strategy(
+        variables=[VariableStrategy(variable=v.name, shards=[PSSync(server="n1")]) for v in model.variables]
+    )
+    all_cc = Strategy(
+        variables=[
+            VariableStrategy(variable=v.name, shards=[CollectiveSync(group=0)]) for v in model.variables
+        ]
+    )
+    alone = features(ma, ca, encode(ma, ca, [all_ps]))
+    mixed = features(ma, ca, encode(ma, ca, [all_ps, all_cc]))
+    rows = len(model.variables)
+    np.testing.assert_array_equal(alone.shard_z, mixed.shard_z[:rows])
+    np.testing.assert_array_equal(alone.shard_raw, mixed.shard_raw[:rows])
+    np.testing.assert_array_equal(alone.global_z[0], mixed.global_z[0])
