@@ -4,16 +4,18 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 from rich.console import Console
 from rich.table import Table
 
 from service.settings import Settings
-from simulator.learned import Domain, Registry, TrainConfig, train_version
-from simulator.learned.evaluation import eval_report
-from simulator.learned.runtimes import default_runtimes_dir, load_runtimes
-from simulator.learned.train import KINDS
+
+# simulator.learned pulls in torch and torch-geometric (seconds): imported by the commands that
+# need it, so that every other `strategist` command starts fast.
+if TYPE_CHECKING:
+    from simulator.learned import Domain, Registry
 
 simulator_app = typer.Typer(
     help="Learned simulators: train, evaluate and list versions.", no_args_is_help=True
@@ -29,10 +31,14 @@ def _fail(message: str) -> typer.Exit:
 
 
 def _registry(path: Path | None) -> Registry:
+    from simulator.learned import Registry
+
     return Registry(path if path is not None else Settings().simulators_path)
 
 
 def _domains(runtimes_dir: Path | None, names: list[str] | None) -> list[Domain]:
+    from simulator.learned.runtimes import default_runtimes_dir, load_runtimes
+
     root = runtimes_dir or default_runtimes_dir()
     try:
         domains = load_runtimes(root, names)
@@ -59,6 +65,9 @@ def train(
     as_json: bool = typer.Option(False, "--json", help="Print the new version's metadata as JSON."),
 ) -> None:
     """Train a simulator on measured runtimes and save it as a new version."""
+    from simulator.learned import TrainConfig, train_version
+    from simulator.learned.train import KINDS
+
     if kind not in KINDS:
         raise _fail(f"--kind: must be one of {', '.join(KINDS)}, got {kind!r}")
     if loss not in ("rank", "mse"):
@@ -90,6 +99,9 @@ def evaluate_cmd(
     registry_dir: Path = typer.Option(None, "--registry-dir", help=REGISTRY_HELP),
 ) -> None:
     """Ranking metrics of analytical, linear, rnn and gat on each domain's test split."""
+    from simulator.learned import TrainConfig
+    from simulator.learned.evaluation import eval_report
+
     domains = _domains(runtimes_dir, list(domain) if domain else None)
     report = eval_report(
         domains,
