@@ -26,9 +26,13 @@ from simulator.spec.measurement import Measurement
 
 
 def _set_pdeathsig() -> None:
-    """In the child, before exec: die with SIGKILL when the worker dies (Linux prctl)."""
+    """In the child, before exec: get SIGTERM when the worker dies (Linux prctl).
+
+    SIGTERM, not SIGKILL: the trial process's testbed turns SIGTERM into its teardown, so a worker
+    that dies (or shuts down without closing its session) leaves no namespaces behind.
+    """
     with contextlib.suppress(Exception):
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
 
 
 def session_key(model: ModelSpec, cluster: ClusterSpec, options: dict[str, Any]) -> str:
