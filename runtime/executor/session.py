@@ -188,10 +188,13 @@ class ExecutorSession:
         if not dead:
             return None
         time.sleep(0.2)  # let the first one's traceback reach its file
-        first = min(dead, key=lambda p: (p.died_at, p.rank))
+        tails = {p.rank: _tail(p.stderr_path) for p in dead}
+        # The root cause is a rank that did not die of a lost peer: ranks that only saw their
+        # peer's connection reset are consequences, even when they are noticed first.
+        first = min(dead, key=lambda p: (_peer_loss(tails[p.rank]), p.died_at, p.rank))
         code = first.popen.returncode
         how = f"was killed by {signal.Signals(-code).name}" if code < 0 else f"exited with code {code}"
-        return f"rank {first.rank} {how}: {_tail(first.stderr_path)}"
+        return f"rank {first.rank} {how}: {tails[first.rank]}"
 
     def _kill(self) -> None:
         for p in self._procs:
@@ -305,6 +308,14 @@ class ExecutorSession:
         ranks = payload["ranks"]
         losses = {r["rank"]: r["losses"] for r in ranks if r["role"] == "worker"}
         return TrialResult(aggregate(ranks, self.config, env), losses, time.monotonic() - t0, trial)
+
+
+#: What a rank prints when it dies only because a peer died first.
+_PEER_LOSS = ("Connection reset by peer", "Connection closed by peer", "Broken pipe")
+
+
+def _peer_loss(tail: str) -> bool:
+    return any(marker in tail for marker in _PEER_LOSS)
 
 
 def _tail(path: Path, lines: int = 1) -> str:
