@@ -348,6 +348,14 @@ def decide_candidate(
             raise d.Conflict(f"candidate {candidate_id} was already {cand.status}")
         rnd = session.get_one(RoundRow, cand.round_id)
         if rnd.state != "awaiting_approval":
+            # SQLite reads are not one snapshot: a racing call may have decided this candidate (and
+            # so closed the round) after it was read above. Deciding the same way is then a no-op.
+            session.refresh(cand)
+            if cand.status == want:
+                trial = session.scalars(
+                    select(TrialRow).where(TrialRow.candidate_id == cand.id)
+                ).one_or_none()
+                return convert.candidate(cand), convert.trial(trial, None) if trial else None
             raise d.Conflict(f"round {rnd.index} is {rnd.state}, not awaiting approval")
         now = utcnow()
         won = session.execute(

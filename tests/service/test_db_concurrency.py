@@ -43,7 +43,9 @@ def test_racing_approvals_queue_one_trial(
     draft = CandidateDraft(rank=1, strategy=specs.strategy("a"), predicted_time=0.2, similarity=0.0)
     _, (cand,) = repo.add_round(session, search_id=s.id, candidates=[draft], samples=10)
     results = race(sessions, 5, lambda own, _: repo.decide_candidate(own, candidate_id=cand.id, approve=True))
-    assert all(not isinstance(r, Exception) for r in results), results
+    assert all(not isinstance(r, Exception) for r in results), [
+        repr(r) for r in results if isinstance(r, Exception)
+    ]
     assert {r[1].id for r in results} == {1}  # every caller sees the one trial
     assert len(repo.list_trials(session, search_id=s.id)) == 1
     assert repo.get_search(session, search_id=s.id).state == "running"
