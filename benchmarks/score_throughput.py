@@ -26,25 +26,11 @@ from rich.table import Table
 
 from simulator import zoo
 from simulator.analytical import CostParams, cluster_arrays, encode, make_batch, model_arrays, score
+from simulator.analytical.batch import CHOICE_FIELDS
 from simulator.analytical.reference import reference_cost
 from simulator.analytical.testing import random_strategies
 
 PAIRS = (("BERT-large", "B7"), ("NCF-sparse", "A2"))
-CHOICES = (
-    "strategy",
-    "variable",
-    "axis",
-    "num_shards",
-    "shard_index",
-    "is_ps",
-    "server",
-    "local_replication",
-    "staleness",
-    "group",
-    "algorithm",
-    "compressor",
-    "rank",
-)
 
 
 def best_of(repeat: int, fn: Callable[[], object]) -> float:
@@ -66,7 +52,7 @@ def measure(
     strategies = random_strategies(model, cluster, distinct, seed=0)
     small = encode(ma, ca, strategies)
     n = distinct * tile
-    choices = {k: np.tile(getattr(small, k), tile) for k in CHOICES}
+    choices = {k: np.tile(getattr(small, k), tile) for k in CHOICE_FIELDS}
     choices["strategy"] += np.repeat(np.arange(tile) * distinct, small.rows)
     batch = make_batch(ma, ca, **choices)
     some = strategies[: min(50, len(strategies))]

@@ -240,7 +240,7 @@ def encode(ma: ModelArrays, ca: ClusterArrays, strategies: Sequence[Strategy]) -
     names = [v.name for v in ma.model.variables]
     flat: list[int] = []
     counts = np.zeros(len(strategies), dtype=np.int64)
-    width = len(_CHOICES) - 1
+    width = len(CHOICE_FIELDS) - 1
     for n, s in enumerate(strategies):
         if s.plan is not None:
             raise ValueError(f"strategies.{n}.plan: hybrid plans are not modelled by the analytical cost")
@@ -252,12 +252,12 @@ def encode(ma: ModelArrays, ca: ClusterArrays, strategies: Sequence[Strategy]) -
             flat.extend(_variable_rows(vi, vs, node_index))
         counts[n] = (len(flat) - start) // width
     table = np.ascontiguousarray(np.array(flat, dtype=np.int64).reshape(-1, width).T)
-    cols = dict(zip(_CHOICES[1:], table, strict=True))
+    cols = dict(zip(CHOICE_FIELDS[1:], table, strict=True))
     return make_batch(ma, ca, strategy=np.repeat(np.arange(len(strategies)), counts), **cols)
 
 
 def _variable_rows(vi: int, vs: VariableStrategy, node_index: dict[str, int]) -> tuple[int, ...]:
-    """The rows of one sub-strategy, flattened, each in ``_CHOICES[1:]`` order."""
+    """The rows of one sub-strategy, flattened, each in ``CHOICE_FIELDS[1:]`` order."""
     axis, k = vs.partition.axis, vs.partition.shards
     out: list[int] = []
     for si, sync in enumerate(vs.shards):
@@ -271,7 +271,8 @@ def _variable_rows(vi: int, vs: VariableStrategy, node_index: dict[str, int]) ->
     return tuple(out)
 
 
-_CHOICES = (
+#: The per-shard choice arrays `make_batch` takes, in the order `encode` flattens them.
+CHOICE_FIELDS = (
     "strategy",
     "variable",
     "axis",
