@@ -7,6 +7,11 @@ split seeded per run), mean ± std over seeds:
     (model selection on the validation split only);
   - transfer: linear/RNN/GAT trained on the *other* domains, tested on this one with 0 points of
     it, then fine-tuned with 10 and 30 of its train-split points (fixed epochs, no selection);
+  - pre-trained (``--pretrain N``): the same RNN/GAT runs, first trained on N strategies per
+    domain drawn by the samplers and labelled by the analytical model (φ/δ/efficiency fitted on
+    the measured train split of that domain; default constants for a held-out transfer target,
+    of which nothing measured is used). Shown as "(rank, analytical pre-training)"; those labels
+    are never scored, only measured test splits are;
   - noise: pairwise agreement between each record's median and a bootstrap re-draw of its
     iterations (how consistently the measurement itself orders pairs; a rough ceiling).
 Plus inference speed (strategies/s, batched, CPU, one thread, features included).
@@ -32,10 +37,13 @@ from typing import Any
 import numpy as np
 import torch
 
-from simulator.analytical import AnalyticalSimulator
+from search import make_sampler
+from simulator.analytical import AnalyticalSimulator, FitSample
+from simulator.analytical import fit as fit_analytical
 from simulator.learned.data import Domain, EncodedDomain, encode
 from simulator.learned.evaluation import analytical_metrics
 from simulator.learned.linear import fit_linear
+from simulator.learned.pretrain import analytical_labelled, pretrain
 from simulator.learned.runtimes import default_runtimes_dir, domain_folders, load_runtimes, read_records
 from simulator.learned.simulator import NeuralSimulator
 from simulator.learned.train import TrainConfig, evaluate, fine_tune, fit, make_net
@@ -70,21 +78,30 @@ def _config(task: Task) -> TrainConfig:
     )
 
 
+def _labelled(names: list[str], seed: int, target: str | None) -> list[EncodedDomain]:
+    """Analytical-label sets of ``names`` (the transfer ``target``'s with default constants)."""
+    return [_DATA["labelled"][n]["default" if n == target else seed] for n in names]
+
+
 def run_task(task: Task) -> list[dict[str, Any]]:
     """One training (and its fine-tunes) → result rows."""
     cfg = _config(task)
     name, seed = task["domain"], task["seed"]
     train, val, test = _splits(name, seed)
-    base = {k: task[k] for k in ("domain", "kind", "loss", "seed")}
+    pre = task.get("pretrain_epochs", 0)
+    base = {k: task[k] for k in ("domain", "kind", "seed")}
+    base["loss"] = f"{task['loss']}, analytical pre-training" if pre else task["loss"]
     start = time.time()
     if task["setting"] == "in-domain":
-        sim = fit([train], [val], cfg).simulator
+        init = pretrain(_labelled([name], seed, None), cfg, pre) if pre else None
+        sim = fit([train], [val], cfg, start=init).simulator
         return [
             {**base, "setting": "in-domain", "train_s": time.time() - start, **evaluate(sim, test).as_dict()}
         ]
     others = [o for o in _DATA["encoded"] if o != name]
     src = [_splits(o, seed) for o in others]
-    sim = fit([s[0] for s in src], [s[1] for s in src], cfg).simulator
+    init = pretrain(_labelled([*others, name], seed, name), cfg, pre) if pre else None
+    sim = fit([s[0] for s in src], [s[1] for s in src], cfg, start=init).simulator
     rows = [
         {**base, "setting": "transfer-0", "train_s": time.time() - start, **evaluate(sim, test).as_dict()}
     ]
@@ -96,6 +113,25 @@ def run_task(task: Task) -> list[dict[str, Any]]:
         tuned = fine_tune(sim, [s[0] for s in src], few, cfg, epochs=max(10, task["epochs"] // 4))
         rows.append({**base, "setting": f"transfer-{k}", **evaluate(tuned, test).as_dict()})
     return rows
+
+
+def labelled_sets(domain: Domain, n: int, seeds: int) -> dict[int | str, EncodedDomain]:
+    """Pre-training sets of ``domain``: n sampled strategies (half random, half constrained),
+    labelled by Eqs. 1-3 with constants fitted on each seed's measured train split, and with the
+    default constants ("default", for when the domain is a held-out transfer target)."""
+    strategies = make_sampler("random", domain.model, domain.cluster, seed=10_001).sample(n // 2)
+    strategies += make_sampler("constrained", domain.model, domain.cluster, seed=10_002).sample(n - n // 2)
+    out: dict[int | str, EncodedDomain] = {
+        "default": analytical_labelled(domain.model, domain.cluster, strategies)
+    }
+    for s in range(seeds):
+        train = domain.split(s)[0]
+        samples = [
+            FitSample(domain.model, domain.cluster, st, float(t))
+            for st, t in zip(train.strategies, train.times, strict=True)
+        ]
+        out[s] = analytical_labelled(domain.model, domain.cluster, strategies, fit_analytical(samples).params)
+    return out
 
 
 def noise_agreement(folder_files: list[Path], reps: int = 20, seed: int = 0) -> float:
@@ -175,6 +211,13 @@ def main() -> None:
     p.add_argument("--kinds", default="linear,gat,rnn")
     p.add_argument("--losses", default="rank,mse")
     p.add_argument("--transfer", action=argparse.BooleanOptionalAction, default=True)
+    p.add_argument(
+        "--pretrain",
+        type=int,
+        default=0,
+        help="Also run RNN/GAT pre-trained on this many analytically labelled strategies per domain.",
+    )
+    p.add_argument("--pretrain-epochs", type=int, default=20)
     p.add_argument("--jobs", type=int, default=1)
     p.add_argument("--out", type=Path, default=Path("simulator_accuracy.jsonl"))
     p.add_argument("--table-only", action="store_true")
@@ -199,8 +242,10 @@ def main() -> None:
     speed = inference_speed(speed_domain)
     emit([{"domain": speed_domain.name, "setting": "speed", "kind": k, "loss": "-", "seed": 0,
            "strategies_per_s": v} for k, v in speed.items()])  # fmt: skip
-    data: dict[str, dict[str, Any]] = {"encoded": {}, "splits": {}}
+    data: dict[str, dict[str, Any]] = {"encoded": {}, "splits": {}, "labelled": {}}
     for d in domains:
+        if args.pretrain:
+            data["labelled"][d.name] = labelled_sets(d, args.pretrain, args.seeds)
         enc = encode(d)
         data["encoded"][d.name] = enc
         index = {k: i for i, k in enumerate(d.keys)}
@@ -228,16 +273,19 @@ def main() -> None:
     tasks: list[Task] = []
     for kind in kinds:
         losses = ["rank"] if kind == "linear" else args.losses.split(",")
+        pres = [0] + ([args.pretrain_epochs] if args.pretrain and kind != "linear" else [])
         for loss in losses:
             epochs = args.rnn_epochs if (kind == "rnn" and args.rnn_epochs) else args.epochs
             settings = ["in-domain"] + (
                 ["transfer"] if args.transfer and loss == "rank" and len(domains) > 1 else []
             )
             for setting in settings:
-                for d in domains:
-                    for s in range(args.seeds):
-                        tasks.append({"domain": d.name, "kind": kind, "loss": loss, "seed": s, "setting": setting,
-                                      "epochs": epochs, "batch_size": args.batch_size, "hidden": args.hidden})  # fmt: skip
+                for pre in pres:
+                    for d in domains:
+                        for s in range(args.seeds):
+                            tasks.append({"domain": d.name, "kind": kind, "loss": loss, "seed": s, "setting": setting,
+                                          "epochs": epochs, "batch_size": args.batch_size, "hidden": args.hidden,
+                                          "pretrain_epochs": pre})  # fmt: skip
     # Most informative first, so a run cut short still has in-domain rank results for every kind.
     tasks.sort(key=lambda t: (t["setting"] != "in-domain", t["loss"] != "rank", t["kind"] == "rnn"))
     with tempfile.NamedTemporaryFile(suffix=".pkl", delete=False) as f:
