@@ -183,14 +183,14 @@ def print_table(rows: list[dict[str, Any]]) -> None:
     for r in rows:
         groups[(r["domain"], r["setting"], r["kind"], r.get("loss", "-"))].append(r)
     order = {"noise": 0, "in-domain": 1, "transfer-0": 2, "transfer-10": 3, "transfer-30": 4}
-    head = f"{'domain':22s} {'setting':12s} {'simulator':20s} {'n':>3s} {'pairwise acc':>15s} {'kendall tau':>15s} {'top-5 regret':>15s} {'train s':>8s}"
+    head = f"{'domain':22s} {'setting':12s} {'simulator':38s} {'n':>3s} {'pairwise acc':>15s} {'kendall tau':>15s} {'top-5 regret':>15s} {'train s':>8s}"
     print(head)
     print("-" * len(head))
     for key in sorted(groups, key=lambda k: (k[0], order.get(k[1], 9), k[2], k[3])):
         g = groups[key]
         sim = key[2] if key[3] in ("-", "") else f"{key[2]} ({key[3]})"
         print(
-            f"{key[0]:22s} {key[1]:12s} {sim:20s} {len(g):3d} {_fmt([r.get('pairwise_accuracy') for r in g]):>15s} "
+            f"{key[0]:22s} {key[1]:12s} {sim:38s} {len(g):3d} {_fmt([r.get('pairwise_accuracy') for r in g]):>15s} "
             f"{_fmt([r.get('kendall_tau') for r in g]):>15s} {_fmt([r.get('top5_regret') for r in g]):>15s} "
             f"{_fmt([r.get('train_s') for r in g]):>8s}"
         )
@@ -211,6 +211,16 @@ def main() -> None:
     p.add_argument("--kinds", default="linear,gat,rnn")
     p.add_argument("--losses", default="rank,mse")
     p.add_argument("--transfer", action=argparse.BooleanOptionalAction, default=True)
+    p.add_argument(
+        "--settings",
+        default="baselines,in-domain,transfer",
+        help="Which parts to run: baselines (noise, analytical, speed), in-domain, transfer.",
+    )
+    p.add_argument(
+        "--pretrain-settings",
+        default="in-domain,transfer",
+        help="Settings that also get the --pretrain variant.",
+    )
     p.add_argument(
         "--pretrain",
         type=int,
@@ -238,10 +248,14 @@ def main() -> None:
         out.flush()
 
     kinds = args.kinds.split(",")
-    speed_domain = max(domains, key=lambda d: len(d.model.variables))
-    speed = inference_speed(speed_domain)
-    emit([{"domain": speed_domain.name, "setting": "speed", "kind": k, "loss": "-", "seed": 0,
-           "strategies_per_s": v} for k, v in speed.items()])  # fmt: skip
+    parts = set(args.settings.split(","))
+    if unknown := parts - {"baselines", "in-domain", "transfer"}:
+        p.error(f"--settings: unknown {sorted(unknown)}")
+    if "baselines" in parts:
+        speed_domain = max(domains, key=lambda d: len(d.model.variables))
+        speed = inference_speed(speed_domain)
+        emit([{"domain": speed_domain.name, "setting": "speed", "kind": k, "loss": "-", "seed": 0,
+               "strategies_per_s": v} for k, v in speed.items()])  # fmt: skip
     data: dict[str, dict[str, Any]] = {"encoded": {}, "splits": {}, "labelled": {}}
     for d in domains:
         if args.pretrain:
@@ -252,6 +266,8 @@ def main() -> None:
         data["splits"][d.name] = [
             [[index[k] for k in part.keys] for part in d.split(s)] for s in range(args.seeds)
         ]
+        if "baselines" not in parts:
+            continue
         emit([{"domain": d.name, "setting": "noise", "kind": "bootstrap", "loss": "-", "seed": 0,
                "pairwise_accuracy": noise_agreement(list(folders[d.name].files))}])  # fmt: skip
         for s in range(args.seeds):
@@ -273,14 +289,14 @@ def main() -> None:
     tasks: list[Task] = []
     for kind in kinds:
         losses = ["rank"] if kind == "linear" else args.losses.split(",")
-        pres = [0] + ([args.pretrain_epochs] if args.pretrain and kind != "linear" else [])
         for loss in losses:
             epochs = args.rnn_epochs if (kind == "rnn" and args.rnn_epochs) else args.epochs
             settings = ["in-domain"] + (
                 ["transfer"] if args.transfer and loss == "rank" and len(domains) > 1 else []
             )
-            for setting in settings:
-                for pre in pres:
+            for setting in [s for s in settings if s in parts]:
+                pre_on = args.pretrain and kind != "linear" and setting in args.pretrain_settings.split(",")
+                for pre in [0] + ([args.pretrain_epochs] if pre_on else []):
                     for d in domains:
                         for s in range(args.seeds):
                             tasks.append({"domain": d.name, "kind": kind, "loss": loss, "seed": s, "setting": setting,
