@@ -36,7 +36,7 @@ from simulator.learned.graph import shard_edges, variable_edges
 from simulator.spec import ClusterSpec, ModelSpec, Strategy
 
 #: Bumped whenever the meaning or order of a feature changes; checkpoints record it.
-FEATURE_SCHEMA_VERSION = 1
+FEATURE_SCHEMA_VERSION = 2
 
 _LOG_BYTES = {"param_bytes", "message_bytes", "sent_bytes", "group_sent_bytes"}
 _LOG1P = {"powersgd_rank", "staleness", "group_shards", "messages", "server_latency_us", "z_phi"}
@@ -55,7 +55,20 @@ _EXTRA_NAMES = (
     "log_max_gpus_per_node",
     "log_layer_compute_ms",
 )
-_CONTEXT_NAMES = ("ctx_log_compute_ms", "ctx_log_ps_ms", "ctx_log_collective_ms", "ctx_log_estimate_ms")
+_CONTEXT_NAMES = (
+    "ctx_log_compute_ms",
+    "ctx_log_ps_ms",
+    "ctx_log_collective_ms",
+    "ctx_log_estimate_ms",
+    # Whole-strategy totals, which mean pooling cannot recover from per-shard rows: on a real
+    # (or emulated) cluster every shard, server and call costs fixed software time.
+    "ctx_log_shards",
+    "ctx_log_ps_shards",
+    "ctx_log_collective_shards",
+    "ctx_log_powersgd_shards",
+    "ctx_log_ps_servers",
+    "ctx_log_sent_mb",
+)
 SHARD_FEATURE_NAMES: tuple[str, ...] = (*RAW_FEATURES, *_EXTRA_NAMES, *_CONTEXT_NAMES)
 NUM_SHARD_FEATURES = len(SHARD_FEATURE_NAMES)
 GLOBAL_FEATURE_NAMES: tuple[str, ...] = (
@@ -143,11 +156,28 @@ class FeatureExtractor:
         f = features(self._ma, self._ca, b)
         s = score(self._ma, self._ca, b, self.params)
         n, rows = b.size, b.rows
-        ctx = np.column_stack([_log_ms(s.t_comp), _log_ms(s.t_ps), _log_ms(s.t_cc), _log_ms(s.t_iter)])
         sent = b.geo.sent_bytes
         ps, cc = b.is_ps, ~b.is_ps
         srv = np.where(ps, b.server, 0)
         j = len(self._bw_rank)
+        used = np.zeros(n * j, dtype=bool)
+        used[(b.strategy * j + srv)[ps]] = True
+        ctx = np.column_stack(
+            [
+                _log_ms(s.t_comp),
+                _log_ms(s.t_ps),
+                _log_ms(s.t_cc),
+                _log_ms(s.t_iter),
+                np.log1p(np.diff(b.offsets)),
+                np.log1p(np.bincount(b.strategy, weights=(ps).astype(np.float64), minlength=n)),
+                np.log1p(np.bincount(b.strategy, weights=(cc).astype(np.float64), minlength=n)),
+                np.log1p(
+                    np.bincount(b.strategy, weights=(b.compressor == 2).astype(np.float64), minlength=n)
+                ),
+                np.log1p(used.reshape(n, j).sum(axis=1)),
+                np.log1p(np.bincount(b.strategy, weights=sent, minlength=n) / 1e6),
+            ]
+        )
         ps_total = np.bincount(b.strategy, weights=np.where(ps, sent, 0.0), minlength=n)
         server_bytes = np.bincount(b.strategy * j + srv, weights=np.where(ps, sent, 0.0), minlength=n * j)
         server_frac = server_bytes.reshape(n, j) / np.maximum(ps_total, 1e-30)[:, None]

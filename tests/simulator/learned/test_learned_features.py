@@ -15,6 +15,7 @@ from simulator.learned.graph import shard_edges, variable_edges
 from simulator.spec import (
     ClusterSpec,
     CollectiveSync,
+    Compressor,
     ModelSpec,
     Partition,
     PSSync,
@@ -76,6 +77,32 @@ def test_feature_shapes_and_values(model: ModelSpec, cluster: ClusterSpec) -> No
     cc = fx(_uniform(model, CollectiveSync(group=0)))
     assert (cc.x[:, col["is_collective"]] == 1).all()
     assert (cc.x[:, col["compressor_none"]] == 1).all()
+
+
+def test_strategy_totals_are_broadcast_to_every_shard(model: ModelSpec, cluster: ClusterSpec) -> None:
+    fx = FeatureExtractor(model, cluster)
+    col = {n: i for i, n in enumerate(SHARD_FEATURE_NAMES)}
+    rows = 2 * len(model.variables)
+    ps = fx(_uniform(model, PSSync(server="s"), shards=2))
+    assert np.allclose(ps.x[:, col["ctx_log_shards"]], np.log1p(rows))
+    assert np.allclose(ps.x[:, col["ctx_log_ps_shards"]], np.log1p(rows))
+    assert np.allclose(ps.x[:, col["ctx_log_collective_shards"]], 0.0)
+    assert np.allclose(ps.x[:, col["ctx_log_ps_servers"]], np.log1p(1))
+    # Two servers instead of one: same shard count, one more server.
+    two = Strategy(
+        variables=tuple(
+            VariableStrategy(
+                variable=v.name, partition=Partition(shards=1), shards=(PSSync(server="s" if i % 2 else "a"),)
+            )
+            for i, v in enumerate(model.variables)
+        )
+    )
+    assert np.allclose(fx(two).x[:, col["ctx_log_ps_servers"]], np.log1p(2))
+    cc = fx(_uniform(model, CollectiveSync(group=0)))
+    assert np.allclose(cc.x[:, col["ctx_log_collective_shards"]], np.log1p(len(model.variables)))
+    # Halving the bytes sent (fp16) lowers the strategy's total sent volume.
+    half = fx(_uniform(model, CollectiveSync(group=0, compressor=Compressor(kind="fp16"))))
+    assert (half.x[:, col["ctx_log_sent_mb"]] < cc.x[:, col["ctx_log_sent_mb"]]).all()
 
 
 def test_slower_network_raises_the_transfer_feature(model: ModelSpec, cluster: ClusterSpec) -> None:
