@@ -228,6 +228,7 @@ def main() -> None:
         help="Also run RNN/GAT pre-trained on this many analytically labelled strategies per domain.",
     )
     p.add_argument("--pretrain-epochs", type=int, default=20)
+    p.add_argument("--pretrain-only", action="store_true", help="Run only the pre-trained variants.")
     p.add_argument("--jobs", type=int, default=1)
     p.add_argument("--out", type=Path, default=Path("simulator_accuracy.jsonl"))
     p.add_argument("--table-only", action="store_true")
@@ -296,7 +297,8 @@ def main() -> None:
             )
             for setting in [s for s in settings if s in parts]:
                 pre_on = args.pretrain and kind != "linear" and setting in args.pretrain_settings.split(",")
-                for pre in [0] + ([args.pretrain_epochs] if pre_on else []):
+                pres = ([] if args.pretrain_only else [0]) + ([args.pretrain_epochs] if pre_on else [])
+                for pre in pres:
                     for d in domains:
                         for s in range(args.seeds):
                             tasks.append({"domain": d.name, "kind": kind, "loss": loss, "seed": s, "setting": setting,
