@@ -1,0 +1,58 @@
+"""Benchmark: how reproducible are measured runtimes? Test-retest agreement on the emulated cluster.
+
+``datasets/retest/<domain>/`` holds a second collection of the first strategies of a domain (the
+same sampler and seed draw the same strategies), measured at another time. For every strategy
+measured in both, this prints how often the two collections order a pair the same way (pairwise
+agreement, the same statistic as a simulator's pairwise accuracy), Kendall tau, and the median
+|log ratio| of the two medians (a uniform drift between collections shows up here, not in the
+ordering). A simulator scored against one collection cannot be expected to order pairs much
+more consistently than the other collection does, so this is the ceiling to read
+``simulator_accuracy.py`` against; the bootstrap "noise" row there only re-draws iterations
+within one trial and misses trial-to-trial variation.
+
+    python benchmarks/measurement_repeatability.py [--runtimes-dir D] [--retest-dir R]
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import numpy as np
+from scipy.stats import kendalltau
+
+from simulator import zoo
+from simulator.learned.runtimes import default_runtimes_dir, domain_folders, load_domain
+from simulator.metrics import pairwise_accuracy
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--runtimes-dir", type=Path, default=None)
+    p.add_argument("--retest-dir", type=Path, default=zoo.datasets_dir() / "retest")
+    args = p.parse_args()
+    main_folders = {f.name: f for f in domain_folders(args.runtimes_dir or default_runtimes_dir())}
+    print(
+        f"{'domain':18s} {'matched':>7s} {'pairwise agreement':>19s} {'kendall tau':>12s} {'median |log ratio|':>19s}"
+    )
+    for retest in domain_folders(args.retest_dir):
+        if retest.name not in main_folders:
+            print(f"{retest.name:18s} no domain of that name in the runtimes folder")
+            continue
+        a, _ = load_domain(main_folders[retest.name])
+        b, _ = load_domain(retest)
+        first = dict(zip(a.keys, a.times, strict=True))
+        keys = [k for k in b.keys if k in first]
+        if len(keys) < 3:
+            print(f"{retest.name:18s} {len(keys):7d} too few strategies measured in both")
+            continue
+        x = np.array([first[k] for k in keys])
+        y = np.array([t for k, t in zip(b.keys, b.times, strict=True) if k in first])
+        print(
+            f"{retest.name:18s} {len(keys):7d} {pairwise_accuracy(y, x):19.3f} "
+            f"{kendalltau(x, y).statistic:12.3f} {np.median(np.abs(np.log(x / y))):19.3f}"
+        )
+
+
+if __name__ == "__main__":
+    main()
