@@ -28,7 +28,7 @@ def test_every_domain_has_enough_distinct_measured_strategies(measured: list[Dom
     for d in measured:
         assert len(d) >= 100, d.name
         train, val, test = d.split(0)
-        assert len(test) >= 10 and len(val) >= 10, d.name
+        assert len(train) >= 60 and len(test) >= 10 and len(val) >= 10, d.name
         # Measured times differ: a ranking target, not a constant.
         assert d.times.max() / d.times.min() > 1.5, d.name
 
