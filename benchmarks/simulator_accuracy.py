@@ -18,6 +18,9 @@ Plus inference speed (strategies/s, batched, CPU, one thread, features included)
 
     python benchmarks/simulator_accuracy.py --seeds 3 --epochs 200 --jobs 2 --out results.jsonl
 
+The 2026-11-22 run (in-domain at the full recipe; transfer at 100 epochs, RNN transfer at 50 and one
+seed) is in ``benchmarks/results/simulator_accuracy-2026-11-22.{jsonl,txt}``.
+
 Every finished task is appended to ``--out`` as one JSON line; ``--table-only`` prints the table
 from such a file (useful while a long run is going). Only measured runtimes are used.
 """
