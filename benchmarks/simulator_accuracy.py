@@ -41,10 +41,9 @@ import numpy as np
 import torch
 
 from search import make_sampler
-from simulator.analytical import AnalyticalSimulator, FitSample
-from simulator.analytical import fit as fit_analytical
+from simulator.analytical import AnalyticalSimulator
 from simulator.learned.data import Domain, EncodedDomain, encode
-from simulator.learned.evaluation import analytical_metrics
+from simulator.learned.evaluation import analytical_metrics, fitted_params
 from simulator.learned.linear import fit_linear
 from simulator.learned.pretrain import analytical_labelled, pretrain
 from simulator.learned.runtimes import default_runtimes_dir, domain_folders, load_runtimes, read_records
@@ -128,12 +127,8 @@ def labelled_sets(domain: Domain, n: int, seeds: int) -> dict[int | str, Encoded
         "default": analytical_labelled(domain.model, domain.cluster, strategies)
     }
     for s in range(seeds):
-        train = domain.split(s)[0]
-        samples = [
-            FitSample(domain.model, domain.cluster, st, float(t))
-            for st, t in zip(train.strategies, train.times, strict=True)
-        ]
-        out[s] = analytical_labelled(domain.model, domain.cluster, strategies, fit_analytical(samples).params)
+        params = fitted_params(domain.split(s)[0])
+        out[s] = analytical_labelled(domain.model, domain.cluster, strategies, params)
     return out
 
 

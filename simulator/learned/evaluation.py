@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from simulator.analytical import AnalyticalSimulator, FitSample
+from simulator.analytical import AnalyticalSimulator, CostParams, FitSample
 from simulator.analytical import fit as fit_analytical
 from simulator.learned.data import Domain, encode
 from simulator.learned.registry import Registry
@@ -26,15 +26,20 @@ from simulator.metrics import RankingMetrics, ranking_metrics
 EVAL_KINDS: tuple[str, ...] = ("analytical", *KINDS)
 
 
+def fitted_params(train: Domain) -> CostParams:
+    """φ, δ and efficiency of Eqs. 1-3 fitted by least squares on ``train``'s measured times."""
+    samples = [
+        FitSample(train.model, train.cluster, s, float(t))
+        for s, t in zip(train.strategies, train.times, strict=True)
+    ]
+    return fit_analytical(samples).params
+
+
 def analytical_metrics(train: Domain, test: Domain, fitted: bool = True) -> RankingMetrics:
     """The analytical model on ``test``, its constants fitted on ``train`` when ``fitted``."""
     sim = AnalyticalSimulator()
     if fitted and len(train):
-        samples = [
-            FitSample(train.model, train.cluster, s, float(t))
-            for s, t in zip(train.strategies, train.times, strict=True)
-        ]
-        sim = AnalyticalSimulator(fit_analytical(samples).params)
+        sim = AnalyticalSimulator(fitted_params(train))
     pred = sim.predict(test.model, test.cluster, list(test.strategies))
     return ranking_metrics(pred, test.times)
 

@@ -160,6 +160,8 @@ class FeatureExtractor:
         ps, cc = b.is_ps, ~b.is_ps
         srv = np.where(ps, b.server, 0)
         j = len(self._bw_rank)
+        per_strategy = np.diff(b.offsets)
+        ps_count = np.bincount(b.strategy, weights=ps.astype(np.float64), minlength=n)
         used = np.zeros(n * j, dtype=bool)
         used[(b.strategy * j + srv)[ps]] = True
         ctx = np.column_stack(
@@ -168,9 +170,9 @@ class FeatureExtractor:
                 _log_ms(s.t_ps),
                 _log_ms(s.t_cc),
                 _log_ms(s.t_iter),
-                np.log1p(np.diff(b.offsets)),
-                np.log1p(np.bincount(b.strategy, weights=(ps).astype(np.float64), minlength=n)),
-                np.log1p(np.bincount(b.strategy, weights=(cc).astype(np.float64), minlength=n)),
+                np.log1p(per_strategy),
+                np.log1p(ps_count),
+                np.log1p(per_strategy - ps_count),
                 np.log1p(
                     np.bincount(b.strategy, weights=(b.compressor == 2).astype(np.float64), minlength=n)
                 ),
@@ -207,10 +209,8 @@ class FeatureExtractor:
         for k in (0, 3, 6, 9):  # transfer columns of max/mean PS/CC
             gz[:, k] = _log_ms(gz[:, k])
             gz[:, k + 1] = np.log1p(gz[:, k + 1])
-        has_ps = np.bincount(b.strategy, weights=ps.astype(np.float64), minlength=n)
-        per_strategy = np.diff(b.offsets)
         glob = np.column_stack(
-            [gz, has_ps / per_strategy, server_frac.max(axis=1), np.log1p(calls), ctx]
+            [gz, ps_count / per_strategy, server_frac.max(axis=1), np.log1p(calls), ctx]
         ).astype(np.float32)
         out = []
         for i in range(n):
