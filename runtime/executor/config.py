@@ -36,7 +36,8 @@ class ExecutorConfig:
     efficiency: float = 0.5
     # Replay: fail a trial as out of memory when params + grads + activations exceed the device.
     check_memory: bool = True
-    # Real mode: write every worker's final parameters to this folder (tests compare replicas).
+    # Write every worker's final parameters to this folder (tests compare replicas); real mode by
+    # variable name, replay mode by shard ("shard<id>").
     param_dump_dir: str | None = None
     # Tests only: this rank exits with an error in the first iteration of every trial.
     crash_rank: int | None = None

@@ -25,6 +25,7 @@ from runtime.executor.engine import SyncEngine
 from runtime.executor.groups import CommGroups
 from runtime.executor.layout import RankLayout
 from runtime.executor.model import SpecNet, local_slice
+from runtime.executor.mutation import maybe_mutate
 from runtime.executor.plan import PSUnit, SyncPlan, build_plan
 from runtime.executor.ps import Server
 from runtime.executor.shards import RealShards, ReplayShards, ShardTensors, server_initial_param
@@ -92,6 +93,7 @@ def _worker(ctx: Context, trial: int, plan: SyncPlan) -> dict[str, Any]:
         tensors = RealShards(plan, net)
     else:
         tensors = ReplayShards(plan, cfg.scale, cfg.seed, ctx.rank, dev)
+    tensors = maybe_mutate(tensors, ctx.rank, ctx.layout.num_workers)  # tests only; no-op by default
     engine = SyncEngine(plan, tensors, ctx.groups, cfg.lr, cfg.seed)
     if net is not None:
         for vi, p in enumerate(net.params):
@@ -121,12 +123,16 @@ def _worker(ctx: Context, trial: int, plan: SyncPlan) -> dict[str, Any]:
             times.append((t0, t1, time.monotonic()))
     finally:
         engine.close()
-    if cfg.param_dump_dir and net is not None:
+    if cfg.param_dump_dir:
+        # Real: every variable by name; replay: every shard's synthetic parameter as "shard<id>".
+        dump = (
+            {v.name: p.detach().cpu() for v, p in zip(ctx.model.variables, net.params, strict=True)}
+            if net is not None
+            else {f"shard{i.id}": tensors.param(i.id).detach().cpu().clone() for i in plan.shards}
+        )
         path = Path(cfg.param_dump_dir) / f"trial{trial}_rank{ctx.rank}.pt"
         tmp = path.with_suffix(".tmp")
-        torch.save(
-            {v.name: p.detach().cpu() for v, p in zip(ctx.model.variables, net.params, strict=True)}, tmp
-        )
+        torch.save(dump, tmp)
         os.replace(tmp, path)
     return {"rank": ctx.rank, "role": "worker", "times": times, "losses": losses}
 
