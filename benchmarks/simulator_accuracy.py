@@ -41,6 +41,7 @@ import numpy as np
 import torch
 
 from search import make_sampler
+from search.space import SpaceConfig, compressor_kinds
 from simulator.analytical import AnalyticalSimulator
 from simulator.learned.data import Domain, EncodedDomain, encode
 from simulator.learned.evaluation import analytical_metrics, fitted_params
@@ -121,8 +122,11 @@ def labelled_sets(domain: Domain, n: int, seeds: int) -> dict[int | str, Encoded
     """Pre-training sets of ``domain``: n sampled strategies (half random, half constrained),
     labelled by Eqs. 1-3 with constants fitted on each seed's measured train split, and with the
     default constants ("default", for when the domain is a held-out transfer target)."""
-    strategies = make_sampler("random", domain.model, domain.cluster, seed=10_001).sample(n // 2)
-    strategies += make_sampler("constrained", domain.model, domain.cluster, seed=10_002).sample(n - n // 2)
+    space = SpaceConfig(compressors=compressor_kinds("all"))  # the measured data covers every compressor
+    strategies = make_sampler("random", domain.model, domain.cluster, seed=10_001, space=space).sample(n // 2)
+    strategies += make_sampler("constrained", domain.model, domain.cluster, seed=10_002, space=space).sample(
+        n - n // 2
+    )
     out: dict[int | str, EncodedDomain] = {
         "default": analytical_labelled(domain.model, domain.cluster, strategies)
     }

@@ -21,6 +21,12 @@ Per variable v (a parameter tensor, in forward order):
      tensors; PowerSGD of rank r in ``powersgd_ranks`` for a dense shard that is a matrix with both
      sides > r) and the **all-reduce algorithm** (ring or hierarchical).
 
+Lossless by default (issue 14): fp16 and PowerSGD change what the model learns, not only how fast
+a step runs, so a speed-up found with them is not comparable with a lossless baseline. The default
+space offers only ``none``; a user opts in with a *compression* choice (``none`` | ``fp16`` |
+``powersgd`` | ``all``, :func:`compressor_kinds`), and a strategy's :func:`space_of` says whether it
+is lossless or lossy.
+
 Placement and merge group are the two fields the constrained sampler leaves to Algorithms 1
 and 2 (``search.constraints``); the others are the "partial strategy".
 """
@@ -30,8 +36,47 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from functools import cached_property
+from typing import Literal, get_args
 
-from simulator.spec import DTYPE_BYTES, ClusterSpec, Compressor, ModelSpec, Partition, Variable
+from simulator.spec import (
+    DTYPE_BYTES,
+    ClusterSpec,
+    CollectiveSync,
+    Compressor,
+    ModelSpec,
+    Partition,
+    Strategy,
+    Variable,
+)
+
+#: What a user may opt into: no compression (the default), fp16, PowerSGD, or both.
+Compression = Literal["none", "fp16", "powersgd", "all"]
+COMPRESSIONS: tuple[Compression, ...] = get_args(Compression)
+#: A strategy (or a search space) is lossless when no shard is compressed, lossy otherwise.
+SpaceKind = Literal["lossless", "lossy"]
+
+
+def compressor_kinds(compression: Compression) -> tuple[str, ...]:
+    """The compressor kinds of ``SpaceConfig.compressors`` for a compression choice ('none' always kept)."""
+    if compression not in COMPRESSIONS:
+        raise ValueError(f"compression: must be one of {', '.join(COMPRESSIONS)}, got {compression!r}")
+    return {"none": ("none",), "fp16": ("none", "fp16"), "powersgd": ("none", "powersgd")}.get(
+        compression, ("none", "fp16", "powersgd")
+    )
+
+
+def space_kind(compression: Compression) -> SpaceKind:
+    """'lossless' for compression 'none', else 'lossy'."""
+    return "lossless" if compression == "none" else "lossy"
+
+
+def space_of(strategy: Strategy) -> SpaceKind:
+    """'lossy' if any collective shard of ``strategy`` is compressed (fp16, PowerSGD), else 'lossless'."""
+    for vs in strategy.variables:
+        for sync in vs.shards:
+            if isinstance(sync, CollectiveSync) and sync.compressor.kind != "none":
+                return "lossy"
+    return "lossless"
 
 
 @dataclass(frozen=True)
@@ -49,7 +94,8 @@ class SpaceConfig:
     # All-reduce algorithms on offer.
     algorithms: tuple[str, ...] = ("ring", "hierarchical")
     # Compressor kinds on offer ("none" must be kept: it is the only one every shard accepts).
-    compressors: tuple[str, ...] = ("none", "fp16", "powersgd")
+    # Lossless by default: lossy kinds are an explicit opt-in (compressor_kinds(compression)).
+    compressors: tuple[str, ...] = ("none",)
 
 
 @dataclass(frozen=True)

@@ -32,6 +32,11 @@ def collect_command(
     n: int = typer.Option(..., "-n", min=1, help="Sampled strategies to measure (baselines come on top)."),
     sampler: str = typer.Option("constrained", "--sampler", help="'random' or 'constrained'."),
     seed: int = typer.Option(0, "--seed", help="Sampler seed."),
+    compression: str = typer.Option(
+        "all",
+        "--compression",
+        help="none|fp16|powersgd|all: compressors sampled (a dataset covers every kind).",
+    ),
     scale: float | None = typer.Option(None, "--scale", help="Bytes/bandwidth divisor (default: suggested)."),
     compute: str = typer.Option("replay", "--compute", help="'replay' or 'real'."),
     warmup: int = typer.Option(1, "--warmup", min=0, help="Iterations before measuring."),
@@ -49,7 +54,10 @@ def collect_command(
     from runtime.executor import ExecutorConfig
     from runtime.testbed import suggest_scale
     from search import InfeasibleSpaceError, make_sampler
+    from search.space import COMPRESSIONS, SpaceConfig, compressor_kinds
 
+    if compression not in COMPRESSIONS:
+        raise fail(f"--compression: unknown {compression!r}; expected one of {', '.join(COMPRESSIONS)}")
     if sampler not in ("random", "constrained"):
         raise fail(f"--sampler: unknown {sampler!r}; expected 'random' or 'constrained'")
     if compute not in ("replay", "real"):
@@ -62,7 +70,8 @@ def collect_command(
     except ValueError as e:
         raise fail(f"--scale: {e}") from None
     try:
-        strategies = make_sampler(sampler, m, c, seed).sample(n)  # type: ignore[arg-type]
+        space = SpaceConfig(compressors=compressor_kinds(compression))
+        strategies = make_sampler(sampler, m, c, seed, space=space).sample(n)  # type: ignore[arg-type]
     except InfeasibleSpaceError as e:
         raise fail(f"--model: nothing fits in memory on {c.name}: {e}") from None
     trials = (baseline_trials(m, c) if baselines else []) + [

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from search.constraints import adjacent_merge, load_balance
-from search.space import Space, SpaceConfig
+from search.space import Space, SpaceConfig, compressor_kinds
 from simulator.spec import ClusterSpec, DeviceType, Layer, ModelSpec, Node, Variable
 
 
@@ -63,8 +63,13 @@ def test_space_size_hand_counted() -> None:
         name="l", kind="x", fwd_flops=1, activation_bytes=1, variables=(Variable(name="v", shape=(4,)),)
     )
     model = ModelSpec(name="m", batch_size=1, layers=(layer,))
-    assert Space(model, cluster).log10_size() == pytest.approx(math.log10(576))
-    assert Space(model, cluster, SpaceConfig(max_groups=1)).log10_size() == pytest.approx(math.log10(2 + 4))
+    lossy = SpaceConfig(compressors=compressor_kinds("all"))
+    assert Space(model, cluster, lossy).log10_size() == pytest.approx(math.log10(576))
+    assert Space(
+        model, cluster, SpaceConfig(max_groups=1, compressors=lossy.compressors)
+    ).log10_size() == pytest.approx(math.log10(2 + 4))
+    # The default space is lossless: per N, 2 PS choices + N groups x 1 compressor x 2 algorithms.
+    assert Space(model, cluster).log10_size() == pytest.approx(math.log10(32 + 2 * 136))
 
 
 def test_partition_bounds(model: ModelSpec, cluster: ClusterSpec) -> None:

@@ -10,7 +10,7 @@ import pytest
 
 from search import ConstrainedSampler, Constraints, Sampler, Space, UniformSampler, make_sampler
 from search.samplers.partial import PartialStrategy
-from search.space import shard_message_bytes
+from search.space import Compression, SpaceConfig, compressor_kinds, shard_message_bytes, space_of
 from simulator.spec import ClusterSpec, CollectiveSync, ModelSpec, PSSync, Strategy
 
 SAMPLERS = {
@@ -31,7 +31,30 @@ SAMPLERS = {
 
 
 def _make(kind: str, model: ModelSpec, cluster: ClusterSpec, seed: int) -> Sampler:
-    return SAMPLERS[kind](Space(model, cluster), seed)
+    """Over the whole space, lossy compressors included (the contract covers every factor)."""
+    return SAMPLERS[kind](Space(model, cluster, SpaceConfig(compressors=compressor_kinds("all"))), seed)
+
+
+@pytest.mark.parametrize("kind", sorted(SAMPLERS))
+@pytest.mark.parametrize("compression", ["none", "fp16", "powersgd"])
+def test_compression_choice_bounds_the_compressors(
+    kind: str, compression: Compression, model: ModelSpec, cluster: ClusterSpec
+) -> None:
+    """Lossless is the default: only an explicit compression choice lets lossy compressors in."""
+    config = (
+        SpaceConfig() if compression == "none" else SpaceConfig(compressors=compressor_kinds(compression))
+    )
+    kinds: set[str] = set()
+    for s in SAMPLERS[kind](Space(model, cluster, config), 3).sample(60):
+        used = {
+            sync.compressor.kind
+            for vs in s.variables
+            for sync in vs.shards
+            if isinstance(sync, CollectiveSync)
+        }
+        assert space_of(s) == ("lossless" if used <= {"none"} else "lossy")
+        kinds |= used
+    assert kinds == ({"none"} if compression == "none" else {"none", compression})
 
 
 @pytest.mark.parametrize("kind", sorted(SAMPLERS))
