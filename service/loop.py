@@ -6,16 +6,28 @@ is therefore idempotent and can be triggered by anything (a periodic tick, a tri
 a restart of the service a search simply continues where the database says it is.
 
 One step of ``advance`` for a search in state:
-- ``pending``: take it (pending → running, atomic) and queue the baselines (Horovod, PS: measured
-  once per search, so the result states its speed-up honestly);
-- ``awaiting_approval``: nothing (the user decides candidates through the API);
+- ``pending``: take it (pending → running, atomic), then go on as ``running``;
+- any active state: if a baseline (Horovod, PS: measured once per search, so the result states its
+  speed-up honestly) has no trial yet, choose the missing baselines and queue them; checking this
+  every step, not only at the start, means a service killed between the two steps still queues
+  them after its restart;
+- ``awaiting_approval``: nothing more (the user decides candidates through the API);
 - ``running``: if the current round still has unfinished trials, nothing; when they are all
   finished, mark the round completed and ask for the domain's simulator to be retrained on the new
   measurements; once that retraining is done (or failed), plan the next round with the newest
   simulator, or, when the trial budget is spent and the baselines are measured, complete the search.
 
+Choosing baselines and planning a round are computations whose cost grows with the spec and
+``samples_per_round``: they run as bounded jobs in child processes (``service.loop_jobs``), never
+on the ticker thread. A step starts the job and returns; a later step stores its result. So one
+search's slow round never holds up the others, a cancelled (or failed, or finished) search's job is
+killed at the next tick, and a job past its time or memory budget fails its search with the
+reason. Only active searches are ever advanced, so a failed or cancelled search is never resumed
+when the service starts again.
+
 Contract: ``advance`` for one search must not run concurrently with itself (``SearchLoop`` runs all
-steps on its one ticker thread; a deployment runs one ticker, in the API process).
+steps on its one ticker thread; a deployment runs one ticker, in the API process). The jobs belong
+to that thread too.
 """
 
 from __future__ import annotations
@@ -26,14 +38,16 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
 from service import domain as d
 from service.db import repository as repo
-from service.loop_round import RoundConfig, baseline_strategies, plan_round, strategy_key
-from service.loop_simulators import RetrainConfig, Retrainer, current_simulator
+from service.loop_jobs import JobBudget, JobOutcome, RoundJobs, baselines_job, plan_round_job
+from service.loop_round import RoundConfig, strategy_key
+from service.loop_simulators import RetrainConfig, Retrainer, usable_version
 from service.loop_store import search_specs
 from service.queue.nudge import Nudger
 from simulator.spec import ClusterSpec, ModelSpec
@@ -42,6 +56,10 @@ log = logging.getLogger("strategist.loop")
 
 #: The baselines every search measures once.
 BASELINES = ("horovod", "ps")
+
+
+class JobFailed(RuntimeError):
+    """A search's job (baselines or a round) failed or broke its budget; the message is the reason."""
 
 
 @dataclass(frozen=True)
@@ -64,6 +82,8 @@ class LoopConfig:
     retrain: RetrainConfig = field(default_factory=RetrainConfig)
     # Folder of saved simulator versions (None: never train a learned simulator).
     registry_dir: Path | None = None
+    # Time, memory and concurrency budget of the loop's jobs (baselines, round planning).
+    jobs: JobBudget = field(default_factory=JobBudget)
 
 
 class SearchLoop:
@@ -80,6 +100,8 @@ class SearchLoop:
         self.config = config
         self.nudger = nudger
         self.retrainer = Retrainer(sessions, config.registry_dir, config.retrain)
+        self.jobs = RoundJobs(config.jobs)
+        self._ticking = False
         self._nudged: dict[int, float] = {}  # trial id -> monotonic time of its last nudge
         self._stop = threading.Event()
         self._wake = threading.Event()
@@ -89,18 +111,26 @@ class SearchLoop:
 
     def run_forever(self) -> None:
         """Tick every ``tick_s`` (or when woken) until ``stop``; a failing tick is logged, not fatal."""
-        while not self._stop.is_set():
-            try:
-                self.tick()
-            except Exception:  # the loop must outlive one bad step (the database may be restarting)
-                log.exception("loop tick failed")
-            self._wake.wait(self.config.tick_s)
-            self._wake.clear()
+        self._ticking = True
+        try:
+            while not self._stop.is_set():
+                try:
+                    self.tick()
+                except Exception:  # the loop must outlive one bad step (the database may be restarting)
+                    log.exception("loop tick failed")
+                self._wake.wait(self.config.tick_s)
+                self._wake.clear()
+        finally:
+            self.jobs.close()  # on the ticker thread, which owns the jobs
+            self._ticking = False
 
     def stop(self) -> None:
+        """Stop ticking; running jobs are killed (by the ticker thread, or here if none runs)."""
         self._stop.set()
         self._wake.set()
         self.retrainer.stop()
+        if not self._ticking:
+            self.jobs.close()
 
     def wake(self) -> None:
         """Run the next tick now (thread-safe; called by the API's hooks)."""
@@ -130,11 +160,19 @@ class SearchLoop:
             self.sweep()
         with self.sessions() as s:
             active = repo.list_searches(s, states=["pending", "running", "awaiting_approval"])
+        # Cancel is honoured while a job runs: a search no longer active loses its job now.
+        for search_id in self.jobs.retain(x.id for x in active):
+            log.info("search %s is no longer active: its job was stopped", search_id)
         for search in sorted(active, key=lambda x: x.id):
             try:
                 self.advance(search.id)
             except SQLAlchemyError:  # the database is the source of truth: retry at the next tick
                 log.exception("advancing search %s: database error; retrying", search.id)
+            except d.Conflict as e:  # the search changed under the step (cancelled): read it again
+                log.info("advancing search %s: %s", search.id, e)
+            except JobFailed as e:  # its job failed or broke its budget: the reason says which
+                log.warning("search %s failed: %s", search.id, e)
+                self._fail(search.id, str(e))
             except Exception as e:  # a search that cannot be planned fails; the others go on
                 log.exception("advancing search %s failed", search.id)
                 self._fail(search.id, f"loop error: {type(e).__name__}: {e}")
@@ -156,20 +194,33 @@ class SearchLoop:
 
     # ----------------------------------------------------------------- one step
 
-    def advance(self, search_id: int) -> str:
-        """Do the next step of a search; returns what was done (for logs and tests)."""
+    def advance(self, search_id: int, *, wait_s: float = 0.0) -> str:
+        """Do the next step of a search; returns what was done (for logs and tests).
+
+        A step that needs a job starts it and returns at once, unless ``wait_s`` > 0: then it waits
+        up to that long for the job and stores its result in the same step (tests, one-off tools).
+        Raises JobFailed when the search's job failed or broke its budget.
+        """
         with self.sessions() as s:
             search = repo.get_search(s, search_id=search_id)
         if search.state in d.SEARCH_FINAL:
+            self.jobs.cancel(search_id)
             return "final"
         if search.state == "pending":
-            return self._start(search)
-        self._nudge_queued(search)
-        if search.state == "awaiting_approval":
-            return "awaiting approval"
+            taken = self._start(search)
+            if taken is None:
+                return "taken by another step"
+            search = taken
         with self.sessions() as s:
             rounds = repo.list_rounds(s, search_id=search_id)
             trials = repo.list_trials(s, search_id=search_id)
+        have = {t.baseline for t in trials if t.baseline}
+        missing = tuple(b for b in BASELINES if b not in have)
+        if missing:
+            return self._queue_baselines(search, missing, wait_s)
+        self._nudge_queued(search)
+        if search.state == "awaiting_approval":
+            return "awaiting approval"
         current = rounds[-1] if rounds else None
         if current is not None and current.state == "running":
             open_trials = [
@@ -188,54 +239,82 @@ class SearchLoop:
         remaining = search.trial_budget - done
         if remaining <= 0:
             return self._finish(search, trials)
-        return self._next_round(search, trials, min(search.candidates_per_round, remaining))
+        return self._next_round(search, trials, min(search.candidates_per_round, remaining), wait_s)
 
-    def _start(self, search: d.Search) -> str:
+    def _start(self, search: d.Search) -> d.Search | None:
         with self.sessions() as s:
             taken = repo.transition_search(
                 s, search_id=search.id, from_states=["pending"], to_state="running"
             )
-        if taken is None:
-            return "taken by another step"
-        model, cluster = self._specs(search)
-        for name, strategy in baseline_strategies(model, cluster, BASELINES).items():
-            with self.sessions() as s:
-                trial = repo.enqueue_trial(
-                    s, search_id=search.id, strategy=strategy.model_dump(mode="json"), baseline=name
-                )
-            self._nudge(trial, force=True)
-        log.info("search %s: started, baselines queued", search.id)
-        return "started"
+        if taken is not None:
+            log.info("search %s: started", search.id)
+        return taken
 
-    def _next_round(self, search: d.Search, trials: list[d.Trial], k: int) -> str:
-        model, cluster = self._specs(search)
-        with self.sessions() as s:
-            simulator, version = current_simulator(s, search.domain, self.config.registry_dir)
-        tried = {strategy_key(t.strategy) for t in trials}
-        drafts = plan_round(
-            model,
-            cluster,
-            simulator,
-            samples=search.samples_per_round,
-            k=k,
-            seed=search.seed * 1_000 + search.current_round + 1,
-            exclude=tried,
-            config=self.config.round,
-        )
+    def _job(
+        self,
+        search: d.Search,
+        label: str,
+        fn: Callable[..., Any],
+        args: Callable[[], tuple[Any, ...]],
+        wait_s: float,
+    ) -> JobOutcome | str:
+        """The outcome of the search's ``label`` job, starting it if needed; a str while it runs."""
+        outcome = self.jobs.take(search.id, label)
+        if outcome is None:
+            if not self.jobs.running(search.id, label) and not self.jobs.submit(search.id, label, fn, args()):
+                return f"{label}: waiting for a free job slot"
+            if wait_s > 0:
+                self.jobs.wait(search.id, wait_s)
+                outcome = self.jobs.take(search.id, label)
+            if outcome is None:
+                return f"{label}: computing"
+        if not outcome.ok:
+            raise JobFailed(outcome.error)
+        return outcome
+
+    def _queue_baselines(self, search: d.Search, missing: tuple[str, ...], wait_s: float) -> str:
+        out = self._job(search, "baselines", baselines_job, lambda: (*self._specs(search), missing), wait_s)
+        if isinstance(out, str):
+            return out
+        for name in missing:
+            with self.sessions() as s:
+                trial = repo.enqueue_trial(s, search_id=search.id, strategy=out.value[name], baseline=name)
+            self._nudge(trial, force=True)
+        log.info("search %s: baselines %s queued", search.id, ", ".join(missing))
+        return "baselines queued"
+
+    def _next_round(self, search: d.Search, trials: list[d.Trial], k: int, wait_s: float) -> str:
+        def args() -> tuple[Any, ...]:
+            model, cluster = self._specs(search)
+            with self.sessions() as s:
+                version = usable_version(s, search.domain, self.config.registry_dir)
+            kwargs = {
+                "samples": search.samples_per_round,
+                "k": k,
+                "seed": search.seed * 1_000 + search.current_round + 1,
+                "exclude": {strategy_key(t.strategy) for t in trials},
+                "config": self.config.round,
+            }
+            return model, cluster, version, self.config.registry_dir, kwargs
+
+        out = self._job(search, f"round {search.current_round + 1}", plan_round_job, args, wait_s)
+        if isinstance(out, str):
+            return out
+        drafts, simulator_kind, version_id = out.value
         with self.sessions() as s:
             rnd, cands = repo.add_round(
                 s,
                 search_id=search.id,
                 candidates=drafts,
                 samples=search.samples_per_round,
-                simulator_kind=simulator.name,
-                simulator_version_id=version.id if version else None,
+                simulator_kind=simulator_kind,
+                simulator_version_id=version_id,
             )
         log.info(
             "search %s: round %s planned with %s (%s candidates)",
             search.id,
             rnd.index,
-            simulator.name,
+            simulator_kind,
             len(cands),
         )
         self._nudge_queued(search)

@@ -54,15 +54,31 @@ def current_simulator(
     session: Session, domain: str, registry_dir: Path | None
 ) -> tuple[Simulator, d.SimulatorVersion | None]:
     """The simulator to score a domain's next round with, and its version (None: analytical)."""
+    return load_simulator(usable_version(session, domain, registry_dir), registry_dir)
+
+
+def usable_version(session: Session, domain: str, registry_dir: Path | None) -> d.SimulatorVersion | None:
+    """The domain's newest learned version if it beats the analytical model (None: analytical)."""
     version = repo.latest_simulator_version(session, domain=domain)
     if version is None or version.path is None or registry_dir is None or not _beats_analytical(version):
+        return None
+    return version
+
+
+def load_simulator(
+    version: d.SimulatorVersion | None, registry_dir: Path | None
+) -> tuple[Simulator, d.SimulatorVersion | None]:
+    """Load ``version`` from the registry (no database: a round's job process calls this)."""
+    if version is None or version.path is None or registry_dir is None:
         return AnalyticalSimulator(), None
     from simulator.learned import Registry
 
     try:
         return Registry(registry_dir).load(version.path), version
     except (KeyError, ValueError, OSError) as e:  # a missing or outdated checkpoint: fall back
-        log.warning("simulator version %s of %s not loadable (%s); using analytical", version.id, domain, e)
+        log.warning(
+            "simulator version %s of %s not loadable (%s); using analytical", version.id, version.domain, e
+        )
         return AnalyticalSimulator(), None
 
 

@@ -29,6 +29,7 @@ from runtime.worker import TOKEN_ENV
 from service.db import repository as repo
 from service.db.engine import make_engine, session_factory, upgrade
 from service.loop import LoopConfig, SearchLoop, run_in_thread
+from service.loop_jobs import JobBudget
 from service.queue import Nudger, make_celery
 from service.settings import Settings
 
@@ -95,6 +96,9 @@ class Stack:
                 heartbeat_timeout_s=s.heartbeat_timeout_s,
                 max_trial_attempts=s.max_trial_attempts,
                 registry_dir=s.simulators_path,
+                jobs=JobBudget(
+                    time_s=s.round_time_budget_s, memory_mb=s.round_memory_mb, slots=s.round_workers
+                ),
             ),
             nudger=self.nudger,
         )

@@ -45,6 +45,14 @@ class Settings(BaseSettings):
     sweep_interval_s: float = Field(15.0, gt=0)
     # After this many claims that lost their heartbeat, a trial fails instead of being requeued.
     max_trial_attempts: int = Field(3, ge=1)
+    # Wall-clock seconds one round's sampling, scoring and selection (or a search's baselines) may
+    # take in its own process; past it the process is killed and the search fails with the reason.
+    round_time_budget_s: float = Field(300.0, gt=0)
+    # Memory (MiB of address space, above what the process starts with) such a round may use; past
+    # it the round fails with MemoryError in its own process, never growing the API's.
+    round_memory_mb: int = Field(4096, ge=16)
+    # Rounds computed at once (each in its own process, one busy core); other searches wait a tick.
+    round_workers: int = Field(2, ge=1, le=64)
     # Interface and port the API listens on.
     api_host: str = "127.0.0.1"
     api_port: int = Field(8000, ge=1, le=65535)

@@ -8,6 +8,7 @@ from typing import Literal, NamedTuple
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from simulator.spec.errors import Issue, structural
+from simulator.spec.limits import LIMITS, Name, Text
 
 GBPS = 1e9 / 8  # bytes per second in one gigabit per second
 
@@ -15,31 +16,46 @@ GBPS = 1e9 / 8  # bytes per second in one gigabit per second
 class DeviceType(BaseModel):
     """An accelerator model with its published peak figures."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
-    name: str = Field(min_length=1, description="e.g. 'V100-SXM2-32GB'.")
-    fp32_tflops: float = Field(gt=0, description="Peak FP32 TFLOPS.")
-    fp16_tflops: float = Field(gt=0, description="Peak FP16 TFLOPS (tensor cores where present).")
-    memory_gb: float = Field(gt=0, description="Device memory, GB.")
-    memory_bw_gbs: float = Field(gt=0, description="Device memory bandwidth, GB/s.")
+    name: Name = Field(description="e.g. 'V100-SXM2-32GB'.")
+    fp32_tflops: float = Field(ge=LIMITS.min_rate, le=LIMITS.tflops, description="Peak FP32 TFLOPS.")
+    fp16_tflops: float = Field(
+        ge=LIMITS.min_rate, le=LIMITS.tflops, description="Peak FP16 TFLOPS (tensor cores where present)."
+    )
+    memory_gb: float = Field(ge=LIMITS.min_rate, le=LIMITS.memory_gb, description="Device memory, GB.")
+    memory_bw_gbs: float = Field(
+        ge=LIMITS.min_rate, le=LIMITS.memory_bw_gbs, description="Device memory bandwidth, GB/s."
+    )
 
 
 class Node(BaseModel):
     """One machine: its GPUs, NIC, CPU, host memory and price."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
-    name: str = Field(min_length=1, description="Unique node name; PS placements refer to it.")
-    device: str = Field(min_length=1, description="Name of one of the cluster's device types.")
-    gpus: int = Field(ge=0, description="GPUs on this node (0 for a CPU-only server node).")
-    nic_gbps: float = Field(gt=0, description="NIC bandwidth, Gbit/s.")
-    latency_us: float = Field(0.0, ge=0, description="One-way network latency of the node's link, us.")
-    cpu_cores: int = Field(8, ge=1, description="Host CPU cores.")
-    host_memory_gb: float = Field(64.0, gt=0, description="Host RAM, GB (PS shards live here).")
-    price_per_hour: float = Field(0.0, ge=0, description="On-demand price, USD per hour.")
-    instance_type: str = Field("", description="Cloud instance type or hardware description.")
+    name: Name = Field(description="Unique node name; PS placements refer to it.")
+    device: Name = Field(description="Name of one of the cluster's device types.")
+    gpus: int = Field(
+        ge=0, le=LIMITS.gpus_per_node, description="GPUs on this node (0 for a CPU-only server node)."
+    )
+    nic_gbps: float = Field(ge=LIMITS.min_rate, le=LIMITS.link_gbps, description="NIC bandwidth, Gbit/s.")
+    latency_us: float = Field(
+        0.0, ge=0, le=LIMITS.latency_us, description="One-way network latency of the node's link, us."
+    )
+    cpu_cores: int = Field(8, ge=1, le=LIMITS.cpu_cores, description="Host CPU cores.")
+    host_memory_gb: float = Field(
+        64.0, ge=LIMITS.min_rate, le=LIMITS.host_memory_gb, description="Host RAM, GB (PS shards live here)."
+    )
+    price_per_hour: float = Field(
+        0.0, ge=0, le=LIMITS.price_per_hour, description="On-demand price, USD per hour."
+    )
+    instance_type: Text = Field("", description="Cloud instance type or hardware description.")
     intra_gbps: float | None = Field(
-        None, gt=0, description="GPU-to-GPU bandwidth inside this node; default: the cluster's."
+        None,
+        ge=LIMITS.min_rate,
+        le=LIMITS.link_gbps,
+        description="GPU-to-GPU bandwidth inside this node; default: the cluster's.",
     )
 
 
@@ -58,15 +74,19 @@ class ClusterSpec(BaseModel):
     (a single TCP flow on AWS is capped below the NIC rate; AutoSync Table 2).
     """
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
     kind: Literal["cluster"] = "cluster"
-    name: str = Field(min_length=1)
-    device_types: tuple[DeviceType, ...] = Field(min_length=1)
-    nodes: tuple[Node, ...] = Field(min_length=1)
-    intra_node_gbps: float = Field(gt=0, description="Default GPU-to-GPU bandwidth inside a node.")
-    single_flow_gbps: float | None = Field(None, gt=0, description="Per-flow cap across nodes.")
-    description: str = ""
+    name: Name
+    device_types: tuple[DeviceType, ...] = Field(min_length=1, max_length=LIMITS.device_types)
+    nodes: tuple[Node, ...] = Field(min_length=1, max_length=LIMITS.nodes)
+    intra_node_gbps: float = Field(
+        ge=LIMITS.min_rate, le=LIMITS.link_gbps, description="Default GPU-to-GPU bandwidth inside a node."
+    )
+    single_flow_gbps: float | None = Field(
+        None, ge=LIMITS.min_rate, le=LIMITS.link_gbps, description="Per-flow cap across nodes."
+    )
+    description: Text = ""
 
     @model_validator(mode="after")
     def _check(self) -> ClusterSpec:
@@ -85,6 +105,8 @@ class ClusterSpec(BaseModel):
                 issues.append(Issue(("nodes", i, "device"), f"unknown device type {n.device!r}"))
         if not issues and self.num_gpus == 0:
             issues.append(Issue(("nodes",), "the cluster has no GPU"))
+        if not issues and self.num_gpus > LIMITS.gpus:
+            issues.append(Issue(("nodes",), f"the cluster has {self.num_gpus} GPUs, more than {LIMITS.gpus}"))
         structural(issues)
         return self
 

@@ -10,6 +10,7 @@ from pydantic import BaseModel, ValidationError
 
 from simulator.spec.cluster import ClusterSpec
 from simulator.spec.errors import Issue, SpecError
+from simulator.spec.limits import LIMITS
 from simulator.spec.model import ModelSpec
 from simulator.spec.strategy import Strategy
 
@@ -44,11 +45,22 @@ def parse_spec(data: Any) -> Spec:
 
 
 def load_spec(path: str | Path) -> Spec:
-    """Read and validate a spec file."""
+    """Read and validate a spec file; every way the file can be wrong is a SpecError (OSError aside).
+
+    The file is at most ``LIMITS.spec_file_bytes``; it must be UTF-8 JSON, nested no deeper than Python's
+    parser can go.
+    """
+    p = Path(path)
+    if p.is_file() and p.stat().st_size > LIMITS.spec_file_bytes:
+        raise SpecError([Issue((), f"file is {p.stat().st_size} bytes, more than {LIMITS.spec_file_bytes}")])
     try:
-        data = json.loads(Path(path).read_text())
+        data = json.loads(p.read_bytes().decode("utf-8"))
+    except UnicodeDecodeError as e:
+        raise SpecError([Issue((), f"not UTF-8 text: byte {e.start} is {e.object[e.start : e.start + 1]!r}")]) from None
     except json.JSONDecodeError as e:
         raise SpecError([Issue((), f"not valid JSON: {e}")]) from None
+    except RecursionError:
+        raise SpecError([Issue((), "not valid JSON: nested too deeply")]) from None
     return parse_spec(data)
 
 

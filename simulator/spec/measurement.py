@@ -3,9 +3,15 @@
 from __future__ import annotations
 
 import statistics
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from simulator.spec.errors import Issue, SpecError
+from simulator.spec.limits import LIMITS, Name, json_issues
+
+#: Seconds of one iteration (or of its compute / its synchronisation wait): finite, bounded.
+Seconds = Annotated[float, Field(ge=0.0, le=LIMITS.seconds)]
 
 
 class Measurement(BaseModel):
@@ -16,21 +22,50 @@ class Measurement(BaseModel):
     seconds of the emulated (scaled) cluster; ``scale`` is the factor bytes and bandwidth were
     divided by (times are *not* rescaled: the communication/compute ratio is preserved, and
     ``compute`` in replay mode is the real device time).
+
+    Every number is finite and within `simulator.spec.limits` (the API refuses the rest with 422).
+    ``failure`` is our own diagnostic text, so it is cleaned rather than refused: a NUL (which
+    PostgreSQL cannot store) becomes U+FFFD and text past the limit is cut, so a failed trial is
+    never lost over its message.
     """
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
-    iteration_times: tuple[float, ...] = Field((), description="Measured seconds per iteration.")
-    compute_times: tuple[float, ...] = Field((), description="Per iteration: seconds in compute.")
-    sync_wait_times: tuple[float, ...] = Field(
-        (), description="Per iteration: seconds waiting on synchronisation after compute ended."
+    iteration_times: tuple[Seconds, ...] = Field(
+        (), max_length=LIMITS.iterations, description="Measured seconds per iteration."
     )
-    warmup: int = Field(0, ge=0, description="Iterations run before measuring.")
+    compute_times: tuple[Seconds, ...] = Field(
+        (), max_length=LIMITS.iterations, description="Per iteration: seconds in compute."
+    )
+    sync_wait_times: tuple[Seconds, ...] = Field(
+        (),
+        max_length=LIMITS.iterations,
+        description="Per iteration: seconds waiting on synchronisation after compute ended.",
+    )
+    warmup: int = Field(0, ge=0, le=LIMITS.iterations, description="Iterations run before measuring.")
     failure: str | None = Field(None, description="Why the run failed; None if it succeeded.")
-    scale: float = Field(1.0, gt=0, description="Bytes and bandwidth were divided by this.")
-    compute_mode: str = Field("replay", description="'real' or 'replay'.")
-    backend: str = Field("gloo", description="torch.distributed backend used.")
+    scale: float = Field(1.0, gt=0, le=LIMITS.scale, description="Bytes and bandwidth were divided by this.")
+    compute_mode: Name = Field("replay", description="'real' or 'replay'.")
+    backend: Name = Field("gloo", description="torch.distributed backend used.")
     environment: dict[str, Any] = Field(default_factory=dict, description="Host, versions, testbed.")
+
+    @field_validator("failure")
+    @classmethod
+    def _clean_failure(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        value = value.replace("\x00", "\ufffd")
+        if len(value) > LIMITS.text_chars:
+            value = value[: LIMITS.text_chars - 1] + "…"
+        return value
+
+    @field_validator("environment")
+    @classmethod
+    def _finite_environment(cls, value: dict[str, Any]) -> dict[str, Any]:
+        issues = [Issue(path, reason) for path, reason in json_issues(value)]
+        if issues:
+            raise SpecError(issues)
+        return value
 
     @property
     def ok(self) -> bool:

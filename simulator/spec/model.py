@@ -9,6 +9,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, computed_field, model_validator
 
 from simulator.spec.errors import Issue, structural
+from simulator.spec.limits import LIMITS, Label, Name, Text
 
 DType = Literal["float32", "float16", "bfloat16", "int64", "int32"]
 DTYPE_BYTES: dict[str, int] = {"float32": 4, "float16": 2, "bfloat16": 2, "int64": 8, "int32": 4}
@@ -23,10 +24,12 @@ class Variable(BaseModel):
     dtype; it may be given in input, and must then agree.
     """
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
-    name: str = Field(min_length=1, description="Unique parameter name, e.g. 'encoder.0.attn.q.weight'.")
-    shape: tuple[int, ...] = Field(min_length=1, description="Tensor shape; every dimension >= 1.")
+    name: Name = Field(description="Unique parameter name, e.g. 'encoder.0.attn.q.weight'.")
+    shape: tuple[int, ...] = Field(
+        min_length=1, max_length=LIMITS.shape_rank, description="Tensor shape; every dimension >= 1."
+    )
     dtype: DType = Field("float32", description="Element type of the parameter.")
     sparse: bool = Field(False, description="Gradient is row-sparse (embedding lookups).")
     density: float = Field(1.0, gt=0.0, le=1.0, description="Expected fraction of rows with gradient.")
@@ -39,7 +42,9 @@ class Variable(BaseModel):
             given = data.pop("bytes")
             shape = data.get("shape") or ()
             dtype = data.get("dtype", "float32")
-            if all(isinstance(d, int) and d >= 1 for d in shape) and dtype in DTYPE_BYTES:
+            # (a shape longer than the rank limit is refused by the field; no huge product first)
+            ok_shape = len(shape) <= LIMITS.shape_rank and all(isinstance(d, int) and d >= 1 for d in shape)
+            if ok_shape and dtype in DTYPE_BYTES:
                 want = math.prod(shape) * DTYPE_BYTES[dtype]
                 if given != want:
                     structural([Issue(("bytes",), f"is {given} but shape x dtype gives {want}")])
@@ -48,6 +53,10 @@ class Variable(BaseModel):
     @model_validator(mode="after")
     def _check(self) -> Variable:
         structural(Issue(("shape", i), f"must be >= 1, got {d}") for i, d in enumerate(self.shape) if d < 1)
+        if self.numel > LIMITS.variable_elements:
+            structural(
+                [Issue(("shape",), f"has {self.numel} elements, more than {LIMITS.variable_elements}")]
+            )
         if not self.sparse and self.density != 1.0:
             structural([Issue(("density",), "must be 1.0 for a dense variable")])
         return self
@@ -70,31 +79,41 @@ class Variable(BaseModel):
 class Layer(BaseModel):
     """One op/layer in forward order with its cost per sample and the variables it owns."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
-    name: str = Field(min_length=1, description="Unique layer name.")
-    kind: str = Field(min_length=1, description="Op kind, e.g. 'linear', 'conv2d', 'embedding'.")
-    fwd_flops: float = Field(ge=0.0, description="Forward FLOPs per sample (multiply-add = 2 FLOPs).")
-    activation_bytes: float = Field(ge=0.0, description="Bytes of this layer's output per sample.")
-    variables: tuple[Variable, ...] = Field((), description="Parameters owned by this layer.")
-    inputs: tuple[str, ...] = Field((), description="Names of the layers whose outputs feed this one.")
+    name: Name = Field(description="Unique layer name.")
+    kind: Name = Field(description="Op kind, e.g. 'linear', 'conv2d', 'embedding'.")
+    fwd_flops: float = Field(
+        ge=0.0, le=LIMITS.layer_flops, description="Forward FLOPs per sample (multiply-add = 2 FLOPs)."
+    )
+    activation_bytes: float = Field(
+        ge=0.0, le=LIMITS.activation_bytes, description="Bytes of this layer's output per sample."
+    )
+    variables: tuple[Variable, ...] = Field(
+        (), max_length=LIMITS.variables, description="Parameters owned by this layer."
+    )
+    inputs: tuple[Name, ...] = Field(
+        (), max_length=LIMITS.layer_inputs, description="Names of the layers whose outputs feed this one."
+    )
 
 
 class ModelSpec(BaseModel):
     """A model: layers in forward (topological) order, their variables and the data-flow DAG.
 
     Invariants checked on construction: layer and variable names are unique, every input names a
-    known layer, the DAG has no cycle, and the layer order is a topological order of the DAG.
+    known layer, the DAG has no cycle, and the layer order is a topological order of the DAG; the
+    model has at least one variable (there is nothing to synchronise otherwise) and its sizes are
+    within `simulator.spec.limits`.
     """
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
     kind: Literal["model"] = "model"
-    name: str = Field(min_length=1)
-    family: str = Field("", description="Task family: IC, MT, CF, LM, ...")
-    batch_size: int = Field(ge=1, description="Default per-GPU batch size (samples).")
-    layers: tuple[Layer, ...] = Field(min_length=1)
-    source: str = Field("", description="Where the spec came from (extractor, module, variant).")
+    name: Name
+    family: Label = Field("", description="Task family: IC, MT, CF, LM, ...")
+    batch_size: int = Field(ge=1, le=LIMITS.batch_size, description="Default per-GPU batch size (samples).")
+    layers: tuple[Layer, ...] = Field(min_length=1, max_length=LIMITS.layers)
+    source: Text = Field("", description="Where the spec came from (extractor, module, variant).")
 
     @model_validator(mode="after")
     def _check(self) -> ModelSpec:
@@ -143,6 +162,14 @@ class ModelSpec(BaseModel):
 
 
 def _model_issues(m: ModelSpec) -> list[Issue]:
+    n_vars = sum(len(layer.variables) for layer in m.layers)
+    if n_vars == 0:
+        return [Issue(("layers",), "the model has no variables (nothing to synchronise)")]
+    if n_vars > LIMITS.variables:
+        return [Issue(("layers",), f"the model has {n_vars} variables, more than {LIMITS.variables}")]
+    elements = sum(math.prod(v.shape) for layer in m.layers for v in layer.variables)
+    if elements > LIMITS.model_elements:
+        return [Issue(("layers",), f"the model has {elements} parameters, more than {LIMITS.model_elements}")]
     issues: list[Issue] = []
     index: dict[str, int] = {}
     for i, layer in enumerate(m.layers):

@@ -7,11 +7,12 @@ and no cost model or executor consumes it yet.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from simulator.spec.errors import Issue, structural
+from simulator.spec.limits import LIMITS, Name
 
 if TYPE_CHECKING:
     from simulator.spec.cluster import ClusterSpec
@@ -27,11 +28,15 @@ class Stage(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    first_layer: int = Field(ge=0, description="Index of the stage's first layer (inclusive).")
-    last_layer: int = Field(ge=1, description="Index one past the stage's last layer (exclusive).")
-    devices: tuple[str, ...] = Field(min_length=1, description="Devices as 'node_name:gpu_index'.")
-    replicate: int = Field(1, ge=1, description="Data-parallel degree inside the stage.")
-    split: int = Field(1, ge=1, description="Tensor-split degree inside the stage.")
+    first_layer: int = Field(ge=0, lt=LIMITS.layers, description="Index of the stage's first layer (inclusive).")
+    last_layer: int = Field(
+        ge=1, le=LIMITS.layers, description="Index one past the stage's last layer (exclusive)."
+    )
+    devices: tuple[Name, ...] = Field(
+        min_length=1, max_length=LIMITS.gpus, description="Devices as 'node_name:gpu_index'."
+    )
+    replicate: int = Field(1, ge=1, le=LIMITS.gpus, description="Data-parallel degree inside the stage.")
+    split: int = Field(1, ge=1, le=LIMITS.gpus, description="Tensor-split degree inside the stage.")
 
     @model_validator(mode="after")
     def _check(self) -> Stage:
@@ -60,13 +65,19 @@ class Plan(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    stages: tuple[Stage, ...] = Field(min_length=1)
-    global_batch: int = Field(ge=1, description="Samples per training step over the whole cluster.")
-    batch_shares: dict[str, int] = Field(description="Samples per step for each device ('node:gpu').")
-    micro_batch_size: int = Field(ge=1)
-    num_micro_batches: int = Field(ge=1)
+    stages: tuple[Stage, ...] = Field(min_length=1, max_length=LIMITS.layers)
+    global_batch: int = Field(
+        ge=1, le=LIMITS.global_batch, description="Samples per training step over the whole cluster."
+    )
+    batch_shares: dict[Name, Annotated[int, Field(le=LIMITS.global_batch)]] = Field(
+        max_length=LIMITS.gpus, description="Samples per step for each device ('node:gpu')."
+    )
+    micro_batch_size: int = Field(ge=1, le=LIMITS.micro_batch)
+    num_micro_batches: int = Field(ge=1, le=LIMITS.micro_batches)
     schedule: Literal["gpipe", "1f1b", "kfkb"] = "1f1b"
-    k: int = Field(1, ge=1, description="Micro-batches per forward/backward group of kFkB.")
+    k: int = Field(
+        1, ge=1, le=LIMITS.micro_batches, description="Micro-batches per forward/backward group of kFkB."
+    )
 
     @model_validator(mode="after")
     def _check(self) -> Plan:

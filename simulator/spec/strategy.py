@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from simulator.spec.cluster import ClusterSpec
 from simulator.spec.errors import Issue, SpecError, structural
+from simulator.spec.limits import LIMITS, Label, Name
 from simulator.spec.model import DTYPE_BYTES, ModelSpec, Variable
 from simulator.spec.plan import Plan, plan_issues
 
@@ -27,7 +28,9 @@ class Compressor(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     kind: Literal["none", "fp16", "powersgd"] = "none"
-    rank: int | None = Field(None, ge=1, description="PowerSGD rank; required for powersgd only.")
+    rank: int | None = Field(
+        None, ge=1, le=LIMITS.powersgd_rank, description="PowerSGD rank; required for powersgd only."
+    )
 
     @model_validator(mode="after")
     def _check(self) -> Compressor:
@@ -49,9 +52,11 @@ class PSSync(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     kind: Literal["ps"] = "ps"
-    server: str = Field(min_length=1, description="Node name that hosts this shard's server.")
+    server: Name = Field(description="Node name that hosts this shard's server.")
     local_replication: bool = Field(False, description="Reduce inside each node before pushing.")
-    staleness: int = Field(0, ge=0, description="SSP staleness bound in steps; 0 = synchronous.")
+    staleness: int = Field(
+        0, ge=0, le=LIMITS.staleness, description="SSP staleness bound in steps; 0 = synchronous."
+    )
 
 
 class CollectiveSync(BaseModel):
@@ -64,7 +69,7 @@ class CollectiveSync(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     kind: Literal["collective"] = "collective"
-    group: int = Field(0, ge=0, description="Merge group id; one collective per group.")
+    group: int = Field(0, ge=0, le=LIMITS.merge_group, description="Merge group id; one collective per group.")
     compressor: Compressor = Field(default_factory=Compressor)
     algorithm: Literal["ring", "hierarchical"] = Field("ring", description="All-reduce algorithm.")
 
@@ -77,8 +82,8 @@ class Partition(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    axis: int = Field(0, ge=0)
-    shards: int = Field(1, ge=1)
+    axis: int = Field(0, ge=0, lt=LIMITS.shape_rank)
+    shards: int = Field(1, ge=1, le=LIMITS.shards_per_variable)
 
     def shard_shapes(self, shape: tuple[int, ...]) -> tuple[tuple[int, ...], ...]:
         n, r = divmod(shape[self.axis], self.shards)
@@ -91,9 +96,9 @@ class VariableStrategy(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    variable: str = Field(min_length=1)
+    variable: Name
     partition: Partition = Field(default_factory=Partition)
-    shards: tuple[Synchronizer, ...] = Field(min_length=1)
+    shards: tuple[Synchronizer, ...] = Field(min_length=1, max_length=LIMITS.shards_per_variable)
 
     @model_validator(mode="after")
     def _check(self) -> VariableStrategy:
@@ -135,10 +140,10 @@ class Strategy(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     kind: Literal["strategy"] = "strategy"
-    name: str = Field("", description="Optional label, e.g. 'horovod'.")
-    model: str | None = Field(None, description="Zoo name of the model this strategy is for.")
-    cluster: str | None = Field(None, description="Zoo name of the cluster this strategy is for.")
-    variables: tuple[VariableStrategy, ...] = Field(min_length=1)
+    name: Label = Field("", description="Optional label, e.g. 'horovod'.")
+    model: Name | None = Field(None, description="Zoo name of the model this strategy is for.")
+    cluster: Name | None = Field(None, description="Zoo name of the cluster this strategy is for.")
+    variables: tuple[VariableStrategy, ...] = Field(min_length=1, max_length=LIMITS.variables)
     plan: Plan | None = Field(None, description="Hybrid (pipeline/tensor) parallel plan, roadmap 2.")
 
     @model_validator(mode="after")

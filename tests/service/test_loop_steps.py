@@ -15,6 +15,8 @@ from service.loop_round import RoundConfig, strategy_key
 from simulator.spec.measurement import Measurement
 
 CONFIG = LoopConfig(round=RoundConfig(qualified_fraction=0.5))
+#: Seconds a step may wait for its job (baselines, a round's planning) in its own process.
+WAIT = 120.0
 
 
 def run_queued(sessions: sessionmaker[Session], seconds: dict[str, float] | None = None) -> list[int]:
@@ -37,21 +39,21 @@ def test_search_goes_through_rounds_to_completion(sessions: sessionmaker[Session
     search = search_of(trial_budget=3, candidates_per_round=2, samples_per_round=30)
     loop = SearchLoop(sessions, config=CONFIG)
 
-    assert loop.advance(search.id) == "started"
+    assert loop.advance(search.id, wait_s=WAIT) == "baselines queued"
     with sessions() as s:
         baselines = repo.list_trials(s, search_id=search.id)
     assert sorted(t.baseline or "" for t in baselines) == ["horovod", "ps"]
-    assert loop.advance(search.id) == "round 1 planned"
-    assert loop.advance(search.id) == "round 1: 2 trials running"  # idempotent: nothing new
+    assert loop.advance(search.id, wait_s=WAIT) == "round 1 planned"
+    assert loop.advance(search.id, wait_s=WAIT) == "round 1: 2 trials running"  # idempotent: nothing new
     with sessions() as s:
         assert len(repo.list_rounds(s, search_id=search.id)) == 1
 
     assert len(run_queued(sessions, {"horovod": 0.5, "ps": 0.8})) == 4  # 2 baselines + 2 candidates
-    assert loop.advance(search.id) == "round 1 completed"
-    assert loop.advance(search.id) == "retraining"  # the round's retraining request is pending
+    assert loop.advance(search.id, wait_s=WAIT) == "round 1 completed"
+    assert loop.advance(search.id, wait_s=WAIT) == "retraining"  # the round's retraining request is pending
     loop.retrainer.poll()
     loop.retrainer.stop()  # wait for it: too few runtimes, so no new version
-    assert loop.advance(search.id) == "round 2 planned"
+    assert loop.advance(search.id, wait_s=WAIT) == "round 2 planned"
     with sessions() as s:
         r2 = repo.list_candidates(s, search_id=search.id, round_index=2)
         r1 = repo.list_candidates(s, search_id=search.id, round_index=1)
@@ -59,11 +61,11 @@ def test_search_goes_through_rounds_to_completion(sessions: sessionmaker[Session
     assert not {strategy_key(c.strategy) for c in r2} & {strategy_key(c.strategy) for c in r1}
 
     run_queued(sessions)
-    assert loop.advance(search.id) == "round 2 completed"
+    assert loop.advance(search.id, wait_s=WAIT) == "round 2 completed"
     loop.retrainer.poll()
     loop.retrainer.stop()
-    assert loop.advance(search.id) == "completed"
-    assert loop.advance(search.id) == "final"
+    assert loop.advance(search.id, wait_s=WAIT) == "completed"
+    assert loop.advance(search.id, wait_s=WAIT) == "final"
     with sessions() as s:
         status = repo.search_status(s, search_id=search.id)
         retrains = repo.list_retrain_requests(s, domain=search.domain)
@@ -77,31 +79,31 @@ def test_search_goes_through_rounds_to_completion(sessions: sessionmaker[Session
 def test_round_waits_for_approval(sessions: sessionmaker[Session], search_of: Any) -> None:
     search = search_of(trial_budget=2, candidates_per_round=2, samples_per_round=30, approval_required=True)
     loop = SearchLoop(sessions, config=CONFIG)
-    loop.advance(search.id)
-    assert loop.advance(search.id) == "round 1 planned"
-    assert loop.advance(search.id) == "awaiting approval"
+    loop.advance(search.id, wait_s=WAIT)
+    assert loop.advance(search.id, wait_s=WAIT) == "round 1 planned"
+    assert loop.advance(search.id, wait_s=WAIT) == "awaiting approval"
     with sessions() as s:
         cands = repo.list_candidates(s, search_id=search.id)
         assert all(c.status == "proposed" for c in cands)
         assert [t.baseline for t in repo.list_trials(s, search_id=search.id)] == ["horovod", "ps"]
         repo.decide_candidate(s, candidate_id=cands[0].id, approve=True)
         repo.decide_candidate(s, candidate_id=cands[1].id, approve=False)
-    assert loop.advance(search.id) == "round 1: 1 trials running"
+    assert loop.advance(search.id, wait_s=WAIT) == "round 1: 1 trials running"
     run_queued(sessions)
-    assert loop.advance(search.id) == "round 1 completed"
+    assert loop.advance(search.id, wait_s=WAIT) == "round 1 completed"
     loop.retrainer.poll()
     loop.retrainer.stop()
     # one trial of a budget of two ran: a second round proposes the last one
-    assert loop.advance(search.id) == "round 2 planned"
+    assert loop.advance(search.id, wait_s=WAIT) == "round 2 planned"
 
 
 def test_cancelled_search_is_left_alone(sessions: sessionmaker[Session], search_of: Any) -> None:
     search = search_of(trial_budget=2, candidates_per_round=1, samples_per_round=10)
     loop = SearchLoop(sessions, config=CONFIG)
-    loop.advance(search.id)
+    loop.advance(search.id, wait_s=WAIT)
     with sessions() as s:
         repo.cancel_search(s, search_id=search.id)
-    assert loop.advance(search.id) == "final"
+    assert loop.advance(search.id, wait_s=WAIT) == "final"
     with sessions() as s:
         trials = repo.list_trials(s, search_id=search.id)
     assert {t.state for t in trials} == {"cancelled"}
@@ -110,7 +112,7 @@ def test_cancelled_search_is_left_alone(sessions: sessionmaker[Session], search_
 def test_sweep_requeues_a_stale_trial(sessions: sessionmaker[Session], search_of: Any) -> None:
     search = search_of(trial_budget=1, candidates_per_round=1, samples_per_round=10)
     loop = SearchLoop(sessions, config=LoopConfig(heartbeat_timeout_s=0.01))
-    loop.advance(search.id)
+    loop.advance(search.id, wait_s=WAIT)
     with sessions() as s:
         claim = repo.claim_trial(s, worker="dead", clusters=["two-node"])
     assert claim is not None

@@ -250,11 +250,11 @@ def test_forward_order_must_be_topological() -> None:
 def test_cluster_rules() -> None:
     c = _cluster_dict()
     c["nodes"][1]["nic_gbps"] = 0
-    assert _errors(c) == "nodes.1.nic_gbps: Input should be greater than 0"
+    assert _errors(c) == "nodes.1.nic_gbps: Input should be greater than or equal to 0.000001"
 
     c = _cluster_dict()
     c["nodes"][0]["nic_gbps"] = -25
-    assert _errors(c) == "nodes.0.nic_gbps: Input should be greater than 0"
+    assert _errors(c) == "nodes.0.nic_gbps: Input should be greater than or equal to 0.000001"
 
     c = _cluster_dict()
     c["nodes"][1]["device"] = "H100"
@@ -271,7 +271,7 @@ def test_cluster_rules() -> None:
 
     c = _cluster_dict()
     c["single_flow_gbps"] = 0
-    assert _errors(c) == "single_flow_gbps: Input should be greater than 0"
+    assert _errors(c) == "single_flow_gbps: Input should be greater than or equal to 0.000001"
 
 
 def _check_errors(s: dict[str, Any]) -> str:

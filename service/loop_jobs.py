@@ -1,0 +1,320 @@
+"""Bounded jobs of the search loop: a round's sampling, scoring and selection (and a search's
+baselines) run in a child process with a memory cap and a wall-time budget, never on the loop's
+thread.
+
+Why a process per job: a round is CPU- and memory-heavy pure computation whose cost grows with the
+spec and ``samples_per_round``. Inline on the loop's thread, one heavy round stalled every other
+search and grew the API process without bound; a thread cannot be stopped. A process can: it is
+killed when its search is cancelled (the loop retains only jobs of active searches at each tick),
+when it outlives its time budget, and it cannot grow past its address-space cap (``RLIMIT_AS``,
+set in the child: allocations beyond it raise ``MemoryError`` there, not in the API). The API
+process only receives the job's small result (at most ``MAX_RESULT_BYTES``), so its memory stays
+flat whatever a round does.
+
+Decisions:
+- processes come from multiprocessing's *forkserver*: the server is started once (a clean, single-
+  threaded process with the round's modules preloaded) and forks each job from itself, so a job
+  starts in milliseconds, and never forks the API's own threads and locks (plain fork would);
+- the memory cap is headroom above the job's address space at its start (the preloaded modules
+  are already mapped and are not the round's doing), in MiB;
+- at most ``slots`` jobs run at once; a search whose job cannot start yet waits for the next tick
+  (every job ends within its budget, so a slot is never held for longer);
+- a job dies with the service: the forkserver exits when the API process does (its pipe closes),
+  and each job asks the kernel for SIGKILL when the forkserver goes (PR_SET_PDEATHSIG), so a
+  killed ``strategist serve`` leaves no job computing.
+
+Contract: ``RoundJobs`` is owned by one thread (the loop's ticker); jobs are keyed by search id,
+at most one per search, each labelled with what it computes (``"round 3"``); an outcome is handed
+out once, and only to a caller asking for the same label.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import logging
+import multiprocessing
+import os
+import pickle
+import resource
+import signal
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from multiprocessing.connection import Connection
+from multiprocessing.process import BaseProcess
+from typing import Any
+
+log = logging.getLogger("strategist.loop")
+
+#: Modules the forkserver imports once, so that each forked job starts with them loaded.
+PRELOAD = ("service.loop_round", "service.loop_simulators", "simulator.analytical", "search")
+#: The largest result a job may send back (pickled bytes); a round's K candidates are far smaller.
+MAX_RESULT_BYTES = 64 << 20
+_PR_SET_PDEATHSIG = 1
+
+
+@dataclass(frozen=True)
+class JobBudget:
+    """What one job may use."""
+
+    # Wall-clock seconds a job may run before it is killed and its search fails.
+    time_s: float = 300.0
+    # Address space (MiB) a job may add above what it starts with; beyond it, MemoryError.
+    memory_mb: int = 4096
+    # Jobs running at once (each is one busy core while it computes).
+    slots: int = 2
+
+
+@dataclass(frozen=True)
+class JobOutcome:
+    """How a job ended: ``value`` when ``ok``, else ``error`` (a sentence naming the job and why)."""
+
+    ok: bool
+    value: Any = None
+    error: str = ""
+
+
+@dataclass
+class _Job:
+    search_id: int
+    label: str
+    process: BaseProcess
+    conn: Connection
+    started: float
+    deadline: float
+
+
+def _context() -> Any:
+    ctx = multiprocessing.get_context("forkserver")
+    ctx.set_forkserver_preload(list(PRELOAD))
+    return ctx
+
+
+class RoundJobs:
+    """The loop's running jobs; see the module docstring for the contract."""
+
+    def __init__(self, budget: JobBudget = JobBudget()) -> None:
+        self.budget = budget
+        self._running: dict[int, _Job] = {}
+        self._done: dict[int, tuple[str, JobOutcome]] = {}
+
+    # ---------------------------------------------------------------- asking
+
+    def running(self, search_id: int, label: str | None = None) -> bool:
+        """True while a job of ``search_id`` (with ``label``, if given) is computing."""
+        job = self._running.get(search_id)
+        return job is not None and (label is None or job.label == label)
+
+    def pids(self) -> dict[int, int]:
+        """Search id -> pid of its running job (for tests and logs)."""
+        return {sid: job.process.pid or -1 for sid, job in self._running.items()}
+
+    # ---------------------------------------------------------------- acting
+
+    def submit(self, search_id: int, label: str, fn: Callable[..., Any], args: Iterable[Any]) -> bool:
+        """Start ``fn(*args)`` in a bounded process; False when every slot is taken.
+
+        A job of the same search with another label is cancelled first (the search moved on).
+        """
+        if self.running(search_id, label):
+            return True
+        self.cancel(search_id)
+        self._done.pop(search_id, None)
+        if len(self._running) >= self.budget.slots:
+            return False
+        ctx = _context()
+        recv, send = ctx.Pipe(duplex=False)
+        process = ctx.Process(
+            target=_child_main,
+            args=(send, os.getpid(), self.budget.memory_mb, fn, tuple(args)),
+            name=f"strategist-search-{search_id}-{label.replace(' ', '-')}",
+            daemon=True,
+        )
+        process.start()
+        send.close()  # the child holds the only writing end: EOF when it dies
+        now = time.monotonic()
+        self._running[search_id] = _Job(search_id, label, process, recv, now, now + self.budget.time_s)
+        log.info("search %s: %s started in process %s", search_id, label, process.pid)
+        return True
+
+    def take(self, search_id: int, label: str) -> JobOutcome | None:
+        """The outcome of the search's finished ``label`` job (once), after reaping; else None."""
+        self.poll()
+        done = self._done.get(search_id)
+        if done is None or done[0] != label:
+            return None
+        del self._done[search_id]
+        return done[1]
+
+    def wait(self, search_id: int, timeout_s: float) -> None:
+        """Block until the search's job has ended (or ``timeout_s``); for tests and one-off steps."""
+        deadline = time.monotonic() + timeout_s
+        while self.running(search_id) and time.monotonic() < deadline:
+            job = self._running[search_id]
+            job.conn.poll(min(0.1, max(0.0, deadline - time.monotonic())))
+            self.poll()
+
+    def poll(self) -> None:
+        """Reap finished jobs and kill those past their deadline (cheap; called every tick)."""
+        for search_id, job in list(self._running.items()):
+            outcome = self._check(job)
+            if outcome is not None:
+                del self._running[search_id]
+                self._end(job)
+                self._done[search_id] = (job.label, outcome)
+
+    def retain(self, active: Iterable[int]) -> list[int]:
+        """Cancel the jobs of searches not in ``active`` (cancelled, failed, finished); their ids."""
+        keep = set(active)
+        gone = [sid for sid in self._running if sid not in keep]
+        for sid in gone:
+            self.cancel(sid)
+        for sid in [sid for sid in self._done if sid not in keep]:
+            del self._done[sid]
+        return gone
+
+    def cancel(self, search_id: int) -> None:
+        """Kill the search's job at once (if any); its outcome is dropped."""
+        job = self._running.pop(search_id, None)
+        if job is not None:
+            log.info("search %s: %s stopped (process %s killed)", search_id, job.label, job.process.pid)
+            self._end(job)
+        self._done.pop(search_id, None)
+
+    def close(self) -> None:
+        """Kill every job (the service is stopping)."""
+        for sid in list(self._running):
+            self.cancel(sid)
+
+    # ---------------------------------------------------------------- inside
+
+    def _check(self, job: _Job) -> JobOutcome | None:
+        what = f"{job.label} of search {job.search_id}"
+        if job.conn.poll():
+            try:
+                kind, value = pickle.loads(job.conn.recv_bytes(MAX_RESULT_BYTES))
+            except EOFError:
+                return self._died(job, what)
+            except OSError:  # longer than MAX_RESULT_BYTES
+                return JobOutcome(False, error=f"{what}: its result exceeded {MAX_RESULT_BYTES >> 20} MB")
+            if kind == "ok":
+                return JobOutcome(True, value=value)
+            if kind == "memory":
+                return JobOutcome(False, error=self._memory_reason(what))
+            return JobOutcome(False, error=f"loop error: {value}")
+        if time.monotonic() > job.deadline:
+            return JobOutcome(
+                False,
+                error=f"{what} exceeded its time budget of {self.budget.time_s:g} s "
+                "(settings: round_time_budget_s; or sample fewer strategies per round)",
+            )
+        if not job.process.is_alive():
+            return self._died(job, what)
+        return None
+
+    def _died(self, job: _Job, what: str) -> JobOutcome:
+        job.process.join(1.0)
+        code = job.process.exitcode
+        how = (
+            f"was killed by {signal.Signals(-code).name}"
+            if code is not None and code < 0
+            else (f"exited with code {code}")
+        )
+        return JobOutcome(
+            False, error=f"{what}: its process {how} (memory budget {self.budget.memory_mb} MB)"
+        )
+
+    def _memory_reason(self, what: str) -> str:
+        return (
+            f"{what} exceeded its memory budget of {self.budget.memory_mb} MB "
+            "(settings: round_memory_mb; or sample fewer strategies per round)"
+        )
+
+    @staticmethod
+    def _end(job: _Job) -> None:
+        if job.process.is_alive():
+            job.process.kill()
+        job.process.join(5.0)
+        with contextlib.suppress(OSError):
+            job.conn.close()
+        with contextlib.suppress(ValueError):  # still running after SIGKILL: leave it to the kernel
+            job.process.close()
+
+
+# -------------------------------------------------------------------- in the child
+
+
+def _child_main(
+    conn: Connection, service_pid: int, memory_mb: int, fn: Callable[..., Any], args: tuple[Any, ...]
+) -> None:
+    """The job process: die with the service, cap memory, run ``fn``, send one result, exit."""
+    _die_with_parent(service_pid)
+    _cap_memory(memory_mb)
+    try:
+        payload: tuple[str, Any] = ("ok", fn(*args))
+    except MemoryError:
+        payload = ("memory", None)
+    except Exception as e:  # the job's own failure: its search fails with this reason
+        payload = ("error", f"{type(e).__name__}: {e}")
+    try:
+        data = pickle.dumps(payload)
+    except MemoryError:
+        data = pickle.dumps(("memory", None))
+    with contextlib.suppress(OSError):
+        conn.send_bytes(data)
+        conn.close()
+
+
+def _die_with_parent(service_pid: int) -> None:
+    """SIGKILL when the forkserver (our parent) exits, which it does when the service dies."""
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    try:
+        os.kill(service_pid, 0)  # the service died before the prctl: nothing to compute for
+    except ProcessLookupError:
+        os._exit(0)
+    except PermissionError:
+        pass
+
+
+def _cap_memory(memory_mb: int) -> None:
+    """Limit the address space to what is mapped now plus ``memory_mb`` MiB."""
+    mapped = _address_space_bytes()
+    limit = mapped + (memory_mb << 20)
+    _, hard = resource.getrlimit(resource.RLIMIT_AS)
+    if hard != resource.RLIM_INFINITY:
+        limit = min(limit, hard)
+    resource.setrlimit(resource.RLIMIT_AS, (limit, hard))
+
+
+def _address_space_bytes() -> int:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
+
+
+# -------------------------------------------------------------------- the jobs the loop runs
+# Each wraps one call of the round's own code; what the round computes lives in service.loop_round.
+
+
+def plan_round_job(
+    model: Any,
+    cluster: Any,
+    version: Any,
+    registry_dir: Any,
+    kwargs: dict[str, Any],
+) -> tuple[list[Any], str, int | None]:
+    """``plan_round`` with the domain's simulator loaded here: (drafts, simulator name, version id)."""
+    from service.loop_round import plan_round
+    from service.loop_simulators import load_simulator
+
+    simulator, used = load_simulator(version, registry_dir)
+    drafts = plan_round(model, cluster, simulator, **kwargs)
+    return drafts, simulator.name, used.id if used is not None else None
+
+
+def baselines_job(model: Any, cluster: Any, names: tuple[str, ...]) -> dict[str, dict[str, Any]]:
+    """The named baseline strategies of a search, as JSON."""
+    from service.loop_round import baseline_strategies
+
+    return {n: s.model_dump(mode="json") for n, s in baseline_strategies(model, cluster, names).items()}
