@@ -56,7 +56,9 @@ def load_spec(path: str | Path) -> Spec:
     try:
         data = json.loads(p.read_bytes().decode("utf-8"))
     except UnicodeDecodeError as e:
-        raise SpecError([Issue((), f"not UTF-8 text: byte {e.start} is {e.object[e.start : e.start + 1]!r}")]) from None
+        raise SpecError(
+            [Issue((), f"not UTF-8 text: byte {e.start} is {e.object[e.start : e.start + 1]!r}")]
+        ) from None
     except json.JSONDecodeError as e:
         raise SpecError([Issue((), f"not valid JSON: {e}")]) from None
     except RecursionError:

@@ -28,7 +28,9 @@ class Stage(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    first_layer: int = Field(ge=0, lt=LIMITS.layers, description="Index of the stage's first layer (inclusive).")
+    first_layer: int = Field(
+        ge=0, lt=LIMITS.layers, description="Index of the stage's first layer (inclusive)."
+    )
     last_layer: int = Field(
         ge=1, le=LIMITS.layers, description="Index one past the stage's last layer (exclusive)."
     )

@@ -69,7 +69,9 @@ class CollectiveSync(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     kind: Literal["collective"] = "collective"
-    group: int = Field(0, ge=0, le=LIMITS.merge_group, description="Merge group id; one collective per group.")
+    group: int = Field(
+        0, ge=0, le=LIMITS.merge_group, description="Merge group id; one collective per group."
+    )
     compressor: Compressor = Field(default_factory=Compressor)
     algorithm: Literal["ring", "hierarchical"] = Field("ring", description="All-reduce algorithm.")
 
