@@ -32,8 +32,8 @@ class ExecutorConfig:
     seed: int = 0
     # Per-GPU batch size; None uses ModelSpec.batch_size.
     batch_size: int | None = None
-    # Replay: fraction of the device's peak FP32 FLOPS a layer achieves.
-    efficiency: float = 0.5
+    # Replay: correction of the roofline compute model (CostParams.efficiency; 1.0 = as the cost model).
+    efficiency: float = 1.0
     # Replay: fail a trial as out of memory when params + grads + activations exceed the device.
     check_memory: bool = True
     # Write every worker's final parameters to this folder (tests compare replicas); real mode by

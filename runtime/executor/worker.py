@@ -1,7 +1,8 @@
 """One trial inside one process: a worker's training iterations, or a server's serving steps.
 
-Replay compute (issue 5, part 2): layer l's forward takes ``fwd_flops_l * batch / (peak FP32
-FLOPS * efficiency)`` seconds and its backward twice that, spent sleeping until a deadline
+Replay compute (issue 5, part 2; issue 15): layer l's forward and backward take the seconds
+``simulator.analytical.compute.layer_times`` gives (per-layer roofline, the same function as the
+cost model's T_comp, corrected by ``ExecutorConfig.efficiency``), spent sleeping until a deadline
 measured from the start of the pass (so wake-up jitter does not accumulate). Backward walks the
 layers in reverse and marks a layer's variables ready when its backward time is over.
 
@@ -29,6 +30,8 @@ from runtime.executor.mutation import maybe_mutate
 from runtime.executor.plan import PSUnit, SyncPlan, build_plan
 from runtime.executor.ps import Server
 from runtime.executor.shards import RealShards, ReplayShards, ShardTensors, server_initial_param
+from simulator.analytical import compute
+from simulator.analytical.params import CostParams
 from simulator.spec import ClusterSpec, DeviceType, ModelSpec, Strategy
 
 
@@ -48,10 +51,16 @@ class Context:
         return self.config.batch_size or self.model.batch_size
 
 
-def layer_seconds(model: ModelSpec, device: DeviceType, batch: int, efficiency: float) -> list[float]:
-    """Forward seconds of every layer on ``device`` for ``batch`` samples (backward: twice that)."""
-    rate = device.fp32_tflops * 1e12 * efficiency
-    return [layer.fwd_flops * batch / rate for layer in model.layers]
+def layer_seconds(
+    model: ModelSpec, device: DeviceType, batch: int, efficiency: float
+) -> list[tuple[float, float]]:
+    """(forward, backward) seconds of every layer on ``device`` for ``batch`` samples.
+
+    The cost model's compute function (``compute.layer_times``) with ``efficiency`` as the
+    device correction, so replayed compute and predicted T_comp agree by construction.
+    """
+    t = compute.layer_times(model, device, batch, CostParams(efficiency=efficiency))
+    return list(zip(t.fwd.tolist(), t.bwd.tolist(), strict=True))
 
 
 def _sleep_until(deadline: float) -> None:
@@ -137,12 +146,12 @@ def _worker(ctx: Context, trial: int, plan: SyncPlan) -> dict[str, Any]:
     return {"rank": ctx.rank, "role": "worker", "times": times, "losses": losses}
 
 
-def _replay(ctx: Context, engine: SyncEngine, fwd: list[float], t0: float) -> None:
-    deadline = t0 + sum(fwd)
+def _replay(ctx: Context, engine: SyncEngine, times: list[tuple[float, float]], t0: float) -> None:
+    deadline = t0 + sum(fwd for fwd, _ in times)
     _sleep_until(deadline)
     index = ctx.model.variable_index
-    for layer, seconds in zip(reversed(ctx.model.layers), reversed(fwd), strict=True):
-        deadline += 2 * seconds
+    for layer, (_, bwd) in zip(reversed(ctx.model.layers), reversed(times), strict=True):
+        deadline += bwd
         _sleep_until(deadline)
         for var in layer.variables:
             engine.variable_ready(index[var.name])

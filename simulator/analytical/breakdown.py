@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from simulator.analytical import formulas as f
 from simulator.analytical.arrays import OP_NAMES, cluster_arrays, model_arrays
 from simulator.analytical.batch import encode
 from simulator.analytical.params import CostParams
@@ -48,9 +49,14 @@ class CostBreakdown:
     cost_per_iteration: float  # USD, from node prices
     ps: dict[str, ServerCost] = field(default_factory=dict)
     collective: dict[str, CallCost] = field(default_factory=dict)
+    # Which compute model gave T_comp (slowest node): "roofline", "profile" (a measured profile
+    # for this model, device, dtype and batch) or "profile+roofline" (a profile missing layers).
+    compute_source: str = "roofline"
+    compute_profiled_layers: int = 0  # layers whose times came from the profile
 
     def to_json(self) -> dict[str, Any]:
-        """The CLI's JSON shape: t_comp, t_sync, t_iter, throughput, ps{server}, collective{group/op}."""
+        """The CLI's JSON shape: t_comp, t_sync, t_iter, throughput, ps{server}, collective{group/op},
+        compute_source (roofline / profile / profile+roofline)."""
         out = asdict(self)
         out["busiest_server"] = max(self.ps, key=lambda k: self.ps[k].time) if self.ps else None
         return out
@@ -89,7 +95,10 @@ def cost_breakdown(
             shards=int(s.call_shards[g]),
             bytes=float(s.call_bytes[g]),
         )
+    comp = f.compute_source(model, cluster, params)
     return CostBreakdown(
+        compute_source=comp.source,
+        compute_profiled_layers=comp.profiled_layers,
         t_comp=float(s.t_comp[0]),
         t_sync=float(s.t_sync[0]),
         t_iter=float(s.t_iter[0]),

@@ -3,7 +3,9 @@
 The model is piecewise linear in its constants. For a fixed "active branch" (whether compute or
 synchronisation bounds a step, which PS server is busiest, which node computes slowest):
     sync-bound:    T_measured ≈ transfer + φ·(coef of φ) + δ·(coef of δ)
-    compute-bound: T_measured ≈ (3·F·B / peak_d) · (1 / efficiency_d)
+    compute-bound: T_measured ≈ roofline_d · (1 / efficiency_d)
+(roofline_d: ``compute.layer_times`` of the slowest node's device type with no correction; a
+measured profile's layers are not scaled by the correction, so fit without profiles.)
 with the coefficients from Eq. 2/3 (``Scores.sync_terms``). ``fit`` alternates: take the branches
 under the current constants, solve non-negative least squares (scipy.optimize.nnls) for
 x = [φ, δ, 1/efficiency_d ...] on rows divided by the measured time (so the fit minimises
@@ -117,7 +119,7 @@ def _solve(
 def _branches(
     samples: Sequence[FitSample], params: CostParams
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """Per sample: T, sync-bound flag, T_sync's linear terms, slowest node's 3FB/peak, its index."""
+    """Per sample: T, sync-bound flag, T_sync's linear terms, slowest node's uncorrected T_comp, its index."""
     s_count = len(samples)
     t = np.zeros(s_count)
     sync_bound = np.zeros(s_count, dtype=bool)
@@ -134,12 +136,12 @@ def _branches(
         assert sc.sync_terms is not None
         node_t = f.node_compute_times(model, cluster, params)
         slowest = max(node_t, key=lambda k: node_t[k])
-        peak = cluster.device_type(slowest).fp32_tflops * 1e12
+        raw = f.node_compute_times(model, cluster, replace(params, efficiency=1.0, device_efficiency=()))
         for r, i in enumerate(idx):
             t[i] = sc.t_iter[r]
             sync_bound[i] = sc.t_sync[r] > sc.t_comp[r]
             terms[i] = sc.sync_terms[r]
-            comp_feature[i] = f.TRAIN_FLOPS_PER_FWD * model.fwd_flops * model.batch_size / peak
+            comp_feature[i] = raw[slowest]
             comp_device[i] = slowest
     return t, sync_bound, terms, comp_feature, comp_device
 

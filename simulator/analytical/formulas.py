@@ -1,4 +1,4 @@
-"""AutoSync's predefined cost formulas for one message: PS (Eq. 2), collectives (Eq. 3), compute (§1).
+"""AutoSync's predefined cost formulas for one message: PS (Eq. 2), collectives (Eq. 3); compute (§1).
 
 These scalar functions are the single statement of the maths. The vectorised scorer precomputes
 their per-byte coefficients once per cluster (``ClusterArrays``); the reference loop calls them
@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Literal, NamedTuple
 
+from simulator.analytical import compute
 from simulator.analytical.params import CostParams
 from simulator.spec import GBPS, ClusterSpec, ModelSpec
 
@@ -18,7 +19,8 @@ CompressorKind = Literal["none", "fp16", "powersgd"]
 
 #: Bytes of one row index of a sparse gradient (int64, as in TensorFlow's IndexedSlices).
 INDEX_BYTES = 8
-#: FLOPs of one training step per forward FLOP: forward + backward (2x forward: input and weight grads).
+#: FLOPs of one training step per forward FLOP for matmul-like layers (forward + input and weight
+#: gradients); kept for readers of old features. Compute time itself is ``compute.layer_times``.
 TRAIN_FLOPS_PER_FWD = 3.0
 
 
@@ -153,22 +155,47 @@ def hierarchical_allreduce_terms(cluster: ClusterSpec, message_bytes: float) -> 
 
 
 def node_compute_times(model: ModelSpec, cluster: ClusterSpec, params: CostParams) -> dict[int, float]:
-    """T_comp of one step on each worker node's GPUs: 3·F·B / (peak FP32 · efficiency).
+    """T_comp of one step on each worker node's GPUs: forward + backward of every layer.
 
-    F is the model's forward FLOPs per sample, B the per-GPU batch; backward costs twice the
-    forward (gradients for inputs and weights).
+    ``simulator.analytical.compute.layer_times`` (per-layer roofline, or a measured profile) for
+    the node's device type at the model's per-GPU batch; the executor's replay sleeps the same
+    per-layer times.
     """
+    per_type: dict[str, float] = {}
     out = {}
     for k in cluster.worker_nodes:
         dt = cluster.device_type(k)
-        peak = dt.fp32_tflops * 1e12 * params.efficiency_of(dt.name)
-        out[k] = TRAIN_FLOPS_PER_FWD * model.fwd_flops * model.batch_size / peak
+        if dt.name not in per_type:
+            per_type[dt.name] = compute.step_seconds(model, dt, model.batch_size, params)
+        out[k] = per_type[dt.name]
     return out
 
 
 def compute_time(model: ModelSpec, cluster: ClusterSpec, params: CostParams) -> float:
-    """T_comp of a synchronous data-parallel step: the slowest worker bounds it."""
-    return max(node_compute_times(model, cluster, params).values())
+    """T_comp of a synchronous data-parallel step: the slowest worker bounds it.
+
+    Cached by the identity of (model, cluster, params), all frozen: the vectorised scorer asks
+    once per batch of strategies and pays the per-layer roofline once per model and cluster.
+    """
+    key = (id(model), id(cluster), id(params))
+    hit = _T_COMP_CACHE.get(key)
+    if hit is not None and hit[0] is model and hit[1] is cluster and hit[2] is params:
+        return hit[3]
+    t = max(node_compute_times(model, cluster, params).values())
+    if len(_T_COMP_CACHE) >= 64:
+        _T_COMP_CACHE.clear()
+    _T_COMP_CACHE[key] = (model, cluster, params, t)
+    return t
+
+
+_T_COMP_CACHE: dict[tuple[int, int, int], tuple[ModelSpec, ClusterSpec, CostParams, float]] = {}
+
+
+def compute_source(model: ModelSpec, cluster: ClusterSpec, params: CostParams) -> compute.ComputeTimes:
+    """The compute times of the slowest worker node (with ``source``: roofline or profile)."""
+    node_t = node_compute_times(model, cluster, params)
+    slowest = max(node_t, key=lambda k: node_t[k])
+    return compute.layer_times(model, cluster.device_type(slowest), model.batch_size, params)
 
 
 def iteration_time(t_comp: float, t_sync: float) -> float:

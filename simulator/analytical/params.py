@@ -1,9 +1,12 @@
-"""CostParams: the analytical model's fitted constants (φ, δ, compute efficiency) and their defaults."""
+"""CostParams: the analytical model's constants (φ, δ, compute model options) and their defaults."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 from typing import Literal
+
+from simulator.analytical.compute import OpEfficiency
+from simulator.spec.profile import Profile
 
 
 @dataclass(frozen=True)
@@ -18,11 +21,19 @@ class CostParams:
     phi: float = 50e-6
     # δ, Eq. 2 and 3: GPU kernel + device-host memcpy latency per synchronised unit, seconds.
     delta: float = 20e-6
-    # Fraction of a device type's peak FP32 throughput that training reaches (MFU); the default
-    # for every device type not listed in ``device_efficiency``.
-    efficiency: float = 0.4
+    # Per-device correction of the roofline compute model (``simulator.analytical.compute``):
+    # layer times are divided by it. 1.0 is the roofline as is; ``fit`` estimates it per device
+    # type from measured runtimes. The default for every type not in ``device_efficiency``.
+    efficiency: float = 1.0
     # Per-device-type overrides of ``efficiency`` as (device type name, efficiency) pairs.
     device_efficiency: tuple[tuple[str, float], ...] = field(default_factory=tuple)
+    # Fraction of the roofline ceilings each op class reaches (gemm, conv, attention, vector, memory).
+    op_efficiency: OpEfficiency = field(default_factory=OpEfficiency)
+    # Mixed precision as a strategy option: run every layer in this dtype ('float16', 'bfloat16',
+    # 'tf32', 'float32'); None keeps the model's own (ModelSpec.compute_dtype or its parameters').
+    compute_dtype: Literal["float32", "tf32", "float16", "bfloat16"] | None = None
+    # Measured per-layer profiles; one matching (model, device, dtype, batch) replaces the roofline.
+    profiles: tuple[Profile, ...] = field(default_factory=tuple)
     # How PS and collective time combine into T_sync: "sum" (they contend for the same worker
     # NICs and serialise) or "max" (they overlap perfectly). See ``simulator.analytical.vectorised``.
     combine: Literal["sum", "max"] = "sum"
@@ -35,6 +46,10 @@ class CostParams:
         for name, eff in self.device_efficiency:
             if not 0 < eff <= 1:
                 raise ValueError(f"device_efficiency[{name!r}] must be in (0, 1], got {eff}")
+        if self.compute_dtype not in (None, "float32", "tf32", "float16", "bfloat16"):
+            raise ValueError(
+                f"compute_dtype must be float32, tf32, float16 or bfloat16, got {self.compute_dtype!r}"
+            )
         if self.combine not in ("sum", "max"):
             raise ValueError(f"combine must be 'sum' or 'max', got {self.combine!r}")
 
@@ -49,3 +64,15 @@ class CostParams:
         """A copy with ``device_type``'s efficiency set to ``eff``."""
         rest = tuple((n, e) for n, e in self.device_efficiency if n != device_type)
         return replace(self, device_efficiency=(*rest, (device_type, eff)))
+
+    def profile_for(self, model: str, device: str, dtype: str, batch: int) -> Profile | None:
+        """The profile keyed (model, device, dtype, batch), or None (the last one given wins)."""
+        key = (model, device, dtype, batch)
+        for p in reversed(self.profiles):
+            if p.key == key:
+                return p
+        return None
+
+    def with_profiles(self, profiles: tuple[Profile, ...] | list[Profile]) -> CostParams:
+        """A copy that also uses ``profiles`` (after its own; later ones win on the same key)."""
+        return replace(self, profiles=(*self.profiles, *profiles))

@@ -82,7 +82,7 @@ def score(
     call_time = acc[n * j :] + (params.phi * ca.cc_phi + params.delta)[b.call_op]
     t_cc = np.bincount(b.call_strategy, weights=call_time, minlength=n)
     t_sync = t_ps + t_cc if params.combine == "sum" else np.maximum(t_ps, t_cc)
-    t_comp = np.full(n, max(f.node_compute_times(ma.model, ca.cluster, params).values()))
+    t_comp = np.full(n, f.compute_time(ma.model, ca.cluster, params))
     t_iter = np.maximum(t_comp, t_sync)
     out: dict[str, np.ndarray] = dict(
         t_comp=t_comp,

@@ -4,7 +4,7 @@ from simulator.spec.cluster import GBPS, ClusterSpec, Device, DeviceType, Node
 from simulator.spec.domain import domain_name
 from simulator.spec.errors import Issue, SpecError
 from simulator.spec.io import Spec, dump_json, load_spec, parse_spec
-from simulator.spec.model import DTYPE_BYTES, Layer, ModelSpec, Variable
+from simulator.spec.model import DTYPE_BYTES, ComputeDType, Layer, ModelSpec, Variable
 from simulator.spec.plan import Plan, Stage
 from simulator.spec.strategy import (
     CollectiveSync,
@@ -23,6 +23,7 @@ __all__ = [
     "ClusterSpec",
     "CollectiveSync",
     "Compressor",
+    "ComputeDType",
     "Device",
     "DeviceType",
     "Issue",

@@ -27,6 +27,26 @@ class DeviceType(BaseModel):
     memory_bw_gbs: float = Field(
         ge=LIMITS.min_rate, le=LIMITS.memory_bw_gbs, description="Device memory bandwidth, GB/s."
     )
+    # Roofline compute model (simulator.analytical.compute); None falls back as documented there.
+    tf32_tflops: float | None = Field(
+        None,
+        ge=LIMITS.min_rate,
+        le=LIMITS.tflops,
+        description="Peak TF32 tensor-core TFLOPS (dense); None: no TF32 path (FP32 rate).",
+    )
+    bf16_tflops: float | None = Field(
+        None,
+        ge=LIMITS.min_rate,
+        le=LIMITS.tflops,
+        description="Peak BF16 TFLOPS (dense); None: no BF16 path (FP32 rate).",
+    )
+    launch_overhead_us: float = Field(
+        5.0,
+        ge=0,
+        le=LIMITS.latency_us,
+        description="Host-side cost of one kernel launch / op dispatch, microseconds.",
+    )
+    source: Text = Field("", description="Where the published figures come from.")
 
 
 class Node(BaseModel):

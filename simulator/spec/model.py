@@ -13,6 +13,8 @@ from simulator.spec.limits import LIMITS, Label, Name, Text
 
 DType = Literal["float32", "float16", "bfloat16", "int64", "int32"]
 DTYPE_BYTES: dict[str, int] = {"float32": 4, "float16": 2, "bfloat16": 2, "int64": 8, "int32": 4}
+#: The arithmetic a layer runs in: tf32 is float32 storage on tensor cores (Ampere and later).
+ComputeDType = Literal["float32", "tf32", "float16", "bfloat16"]
 
 
 class Variable(BaseModel):
@@ -95,6 +97,19 @@ class Layer(BaseModel):
     inputs: tuple[Name, ...] = Field(
         (), max_length=LIMITS.layer_inputs, description="Names of the layers whose outputs feed this one."
     )
+    fwd_bytes: float | None = Field(
+        None,
+        ge=0.0,
+        le=LIMITS.activation_bytes,
+        description="Activation bytes the forward kernels read + write per sample (parameters not"
+        " included); None: estimated from kind and activation sizes (simulator.analytical.compute).",
+    )
+    fwd_kernels: int | None = Field(
+        None,
+        ge=0,
+        le=1_000_000,
+        description="Kernels (ATen ops, views excluded) the forward launches; None: by kind.",
+    )
 
 
 class ModelSpec(BaseModel):
@@ -114,6 +129,11 @@ class ModelSpec(BaseModel):
     batch_size: int = Field(ge=1, le=LIMITS.batch_size, description="Default per-GPU batch size (samples).")
     layers: tuple[Layer, ...] = Field(min_length=1, max_length=LIMITS.layers)
     source: Text = Field("", description="Where the spec came from (extractor, module, variant).")
+    compute_dtype: ComputeDType | None = Field(
+        None,
+        description="Arithmetic of the matmul/conv layers (mixed precision: 'float16'/'bfloat16');"
+        " None: each layer's parameter dtype (float32 without parameters).",
+    )
 
     @model_validator(mode="after")
     def _check(self) -> ModelSpec:

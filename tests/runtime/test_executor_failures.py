@@ -12,6 +12,7 @@ import pytest
 
 from runtime.executor import ExecutorConfig, ExecutorSession, LocalLauncher, run_trial
 from runtime.executor.reference import GPU, correctness_cases, linear, tiny_model
+from runtime.executor.worker import layer_seconds
 from simulator.spec import (
     ClusterSpec,
     CollectiveSync,
@@ -106,12 +107,14 @@ def test_estimated_out_of_memory_is_a_failure() -> None:
 
 
 def test_replayed_trials_then_a_killed_rank_is_replaced() -> None:
-    # Every layer's forward takes 2 ms on the toy GPU (backward 4 ms): 30 ms of compute per step.
+    # Layers of 1e10 FLOPs per batch on the toy GPU: ~15 ms of compute per step (the compute model,
+    # replay's and the cost model's one function: 1.4 ms per pass at 0.7 of 10 TFLOPS).
     flops = 2e-3 * GPU.fp32_tflops * 1e12 * 0.5 / MODEL.batch_size
     model = MODEL.model_copy(
         update={"layers": tuple(layer.model_copy(update={"fwd_flops": flops}) for layer in MODEL.layers)}
     )
-    compute = 3 * 2e-3 * len(MODEL.layers)
+    compute = sum(f + b for f, b in layer_seconds(model, GPU, model.batch_size, 1.0))
+    assert compute > 0.01
     cfg = ExecutorConfig(compute="replay", warmup=1, iterations=3, scale=4.0, timeout_s=30)
     cases = correctness_cases(model, "n0", "n0")
     with ExecutorSession(model, CLUSTER, LocalLauncher(), cfg) as s:

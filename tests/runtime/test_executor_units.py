@@ -14,6 +14,8 @@ from runtime.executor.results import aggregate
 from runtime.executor.session import memory_failure
 from runtime.executor.shards import powersgd_rank, replay_shape
 from runtime.executor.worker import layer_seconds
+from simulator.analytical import CostParams
+from simulator.analytical.formulas import compute_time
 from simulator.spec import (
     ClusterSpec,
     CollectiveSync,
@@ -155,11 +157,19 @@ def test_powersgd_keeps_matrices_it_would_not_shrink_uncompressed() -> None:
     assert powersgd_rank(next(s for s in plan6.shards if s.variable == "l3.w")) is None
 
 
-def test_layer_seconds_are_flops_over_effective_throughput() -> None:
+def test_layer_seconds_are_the_cost_models_compute_times() -> None:
     secs = layer_seconds(MODEL, GPU, batch=4, efficiency=0.5)
-    # l1: 2 * 16 * 32 FLOPs per sample x 4 samples / (10e12 * 0.5) FLOP/s
-    assert secs[1] == pytest.approx(2 * 16 * 32 * 4 / 5e12)
-    assert secs[0] == 0.0
+    # l1 (16 -> 32 with bias, reads no other layer: weight gradient only), roofline defaults
+    # (0.8 of 900 GB/s, 5 us per kernel), correction 0.5. Forward: 2·16·32·4 FLOPs is 6e-10 s at
+    # 0.7 · 10 TFLOPS, less than its bytes: (128 + 128)·4 activations + 544·4 parameters = 3200 B
+    # over 7.2e11 B/s; one kernel. Backward: 1024 + 2·2176 = 5376 B; two kernels (dW, bias sum).
+    assert secs[1][0] == pytest.approx((3200 / 7.2e11 + 5e-6) / 0.5)
+    assert secs[1][1] == pytest.approx((5376 / 7.2e11 + 2 * 5e-6) / 0.5)
+    # Replay and the analytical T_comp are one function: a one-node cluster of this GPU agrees.
+    cluster = ClusterSpec(name="one", device_types=(GPU,), intra_node_gbps=10.0,
+                          nodes=(Node(name="n", device=GPU.name, gpus=1, nic_gbps=10.0),))  # fmt: skip
+    t_comp = compute_time(MODEL, cluster, CostParams(efficiency=0.5))
+    assert sum(f + b for f, b in secs) == pytest.approx(t_comp)
 
 
 def test_aggregate_measures_from_the_last_worker_to_finish() -> None:

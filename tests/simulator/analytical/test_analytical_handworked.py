@@ -172,23 +172,31 @@ def test_partitioned_variable_shards_accumulate_per_server() -> None:
     assert r.t_ps == r.ps["n1"].time  # the busiest server
 
 
+# T_comp of the one-layer model below (simulator.analytical.compute, defaults: gemm reaches 0.7 of
+# peak, streams 0.8 of bandwidth, 5 us per kernel), corrected by P's efficiency 0.5:
+# F = 1e9 FLOPs per sample, B = 32: 3.2e10 FLOPs forward; the layer reads the model input, so its
+# backward computes the weight gradient only: 3.2e10 FLOPs again. Each pass: 3.2e10 / (1e13 · 0.7)
+# = 4.5714e-3 s (compute-bound: (2 · 1024 · 32 + 1e6) bytes / (500e9 · 0.8) = 2.7e-6 s is less),
+# plus one kernel, 5e-6 s. T_comp = 2 · (4.5714e-3 + 5e-6) / 0.5.
+T_COMP_10 = 2 * (3.2e10 / 7e12 + 5e-6) / 0.5
+
+
 def test_compute_time_iteration_throughput_and_price() -> None:
-    # F = 1e9 forward FLOPs per sample, B = 32: 3 · 1e9 · 32 = 9.6e10 FLOPs per step on a
-    # 10 TFLOPS GPU at efficiency 0.5: 9.6e10 / 5e12 = 1.92e-2 s. Sync (1.85e-3 s) is smaller, so
-    # T = T_comp; throughput = 32 samples · 2 GPUs / 1.92e-2 s; two nodes at $3.6/h cost
-    # 2 · 3.6 / 3600 = $0.002 per second.
+    # Sync (1.85e-3 s) is smaller than T_comp, so T = T_comp; throughput = 32 samples · 2 GPUs / T;
+    # two nodes at $3.6/h cost 2 · 3.6 / 3600 = $0.002 per second.
     cluster = make_cluster([1, 1], nic_gbps=10.0, fp32_tflops=10.0, price_per_hour=3.6)
     model = make_model([W], fwd_flops=1e9, batch_size=32)
     r = both(model, cluster, Strategy(variables=(one("w", PSSync(server="n0")),)))
-    assert r.t_comp == pytest.approx(1.92e-2)
+    assert r.t_comp == pytest.approx(T_COMP_10)
     assert r.t_iter == r.t_comp
-    assert r.throughput == pytest.approx(64 / 1.92e-2)
-    assert r.cost_per_iteration == pytest.approx(0.002 * 1.92e-2)
+    assert r.throughput == pytest.approx(64 / T_COMP_10)
+    assert r.cost_per_iteration == pytest.approx(0.002 * T_COMP_10)
+    assert r.compute_source == "roofline"
 
 
 def test_slowest_device_type_bounds_compute() -> None:
-    # Two device types: 10 and 4 TFLOPS at efficiency 0.5: the 4 TFLOPS node bounds the step:
-    # 9.6e10 / 2e12 = 4.8e-2 s.
+    # Two device types: 10 and 4 TFLOPS: the 4 TFLOPS node bounds the step:
+    # 2 · (3.2e10 / (4e12 · 0.7) + 5e-6) / 0.5.
     base = make_cluster([1, 1])
     slow = DeviceType(name="slow", fp32_tflops=4.0, fp16_tflops=8.0, memory_gb=16, memory_bw_gbs=300)
     cluster = ClusterSpec(
@@ -198,9 +206,10 @@ def test_slowest_device_type_bounds_compute() -> None:
         intra_node_gbps=100.0,
     )
     model = make_model([W], fwd_flops=1e9, batch_size=32)
-    assert f.compute_time(model, cluster, P) == pytest.approx(4.8e-2)
-    # A per-type efficiency override applies to that type only: 9.6e10 / (4e12 · 0.25) = 9.6e-2 s.
-    assert f.compute_time(model, cluster, P.with_efficiency("slow", 0.25)) == pytest.approx(9.6e-2)
+    slow_t = 2 * (3.2e10 / 2.8e12 + 5e-6)
+    assert f.compute_time(model, cluster, P) == pytest.approx(slow_t / 0.5)
+    # A per-type correction applies to that type only.
+    assert f.compute_time(model, cluster, P.with_efficiency("slow", 0.25)) == pytest.approx(slow_t / 0.25)
 
 
 def test_combine_max_overlaps_ps_and_collectives() -> None:

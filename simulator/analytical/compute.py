@@ -1,0 +1,338 @@
+"""The compute model: forward and backward seconds of every layer on one device (issue 15).
+
+This is the one statement of compute time. The analytical cost model (T_comp of Eq. 1, via
+``formulas.node_compute_times``), the fit, the learned features and the executor's replay
+(``runtime.executor.worker.layer_seconds``) all call ``layer_times``, so replayed and predicted
+compute agree by construction.
+
+Roofline per layer and pass (forward, backward), for a per-device batch of B samples:
+
+    t = max(F·B / (peak(dtype, class) · eff(class)), (A·B + P) / (BW · eff_mem)) + K · launch
+
+F: FLOPs per sample; A: activation bytes read + written per sample; P: parameter bytes read or
+written once per step; K: kernels launched; peak: the device's TFLOPS for the layer's dtype on
+tensor cores (gemm, conv, attention; fp32 / tf32 / fp16 / bf16) or on the vector units (norm,
+element-wise, embedding: the FP32 rate); BW: memory bandwidth; launch: the device's per-kernel
+host cost. The whole is divided by ``CostParams.efficiency_of(device)``, a per-device
+correction the fit estimates from measured runtimes (1.0: the roofline as is).
+
+Backward is derived from the layer's op class, not a blanket 2x:
+    gemm, conv, attention  F_b = 2·F (input and weight gradients), F when the layer reads the
+                           model input (no input gradient); A_b = 2·A (reads dY, X and W, writes
+                           dX); P_b = 2·P (reads W, writes dW); K_b = 2·K (+1 bias reduction)
+    norm                   F_b = F, A_b = 1.6·A (batch norm reads X and dY, reduces, writes dX)
+    element-wise           A_b = A (add passes dY through; cat slices it; mul multiplies once)
+    embedding              F_b = 0; A_b = 2·A (index-add of the looked-up rows); a dense gradient
+                           also writes the whole table once: P_b = P (zero-fill + scatter)
+
+When a layer's ``fwd_bytes`` / ``fwd_kernels`` are None (every zoo file, see datasets/README.md:
+the zoo's CNNs cannot be re-traced here because torchvision does not import beside torch 2.13),
+they are estimated from the layer's kind and activation sizes (``_fallback_bytes``); the
+extractor fills them from the traced ATen ops for newly imported models.
+
+A measured ``Profile`` for exactly (model, device, dtype, batch) in ``CostParams.profiles``
+replaces the roofline for the layers it lists; ``ComputeTimes.source`` says which was used.
+
+Shapes: L layers. ``LayerWork`` arrays (L,) per batch; ``ComputeTimes.fwd/bwd`` (L,) seconds.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Literal
+
+import numpy as np
+
+from simulator.spec import DTYPE_BYTES, DeviceType, Layer, ModelSpec
+
+if TYPE_CHECKING:
+    from simulator.analytical.params import CostParams
+
+OpClass = Literal["gemm", "conv", "attention", "norm", "elementwise", "embedding"]
+OP_CLASSES: tuple[OpClass, ...] = ("gemm", "conv", "attention", "norm", "elementwise", "embedding")
+MATRIX_CLASSES = frozenset({"gemm", "conv", "attention"})
+ComputeSource = Literal["roofline", "profile", "profile+roofline"]
+
+_KIND_CLASS: dict[str, OpClass] = {
+    "linear": "gemm",
+    "matmul": "gemm",
+    "bilinear": "gemm",
+    "lstm": "gemm",
+    "gru": "gemm",
+    "rnn": "gemm",
+    "lstmcell": "gemm",
+    "grucell": "gemm",
+    "multiheadattention": "attention",
+    "attention": "attention",
+    "embedding": "embedding",
+    "embeddingbag": "embedding",
+}
+#: Bytes of one element of each compute dtype (tf32 keeps float32 storage).
+COMPUTE_BYTES = {"float32": 4, "tf32": 4, "float16": 2, "bfloat16": 2}
+#: Assumed head width of an attention core whose scores tensor the spec does not record.
+HEAD_DIM = 64
+
+
+def op_class(kind: str) -> OpClass:
+    """The roofline class of a layer kind (matched case-insensitively; unknown kinds are element-wise).
+
+    conv* -> conv; *norm* -> norm; linear/matmul/rnn cells -> gemm; attention -> attention;
+    embedding -> embedding; add/cat/mul/... and anything else -> elementwise.
+    """
+    k = kind.lower()
+    if k in _KIND_CLASS:
+        return _KIND_CLASS[k]
+    if k.startswith("conv"):
+        return "conv"
+    if "norm" in k:
+        return "norm"
+    return "elementwise"
+
+
+@dataclass(frozen=True)
+class OpEfficiency:
+    """Fraction of the roofline's ceilings each op class reaches (CostParams.op_efficiency).
+
+    Defaults are typical cuBLAS/cuDNN figures for large training shapes (dense GEMMs reach 70-80%
+    of tensor-core peak, convolutions 50-60%, attention with its softmax ~50%) and ~80% of peak
+    bandwidth for streaming kernels; ``benchmarks/compute_model.py`` measures how they hold.
+    """
+
+    gemm: float = 0.70
+    conv: float = 0.55
+    attention: float = 0.50
+    # Norm / element-wise / embedding arithmetic on the vector units (rarely the bound).
+    vector: float = 0.50
+    # Fraction of memory bandwidth streaming kernels reach.
+    memory: float = 0.80
+
+    def __post_init__(self) -> None:
+        for name in ("gemm", "conv", "attention", "vector", "memory"):
+            v = getattr(self, name)
+            if not 0 < v <= 1:
+                raise ValueError(f"op_efficiency.{name}: must be in (0, 1], got {v}")
+
+    def of(self, cls: OpClass) -> float:
+        if cls == "gemm":
+            return self.gemm
+        if cls == "conv":
+            return self.conv
+        if cls == "attention":
+            return self.attention
+        return self.vector
+
+
+@dataclass(frozen=True, eq=False)
+class LayerWork:
+    """Device-independent work of one step, per layer, for a whole per-device batch.
+
+    Shapes: L layers. flops/bytes/kernels (2, L): row 0 forward, row 1 backward; bytes include
+    parameter traffic. matrix (L,) bool: on tensor cores; dtype (L,) compute dtype names;
+    op_class (L,) class names.
+    """
+
+    flops: np.ndarray
+    bytes: np.ndarray
+    kernels: np.ndarray
+    matrix: np.ndarray
+    dtype: tuple[str, ...]
+    op_class: tuple[OpClass, ...]
+
+
+@dataclass(frozen=True, eq=False)
+class ComputeTimes:
+    """Seconds of every layer's forward and backward on one device; which model produced them.
+
+    Shapes: fwd, bwd (L,) seconds for the batch.
+    """
+
+    fwd: np.ndarray
+    bwd: np.ndarray
+    source: ComputeSource
+    profiled_layers: int
+
+    @property
+    def step(self) -> float:
+        """Forward + backward seconds of the whole model (one training step's compute)."""
+        return float(self.fwd.sum() + self.bwd.sum())
+
+
+def model_dtype(model: ModelSpec, override: str | None = None) -> str:
+    """The compute dtype a model runs in: override, else ``compute_dtype``, else its parameters'."""
+    if override is not None:
+        return override
+    if model.compute_dtype is not None:
+        return model.compute_dtype
+    return _param_dtype(model)
+
+
+def _param_dtype(model: ModelSpec) -> str:
+    """The dtype of the first floating-point parameter (what activations were traced in)."""
+    for v in model.variables:
+        if v.dtype in ("float32", "float16", "bfloat16"):
+            return v.dtype
+    return "float32"
+
+
+def layer_work(model: ModelSpec, batch: int, dtype: str | None = None) -> LayerWork:
+    """Forward/backward FLOPs, bytes and kernels of every layer for ``batch`` samples (cached)."""
+    key = (id(model), batch, dtype)
+    hit = _WORK_CACHE.get(key)
+    if hit is not None and hit[0] is model:
+        return hit[1]
+    work = _layer_work(model, batch, dtype)
+    if len(_WORK_CACHE) >= 64:
+        _WORK_CACHE.clear()
+    _WORK_CACHE[key] = (model, work)
+    return work
+
+
+_WORK_CACHE: dict[tuple[int, int, str | None], tuple[ModelSpec, LayerWork]] = {}
+
+
+def _layer_work(model: ModelSpec, batch: int, override: str | None) -> LayerWork:
+    n = len(model.layers)
+    flops = np.zeros((2, n))
+    nbytes = np.zeros((2, n))
+    kernels = np.zeros((2, n))
+    matrix = np.zeros(n, dtype=bool)
+    traced = DTYPE_BYTES[_param_dtype(model)]
+    by_name = {layer.name: layer for layer in model.layers}
+    dtypes: list[str] = []
+    classes: list[OpClass] = []
+    for i, layer in enumerate(model.layers):
+        cls = op_class(layer.kind)
+        dt = override or model.compute_dtype or _layer_param_dtype(layer) or _param_dtype(model)
+        scale = COMPUTE_BYTES[dt] / traced
+        given = layer.fwd_bytes
+        act = (given if given is not None else _fallback_bytes(layer, cls, by_name, traced)) * scale
+        k_fwd = float(layer.fwd_kernels if layer.fwd_kernels is not None else _fallback_kernels(layer, cls))
+        params = sum(v.bytes for v in layer.variables) * scale
+        dense_params = sum(v.bytes for v in layer.variables if not v.sparse) * scale
+        f = layer.fwd_flops * batch
+        has_bias = any(len(v.shape) == 1 for v in layer.variables)
+        if cls in MATRIX_CLASSES:
+            needs_dx = bool(layer.inputs)
+            flops[:, i] = (f, f * (2.0 if needs_dx else 1.0))
+            nbytes[:, i] = (act * batch + params, act * batch * (2.0 if needs_dx else 1.0) + 2 * params)
+            kernels[:, i] = (k_fwd, k_fwd * (2.0 if needs_dx else 1.0) + (1.0 if has_bias else 0.0))
+        elif cls == "norm":
+            flops[:, i] = (f, f)
+            nbytes[:, i] = (act * batch + params, 1.6 * act * batch + 2 * params)
+            kernels[:, i] = (k_fwd, k_fwd)
+        elif cls == "embedding":
+            flops[:, i] = (f, 0.0)
+            nbytes[:, i] = (act * batch, 2 * act * batch + dense_params)
+            kernels[:, i] = (k_fwd, 2 * k_fwd)
+        else:
+            flops[:, i] = (f, f)
+            nbytes[:, i] = (act * batch + params, act * batch + 2 * params)
+            kernels[:, i] = (k_fwd, k_fwd)
+        matrix[i] = cls in MATRIX_CLASSES
+        dtypes.append(dt)
+        classes.append(cls)
+    return LayerWork(flops, nbytes, kernels, matrix, tuple(dtypes), tuple(classes))
+
+
+def _layer_param_dtype(layer: Layer) -> str | None:
+    for v in layer.variables:
+        if v.dtype in ("float32", "float16", "bfloat16"):
+            return v.dtype
+    return None
+
+
+def _fallback_bytes(layer: Layer, cls: OpClass, by_name: dict[str, Layer], elem: int) -> float:
+    """Forward activation bytes per sample estimated from kind and activation sizes (zoo files).
+
+    out = the layer's ``activation_bytes``; in = the sum of its inputs' (out when it reads the
+    model input). The folded ops the extractor merged away are added where the zoo's models put
+    them: the ReLU after every batch norm (read + write), and the softmax + dropout on the
+    attention scores (heads·S² elements, heads = width / HEAD_DIM, S from the attention FLOPs
+    4·S²·width) of a parameter-free ``matmul`` (the attention core).
+        gemm / conv / attention: in + out        norm: in + out (+2·out batch norm: ReLU)
+        element-wise: in + out                   embedding: 2·out (gather rows, write them)
+    """
+    out = layer.activation_bytes
+    inp = sum(by_name[s].activation_bytes for s in layer.inputs) if layer.inputs else out
+    if cls == "embedding":
+        return 2.0 * out
+    total = inp + out
+    kind = layer.kind.lower()
+    if cls == "norm" and kind.startswith("batchnorm"):
+        total += 2.0 * out + inp  # statistics pass over the input, then the ReLU after it
+    if kind == "matmul" and not layer.variables and out > 0 and layer.fwd_flops > 0:
+        seq = layer.fwd_flops / (4.0 * out / elem)  # FLOPs = 4·S·(S·width); out = S·width·elem bytes
+        scores = seq * out / HEAD_DIM  # heads·S²·elem bytes = S·out/HEAD_DIM
+        total += 7.0 * scores  # written and read by both matmuls, softmax r+w, dropout r+w+mask
+    return total
+
+
+def _fallback_kernels(layer: Layer, cls: OpClass) -> int:
+    """Forward kernels by kind: one per op, plus the folded ReLU / softmax / dropout noted above."""
+    kind = layer.kind.lower()
+    if kind == "matmul" and not layer.variables:
+        return 4  # QK^T, softmax, dropout, AV
+    if cls == "attention":
+        return 10  # in-projection, split, QK^T, softmax, dropout, AV, out-projection, reshapes
+    if cls == "norm" and kind.startswith("batchnorm"):
+        return 2  # batch norm, ReLU
+    return 1
+
+
+def peak_flops(device: DeviceType, dtype: str, matrix: bool) -> float:
+    """FLOP/s ceiling: tensor-core peak for the dtype on matrix ops, else the FP32 vector rate.
+
+    tf32 and bf16 fall back to the FP32 rate on devices without that path (None in the spec).
+    """
+    if not matrix or dtype == "float32":
+        return device.fp32_tflops * 1e12
+    if dtype == "tf32":
+        return (device.tf32_tflops or device.fp32_tflops) * 1e12
+    if dtype == "bfloat16":
+        return (device.bf16_tflops or device.fp32_tflops) * 1e12
+    return device.fp16_tflops * 1e12
+
+
+def roofline(work: LayerWork, device: DeviceType, params: CostParams) -> np.ndarray:
+    """Seconds (2, L) of every layer's forward (row 0) and backward (row 1) on ``device``."""
+    eff = params.op_efficiency
+    ceiling = np.array(
+        [
+            peak_flops(device, dt, bool(m)) * eff.of(c)
+            for dt, m, c in zip(work.dtype, work.matrix, work.op_class, strict=True)
+        ]
+    )
+    t_flops = work.flops / ceiling
+    t_bytes = work.bytes / (device.memory_bw_gbs * 1e9 * eff.memory)
+    t = np.maximum(t_flops, t_bytes) + work.kernels * device.launch_overhead_us * 1e-6
+    return t / params.efficiency_of(device.name)
+
+
+def layer_times(model: ModelSpec, device: DeviceType, batch: int, params: CostParams) -> ComputeTimes:
+    """Forward and backward seconds of every layer of ``model`` on ``device`` for ``batch`` samples.
+
+    A profile for (model, device, dtype, batch) in ``params.profiles`` gives the layers it lists
+    (not divided by the device correction: it is a measurement); the roofline gives the rest.
+    """
+    if batch < 1:
+        raise ValueError(f"batch: must be >= 1, got {batch}")
+    dtype = model_dtype(model, params.compute_dtype)
+    t = roofline(layer_work(model, batch, params.compute_dtype), device, params)
+    fwd, bwd = t[0].copy(), t[1].copy()
+    profile = params.profile_for(model.name, device.name, dtype, batch)
+    if profile is None:
+        return ComputeTimes(fwd, bwd, "roofline", 0)
+    measured = profile.times()
+    hits = 0
+    for i, layer in enumerate(model.layers):
+        m = measured.get(layer.name)
+        if m is not None:
+            fwd[i], bwd[i] = m
+            hits += 1
+    source: ComputeSource = "profile" if hits == len(model.layers) else "profile+roofline"
+    return ComputeTimes(fwd, bwd, source if hits else "roofline", hits)
+
+
+def step_seconds(model: ModelSpec, device: DeviceType, batch: int, params: CostParams) -> float:
+    """One step's forward + backward seconds (``layer_times(...).step``)."""
+    return layer_times(model, device, batch, params).step
