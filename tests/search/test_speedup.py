@@ -42,7 +42,7 @@ def test_tuned_is_the_fastest_member_never_slower_than_untuned() -> None:
     fams = {f.family: f for f in family_results(runs, failed=["ps@part-4MiB"])}
     assert fams["horovod"].tuned.label == "horovod@4MiB"  # type: ignore[union-attr]
     assert fams["horovod"].untuned.label == "horovod@64MiB"  # type: ignore[union-attr]
-    assert fams["ps"].tuned.label == "ps-naive"  # the partitioned variants were slower here  # type: ignore[union-attr]
+    assert fams["ps"].tuned.label == "ps-naive"  # type: ignore[union-attr]  # partitioned PS was slower here
     assert fams["ps"].members == ("ps-naive", "ps@balanced", "ps@part-4MiB") and fams["ps"].measured == 2
     rng = np.random.default_rng(0)
     for _ in range(50):
