@@ -15,6 +15,9 @@ Decisions:
 - processes come from multiprocessing's *forkserver*: the server is started once (a clean, single-
   threaded process with the round's modules preloaded) and forks each job from itself, so a job
   starts in milliseconds, and never forks the API's own threads and locks (plain fork would);
+- (a known cost: under a console script such as ``strategist``, each job also imports that
+  script's module, as multiprocessing does for any ``__main__`` with a file; the forkserver of
+  CPython 3.11 never preloads it. ``python -m`` entry points and the test runner are spared;)
 - the memory cap is headroom above the job's address space at its start (the preloaded modules
   are already mapped and are not the round's doing), in MiB;
 - at most ``slots`` jobs run at once; a search whose job cannot start yet waits for the next tick
