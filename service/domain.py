@@ -11,11 +11,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from simulator.spec import ClusterSpec, ModelSpec, Strategy, domain_name
 from simulator.spec.io import parse_as
 from simulator.spec.measurement import Measurement
+
+if TYPE_CHECKING:
+    from search.space import Compression, SpaceKind
+    from search.speedup import FamilyResult, SpaceReport
 
 Role = Literal["user", "worker", "admin"]
 ROLES: tuple[Role, ...] = ("user", "worker", "admin")
@@ -125,6 +129,15 @@ class Search:
     created_at: datetime
     updated_at: datetime
     finished_at: datetime | None
+    # Compressors on offer ('none': lossless, the default; see search.space.Compression).
+    compression: Compression = "none"
+
+    @property
+    def space(self) -> SpaceKind:
+        """'lossless' or 'lossy': the space the search's candidates come from."""
+        from search.space import space_kind  # lazy: importing search costs the CLI ~0.7 s
+
+        return space_kind(self.compression)
 
     @property
     def domain(self) -> str:
@@ -257,8 +270,11 @@ class SearchStatus:
     best_candidate_id: int | None
     best_time: float | None
     baselines: tuple[BaselineResult, ...]
-    #: baseline name → baseline median / best median (> 1: the search beat the baseline).
+    #: baseline family → its tuned median / the best same-space candidate's median (> 1: beaten).
     speedups: dict[str, float] = field(default_factory=dict)
+    #: baseline families as measured (tuned = fastest member) and the per-space honest reports.
+    families: tuple[FamilyResult, ...] = ()
+    reports: tuple[SpaceReport, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from service import domain as d
 from service.db import models as m
+
+if TYPE_CHECKING:
+    from search.space import Compression
 
 
 def aware(t: datetime) -> datetime:
@@ -57,6 +60,7 @@ def search(row: m.SearchRow) -> d.Search:
         samples_per_round=row.samples_per_round,
         approval_required=row.approval_required,
         seed=row.seed,
+        compression=cast("Compression", row.compression),
         state=cast(d.SearchState, row.state),
         current_round=row.current_round,
         failure_reason=row.failure_reason,

@@ -102,6 +102,7 @@ class SearchRow(Base):
             name="state",
         ),
         CheckConstraint(_in("objective", ("time", "cost")), name="objective"),
+        CheckConstraint(_in("compression", ("none", "fp16", "powersgd", "all")), name="compression"),
     )
 
     id: Mapped[int] = mapped_column(primary_key=True)
@@ -117,6 +118,8 @@ class SearchRow(Base):
     samples_per_round: Mapped[int]
     approval_required: Mapped[bool] = mapped_column(Boolean)
     seed: Mapped[int] = mapped_column(default=0)
+    # Compressors the search may use (search.space.Compression): 'none' = lossless (the default).
+    compression: Mapped[str] = mapped_column(String(16), default="none", server_default="none")
     state: Mapped[str] = mapped_column(String(24), index=True)
     current_round: Mapped[int] = mapped_column(default=0)
     failure_reason: Mapped[str | None] = mapped_column(Text, default=None)

@@ -15,6 +15,7 @@ in progress, runs one ``with session.begin():`` block and returns domain objects
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from sqlalchemy import select, update
 from sqlalchemy.orm import Session
@@ -23,6 +24,9 @@ from service import domain as d
 from service.db import convert
 from service.db.engine import affected
 from service.db.models import CandidateRow, RoundRow, SearchRow, TrialRow, utcnow
+
+if TYPE_CHECKING:
+    from search.space import Compression
 
 
 def load_search(session: Session, search_id: int, owner_id: int | None, *, lock: bool = False) -> SearchRow:
@@ -64,6 +68,7 @@ def create_search(
     approval_required: bool = False,
     seed: int = 0,
     name: str = "",
+    compression: Compression = "none",
 ) -> d.Search:
     """Store a new search in state 'pending' (the loop starts it); round 0, nothing queued yet."""
     if model.kind != "model" or cluster.kind != "cluster":
@@ -82,6 +87,7 @@ def create_search(
             samples_per_round=samples_per_round,
             approval_required=approval_required,
             seed=seed,
+            compression=compression,
             state="pending",
             current_round=0,
         )

@@ -3,15 +3,21 @@
 from __future__ import annotations
 
 from collections import Counter
-from typing import cast
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, cast
 
-from sqlalchemy import select
+from sqlalchemy import Row, select
 from sqlalchemy.orm import Session
 
 from service import domain as d
 from service.db import convert
 from service.db.models import MeasurementRow, TrialRow
 from service.db.repo_searches import load_search
+from simulator.spec import Strategy
+from simulator.spec.io import parse_as
+
+if TYPE_CHECKING:
+    from search.speedup import FamilyResult, SpaceReport
 
 
 def search_status(session: Session, *, search_id: int, owner_id: int | None = None) -> d.SearchStatus:
@@ -19,8 +25,10 @@ def search_status(session: Session, *, search_id: int, owner_id: int | None = No
 
     The best trial is the succeeded candidate trial with the smallest median iteration time (for
     the 'cost' objective the order is the same: one search runs on one cluster, whose price per
-    second is fixed). Speed-up over a baseline = baseline median / best median, for each baseline
-    that succeeded; > 1 means the search's best beat it.
+    second is fixed). Baselines are grouped into families whose tuned member is the fastest
+    measured one (``search.speedup``); ``speedups`` maps each family to its tuned median over the
+    best candidate's median *of the same space* (lossless vs lossless, lossy vs lossy); > 1 means
+    the search's best beat it. ``reports`` adds the 95 % bootstrap interval of each ratio.
     """
     with session.begin():
         search = load_search(session, search_id, owner_id)
@@ -30,7 +38,9 @@ def search_status(session: Session, *, search_id: int, owner_id: int | None = No
                 TrialRow.state,
                 TrialRow.baseline,
                 TrialRow.candidate_id,
+                TrialRow.strategy,
                 MeasurementRow.median_time,
+                MeasurementRow.iteration_times,
             )
             .outerjoin(MeasurementRow, MeasurementRow.trial_id == TrialRow.id)
             .where(TrialRow.search_id == search_id)
@@ -54,11 +64,10 @@ def search_status(session: Session, *, search_id: int, owner_id: int | None = No
             for r in rows
             if r.baseline is not None
         )
-        speedups: dict[str, float] = {}
-        if best is not None and best.median_time:
-            for b in baselines:
-                if b.median_time is not None:
-                    speedups[b.name] = b.median_time / best.median_time
+        families, reports = _honest(rows)
+        # Per baseline family: its tuned (fastest measured) member's median / the best candidate of
+        # the same space (lossless vs lossless, lossy vs lossy; < 1: the search did not beat it).
+        speedups = {r.family: r.ratio for rep in reports for r in rep.ratios if rep.winner is not None}
         return d.SearchStatus(
             search=convert.search(search),
             trials_by_state=by_state,
@@ -68,4 +77,25 @@ def search_status(session: Session, *, search_id: int, owner_id: int | None = No
             best_time=best.median_time if best else None,
             baselines=baselines,
             speedups=speedups,
+            families=families,
+            reports=reports,
         )
+
+
+def _honest(rows: Sequence[Row[Any]]) -> tuple[tuple[FamilyResult, ...], tuple[SpaceReport, ...]]:
+    """Baseline families and per-space reports (``search.speedup``) from the trials' measurements."""
+    from search.space import space_of
+    from search.speedup import Measured, family_results, space_reports
+
+    def measured(r: Row[Any], label: str) -> Measured | None:
+        if r.state != "succeeded" or not r.iteration_times:
+            return None
+        return Measured(
+            label, space_of(parse_as(Strategy, r.strategy)), tuple(float(t) for t in r.iteration_times)
+        )
+
+    base = [m for r in rows if r.baseline is not None and (m := measured(r, str(r.baseline)))]
+    failed = [str(r.baseline) for r in rows if r.baseline is not None and r.state in ("failed", "cancelled")]
+    cands = [m for r in rows if r.baseline is None and (m := measured(r, f"candidate:{r.candidate_id}"))]
+    families = family_results(base, failed)
+    return families, space_reports(cands, families)

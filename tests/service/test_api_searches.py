@@ -39,6 +39,8 @@ def _search_json(**over: Any) -> dict[str, Any]:
         "samples_per_round": 200,
         "approval_required": False,
         "seed": 0,
+        "compression": "none",
+        "space": "lossless",
         "state": "pending",
         "current_round": 0,
         "failure_reason": None,
@@ -124,6 +126,17 @@ def _finish(session: Session, baseline: str | None, median: float, search_id: in
     )
 
 
+def _run(label: str, median: float) -> dict[str, Any]:
+    return {"label": label, "space": "lossless", "median": pytest.approx(median)}
+
+
+def test_lossy_search_is_an_explicit_opt_in(client: TestClient, tokens: dict[str, Any]) -> None:
+    r = client.post(f"{API}/searches", json=CREATE | {"compression": "powersgd"}, headers=tokens["alice"])
+    assert r.status_code == 201 and (r.json()["compression"], r.json()["space"]) == ("powersgd", "lossy")
+    r = client.post(f"{API}/searches", json=CREATE | {"compression": "int8"}, headers=tokens["alice"])
+    assert r.status_code == 422 and r.json()["detail"][0]["loc"] == ["body", "compression"]
+
+
 def test_status_reports_best_and_speedups(
     client: TestClient, tokens: dict[str, Any], session: Session, specs: Any
 ) -> None:
@@ -152,6 +165,47 @@ def test_status_reports_best_and_speedups(
         "baselines": [
             {"name": "horovod", "trial_id": 1, "state": "succeeded", "median_time": 0.6},
             {"name": "ps", "trial_id": 2, "state": "succeeded", "median_time": 0.9},
+        ],
+        "families": [
+            {
+                "family": "horovod",
+                "lossy": False,
+                "tuned": _run("horovod", 0.6),
+                "untuned": _run("horovod", 0.6),
+                "measured": 1,
+                "members": ["horovod"],
+            },
+            {
+                "family": "ps",
+                "lossy": False,
+                "tuned": _run("ps", 0.9),
+                "untuned": _run("ps", 0.9),
+                "measured": 1,
+                "members": ["ps"],
+            },
+        ],
+        "reports": [
+            {
+                "space": "lossless",
+                "winner": _run("candidate:1", 0.4),
+                "ratios": [  # constant iteration times: the interval is the point
+                    {
+                        "family": "horovod",
+                        "baseline": "horovod",
+                        "ratio": pytest.approx(1.5),
+                        "low": pytest.approx(1.5),
+                        "high": pytest.approx(1.5),
+                    },
+                    {
+                        "family": "ps",
+                        "baseline": "ps",
+                        "ratio": pytest.approx(2.25),
+                        "low": pytest.approx(2.25),
+                        "high": pytest.approx(2.25),
+                    },
+                ],
+                "accuracy": "lossless",
+            }
         ],
         "speedups": {"horovod": pytest.approx(1.5), "ps": pytest.approx(2.25)},
     }
@@ -185,6 +239,8 @@ def test_status_of_a_fresh_search_has_no_best(client: TestClient, tokens: dict[s
         "best_candidate_id": None,
         "best_time": None,
         "baselines": [],
+        "families": [],
+        "reports": [],
         "speedups": {},
     }
 

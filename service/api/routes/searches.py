@@ -40,6 +40,7 @@ def create_search(
         approval_required=body.approval_required,
         seed=body.seed,
         name=body.name,
+        compression=body.compression,
     )
     notify(lambda: orchestrator.search_created(search), "search_created")
     return SearchPublic.model_validate(search)

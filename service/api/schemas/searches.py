@@ -39,6 +39,11 @@ class SearchCreate(BaseModel):
     candidates_per_round: int = Field(4, ge=1, le=1000, description="K: trials per round.")
     samples_per_round: int = Field(200, ge=1, le=1_000_000, description="M: strategies sampled and scored.")
     approval_required: bool = Field(False, description="Wait for approval before a round's trials run.")
+    compression: Literal["none", "fp16", "powersgd", "all"] = Field(
+        "none",
+        description="Lossy gradient compression the search may use: none (lossless, the default), fp16, "
+        "powersgd or all. Lossy strategies are compared only with lossy baselines.",
+    )
     seed: int = Field(0, ge=0, description="Seed of the sampler.")
     name: str = Field("", max_length=200, description="A label for people.")
 
@@ -63,6 +68,8 @@ class SearchPublic(Public):
     samples_per_round: int
     approval_required: bool
     seed: int
+    compression: Literal["none", "fp16", "powersgd", "all"]
+    space: Literal["lossless", "lossy"] = Field(description="'lossy' if the search may compress gradients.")
     state: Literal["pending", "running", "awaiting_approval", "completed", "cancelled", "failed"]
     current_round: int = Field(description="Index of the newest round (0 before round 1).")
     failure_reason: str | None
@@ -74,6 +81,43 @@ class SearchPublic(Public):
 class SearchesPublic(Public):
     data: list[SearchPublic]
     count: int
+
+
+class MeasuredPublic(Public):
+    label: str = Field(examples=["candidate:12", "horovod@16MiB"])
+    space: Literal["lossless", "lossy"]
+    median: float = Field(description="Median iteration time, s.")
+
+
+class FamilyPublic(Public):
+    """A baseline family: every member measured; tuned = the fastest, never slower than untuned."""
+
+    family: str = Field(examples=["horovod", "ps", "horovod-fp16", "ddp-powersgd"])
+    lossy: bool
+    tuned: MeasuredPublic | None
+    untuned: MeasuredPublic | None
+    measured: int = Field(description="Members measured so far.")
+    members: list[str]
+
+
+class RatioPublic(Public):
+    family: str
+    baseline: str = Field(description="The family's tuned member.")
+    ratio: float = Field(description="Baseline median / winner median (> 1: the winner is faster).")
+    low: float = Field(description="95 % bootstrap interval of the ratio, low end.")
+    high: float
+
+
+class SpaceReportPublic(Public):
+    """The best candidate of one space against that space's tuned baselines only."""
+
+    space: Literal["lossless", "lossy"]
+    winner: MeasuredPublic | None
+    ratios: list[RatioPublic]
+    accuracy: str = Field(
+        description="'lossless', or for a lossy winner its time-to-accuracy verdict "
+        "('lossy, accuracy not verified' until one is measured)."
+    )
 
 
 class BaselinePublic(Public):
@@ -93,8 +137,13 @@ class SearchStatusPublic(Public):
     best_candidate_id: int | None
     best_time: float | None = Field(description="Best measured median iteration time so far, s.")
     baselines: list[BaselinePublic]
+    families: list[FamilyPublic] = Field(default_factory=list)
+    reports: list[SpaceReportPublic] = Field(
+        default_factory=list, description="Per space: its best candidate vs its tuned baselines."
+    )
     speedups: dict[str, float] = Field(
-        description="Baseline name → baseline median / best median (> 1: faster than the baseline).",
+        description="Baseline family → its tuned median / the best same-space candidate's median "
+        "(> 1: faster than the baseline).",
         examples=[{"horovod": 1.42, "ps": 2.1}],
     )
 
