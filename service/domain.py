@@ -343,3 +343,15 @@ class NotFound(LookupError):
 
 class Conflict(RuntimeError):
     """The request is valid but not in the object's current state (HTTP 409)."""
+
+
+class QuotaExceeded(RuntimeError):
+    """The caller already holds as much as a per-user limit allows (HTTP 429)."""
+
+
+@dataclass(frozen=True)
+class Usage:
+    """What one user holds right now, compared against the per-user quotas in `Settings`."""
+
+    active_searches: int  # searches pending, running or awaiting approval
+    queued_trials: int  # trials of their searches waiting for a worker

@@ -53,6 +53,13 @@ class Settings(BaseSettings):
     round_memory_mb: int = Field(4096, ge=16)
     # Rounds computed at once (each in its own process, one busy core); other searches wait a tick.
     round_workers: int = Field(2, ge=1, le=64)
+    # Largest request body the API reads, in bytes; a larger one is answered 413 before it is read
+    # (the zoo's largest model is ~0.2 MB as JSON, so 10 MB is 50x that).
+    max_body_bytes: int = Field(10_000_000, ge=1024)
+    # Searches one user may have active (pending, running or awaiting approval); one more: 429.
+    max_active_searches: int = Field(20, ge=1)
+    # Queued trials one user's searches may hold; creating a search at or past it: 429.
+    max_queued_trials: int = Field(200, ge=1)
     # Interface and port the API listens on.
     api_host: str = "127.0.0.1"
     api_port: int = Field(8000, ge=1, le=65535)

@@ -1,7 +1,9 @@
 """The built-in zoo: model and cluster specs committed as JSON under ``datasets/``.
 
 The data folder is found next to the source tree (an editable install) or at the path in the
-``STRATEGIST_DATASETS`` environment variable.
+``STRATEGIST_DATASETS`` environment variable. Names are looked up case-insensitively
+(``resnet50`` is ``ResNet50``) and only among the folder's files, so a name can never reach a path
+outside it.
 """
 
 from __future__ import annotations
@@ -34,19 +36,36 @@ def cluster_names() -> list[str]:
     return _names("clusters")
 
 
+def _canonical(sub: str, what: str, name: str) -> str:
+    names = _names(sub)
+    if name in names:
+        return name
+    folded = name.casefold()
+    for known in names:
+        if known.casefold() == folded:
+            return known
+    raise KeyError(f"unknown zoo {what} {name!r}; known: {', '.join(names)}")
+
+
+def model_name(name: str) -> str:
+    """The zoo's spelling of model ``name`` (any case); KeyError names the known ones."""
+    return _canonical("models", "model", name)
+
+
+def cluster_name(name: str) -> str:
+    """The zoo's spelling of cluster ``name`` (any case); KeyError names the known ones."""
+    return _canonical("clusters", "cluster", name)
+
+
 @cache
 def model(name: str) -> ModelSpec:
-    """A zoo model by name; KeyError names the known ones."""
-    path = datasets_dir() / "models" / f"{name}.json"
-    if not path.is_file():
-        raise KeyError(f"unknown zoo model {name!r}; known: {', '.join(model_names())}")
+    """A zoo model by name (any case); KeyError names the known ones."""
+    path = datasets_dir() / "models" / f"{model_name(name)}.json"
     return parse_as(ModelSpec, json.loads(path.read_text()))
 
 
 @cache
 def cluster(name: str) -> ClusterSpec:
-    """A zoo cluster by name; KeyError names the known ones."""
-    path = datasets_dir() / "clusters" / f"{name}.json"
-    if not path.is_file():
-        raise KeyError(f"unknown zoo cluster {name!r}; known: {', '.join(cluster_names())}")
+    """A zoo cluster by name (any case); KeyError names the known ones."""
+    path = datasets_dir() / "clusters" / f"{cluster_name(name)}.json"
     return parse_as(ClusterSpec, json.loads(path.read_text()))

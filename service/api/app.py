@@ -11,6 +11,7 @@ from fastapi import FastAPI
 
 from service import web
 from service.api import errors
+from service.api.guard import RequestGuard
 from service.api.hooks import Orchestrator, StoreOnly
 from service.api.routes import (
     candidates,
@@ -32,10 +33,12 @@ from service.settings import Settings
 API_PREFIX = "/api/v1"
 #: The error answers every /api/v1 route may give, documented once in the OpenAPI schema.
 COMMON_RESPONSES: dict[int | str, dict[str, Any]] = {
+    400: {"model": Message, "description": "The request could not be read (a malformed body or header)."},
     401: {"model": Message, "description": "Missing, unknown or revoked bearer token."},
     403: {"model": Message, "description": "The token's role may not use this endpoint."},
     404: {"model": Message, "description": "No such object, or not yours."},
     409: {"model": Message, "description": "Not allowed in the object's current state."},
+    413: {"model": Message, "description": "The request body is larger than the configured maximum."},
 }
 log = logging.getLogger("strategist.api")
 
@@ -96,6 +99,7 @@ def create_app(settings: Settings | None = None, *, orchestrator: Orchestrator |
     app.state.sessions = sessions
     app.state.orchestrator = orchestrator or StoreOnly()
     errors.install(app)
+    app.add_middleware(RequestGuard, max_body_bytes=settings.max_body_bytes, api_prefix=API_PREFIX)
     for module in (models, clusters, searches, candidates, trials, workers, runtimes, simulators, tokens):
         app.include_router(module.router, prefix=API_PREFIX, responses=COMMON_RESPONSES)
     app.include_router(health.router)

@@ -42,9 +42,18 @@ OrchestratorDep = Annotated[Orchestrator, Depends(get_orchestrator)]
 
 
 def get_principal(
-    session: SessionDep, credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]
+    request: Request,
+    session: SessionDep,
+    credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
 ) -> Principal:
-    """The caller, from a valid bearer token; 401 otherwise."""
+    """The caller, from a valid bearer token; 401 otherwise.
+
+    `service.api.guard.RequestGuard` has already verified the token before the body was read and
+    left the principal in the request state; the check here serves an app mounted without it.
+    """
+    guarded: Principal | None = getattr(request.state, "principal", None)
+    if guarded is not None:
+        return guarded
     if credentials is None or credentials.scheme.lower() != "bearer":
         raise HTTPException(
             status.HTTP_401_UNAUTHORIZED, "missing bearer token", headers={"WWW-Authenticate": "Bearer"}

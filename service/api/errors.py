@@ -1,18 +1,24 @@
-"""Mapping of domain errors to HTTP: NotFound → 404, Conflict → 409, SpecError → 422 with field paths.
+"""Mapping of domain errors to HTTP: NotFound → 404, Conflict → 409, QuotaExceeded → 429, SpecError →
+422 with field paths.
 
 A 422 always has FastAPI's shape, ``{"detail": [{"loc": [...], "msg": ..., "type": ...}]}``, where
 ``loc`` starts with where the value came from (``"body"``, ``"query"``, ``"path"``) followed by the
-field path inside it (e.g. ``["body", "layers", 3, "inputs", 0]``).
+field path inside it (e.g. ``["body", "layers", 3, "inputs", 0]``). A 422 always serialises as strict
+JSON: the offending ``input`` is echoed only when it is a short, finite scalar (a ``NaN`` in the
+request cannot make the error answer itself fail).
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
+from typing import Any
 
 from fastapi import FastAPI, HTTPException, Request, status
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 
-from service.domain import Conflict, NotFound
+from service.domain import Conflict, NotFound, QuotaExceeded
 from simulator.spec import SpecError
 
 
@@ -46,3 +52,35 @@ def install(app: FastAPI) -> None:
     @app.exception_handler(Conflict)
     async def conflict(_request: Request, exc: Conflict) -> JSONResponse:
         return JSONResponse({"detail": str(exc)}, status.HTTP_409_CONFLICT)
+
+    @app.exception_handler(QuotaExceeded)
+    async def quota(_request: Request, exc: QuotaExceeded) -> JSONResponse:
+        return JSONResponse({"detail": str(exc)}, status.HTTP_429_TOO_MANY_REQUESTS)
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid(_request: Request, exc: RequestValidationError) -> JSONResponse:
+        detail = [_clean_error(e) for e in exc.errors()]
+        return JSONResponse({"detail": detail}, status.HTTP_422_UNPROCESSABLE_CONTENT)
+
+
+def _clean_error(error: Any) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "loc": [p if isinstance(p, int) else str(p) for p in error.get("loc", ())],
+        "msg": str(error.get("msg", "")),
+        "type": str(error.get("type", "")),
+    }
+    value = error.get("input")
+    if _short_scalar(value):
+        out["input"] = value
+    ctx = error.get("ctx")
+    if isinstance(ctx, dict):
+        out["ctx"] = {str(k): v if _short_scalar(v) else str(v)[:200] for k, v in ctx.items()}
+    return out
+
+
+def _short_scalar(value: Any) -> bool:
+    if isinstance(value, float):
+        return math.isfinite(value)
+    if isinstance(value, str):
+        return len(value) <= 200
+    return value is None or (isinstance(value, bool | int) and abs(value) < 2**53)

@@ -83,14 +83,15 @@ def zoo_list(as_json: bool = typer.Option(False, "--json", help="Print JSON.")) 
 
 
 @zoo_app.command("show")
-def zoo_show(name: str = typer.Argument(..., help="A zoo model or cluster name.")) -> None:
+def zoo_show(name: str = typer.Argument(..., help="A zoo model or cluster name (any case).")) -> None:
     """Print a zoo spec as JSON."""
-    if name in zoo.model_names():
-        typer.echo(dump_json(zoo.model(name)))
-    elif name in zoo.cluster_names():
-        typer.echo(dump_json(zoo.cluster(name)))
-    else:
-        raise fail(f"unknown zoo name {name!r}; see `strategist zoo list`")
+    for lookup in (zoo.model, zoo.cluster):
+        try:
+            typer.echo(dump_json(lookup(name)))
+            return
+        except KeyError:
+            continue
+    raise fail(f"unknown zoo name {name!r}; see `strategist zoo list`")
 
 
 def validate(

@@ -160,11 +160,17 @@ def request_retrain(session: Session, *, domain: str, requested_by: int | None) 
 
 
 def list_retrain_requests(
-    session: Session, *, domain: str | None = None, states: Sequence[d.RetrainState] | None = None
+    session: Session,
+    *,
+    domain: str | None = None,
+    states: Sequence[d.RetrainState] | None = None,
+    requested_by: int | None = None,
 ) -> list[d.RetrainRequest]:
-    """Retraining requests, oldest first."""
+    """Retraining requests, oldest first; ``requested_by``: only that user's."""
     with session.begin():
         q = select(RetrainRequestRow)
+        if requested_by is not None:
+            q = q.where(RetrainRequestRow.requested_by == requested_by)
         if domain is not None:
             q = q.where(RetrainRequestRow.domain == domain)
         if states is not None:

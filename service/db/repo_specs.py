@@ -69,8 +69,9 @@ def list_specs(session: Session, *, kind: d.SpecKind, viewer_id: int | None) -> 
 
 
 def zoo_spec(session: Session, *, kind: d.SpecKind, name: str) -> d.SpecRecord:
-    """The stored copy of zoo entry ``name`` (stored now if needed); NotFound if the zoo lacks it."""
+    """The stored copy of zoo entry ``name`` (any case; stored now if needed); NotFound if the zoo lacks it."""
     try:
+        name = zoo.model_name(name) if kind == "model" else zoo.cluster_name(name)
         spec: ModelSpec | ClusterSpec = zoo.model(name) if kind == "model" else zoo.cluster(name)
     except KeyError as e:
         raise d.NotFound(str(e.args[0])) from None

@@ -17,6 +17,7 @@ from service.db.repo_auth import (
     touch_worker,
     verify_token,
 )
+from service.db.repo_quotas import user_usage
 from service.db.repo_runtimes import (
     add_simulator_version,
     count_runtimes,
@@ -97,6 +98,7 @@ __all__ = [
     "store_spec",
     "touch_worker",
     "transition_search",
+    "user_usage",
     "verify_token",
     "zoo_spec",
 ]

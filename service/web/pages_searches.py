@@ -9,6 +9,7 @@ from fastapi import APIRouter, Request, status
 from fastapi.responses import HTMLResponse, RedirectResponse
 
 from service.api.deps import OrchestratorDep, SessionDep, notify
+from service.api.params import IdPath
 from service.db import repository as repo
 from service.domain import Conflict, NotFound
 from service.loop_store import search_specs
@@ -34,7 +35,7 @@ def searches(request: Request, session: SessionDep, user: WebUser) -> HTMLRespon
 
 
 @router.get("/searches/{search_id}", response_class=HTMLResponse)
-def search(request: Request, search_id: int, session: SessionDep, user: WebUser) -> HTMLResponse:
+def search(request: Request, search_id: IdPath, session: SessionDep, user: WebUser) -> HTMLResponse:
     try:
         st = repo.search_status(session, search_id=search_id, owner_id=owner_of(user))
     except NotFound:
@@ -58,7 +59,7 @@ def search(request: Request, search_id: int, session: SessionDep, user: WebUser)
 
 @router.get("/searches/{search_id}/rounds/{index}", response_class=HTMLResponse)
 def round_page(
-    request: Request, search_id: int, index: int, session: SessionDep, user: WebUser
+    request: Request, search_id: IdPath, index: IdPath, session: SessionDep, user: WebUser
 ) -> HTMLResponse:
     try:
         search = repo.get_search(session, search_id=search_id, owner_id=owner_of(user))
@@ -85,7 +86,7 @@ def round_page(
 
 @router.post("/candidates/{candidate_id}/{decision}", response_model=None)
 def decide(
-    candidate_id: int,
+    candidate_id: IdPath,
     decision: Literal["approve", "reject"],
     session: SessionDep,
     user: WebUser,

@@ -8,6 +8,7 @@ from sqlalchemy.orm import Session
 
 from service import domain as d
 from service.api.deps import SessionDep
+from service.api.params import IdPath
 from service.db import repository as repo
 from service.domain import NotFound
 from service.loop_store import search_specs
@@ -64,7 +65,7 @@ def _strategy_page(
 
 @router.get("/candidates/{candidate_id}", response_class=HTMLResponse)
 def candidate_strategy(
-    request: Request, candidate_id: int, session: SessionDep, user: WebUser
+    request: Request, candidate_id: IdPath, session: SessionDep, user: WebUser
 ) -> HTMLResponse:
     try:
         cand = repo.get_candidate(session, candidate_id=candidate_id, owner_id=owner_of(user))
@@ -84,7 +85,7 @@ def candidate_strategy(
 
 
 @router.get("/trials/{trial_id}/strategy", response_class=HTMLResponse)
-def trial_strategy(request: Request, trial_id: int, session: SessionDep, user: WebUser) -> HTMLResponse:
+def trial_strategy(request: Request, trial_id: IdPath, session: SessionDep, user: WebUser) -> HTMLResponse:
     try:
         trial = repo.get_trial(session, trial_id=trial_id, owner_id=owner_of(user))
         search = repo.get_search(session, search_id=trial.search_id, owner_id=owner_of(user))
@@ -98,7 +99,7 @@ def trial_strategy(request: Request, trial_id: int, session: SessionDep, user: W
 
 
 @router.get("/trials/{trial_id}", response_class=HTMLResponse)
-def trial_page(request: Request, trial_id: int, session: SessionDep, user: WebUser) -> HTMLResponse:
+def trial_page(request: Request, trial_id: IdPath, session: SessionDep, user: WebUser) -> HTMLResponse:
     try:
         trial = repo.get_trial(session, trial_id=trial_id, owner_id=owner_of(user))
         search = repo.get_search(session, search_id=trial.search_id, owner_id=owner_of(user))

@@ -147,5 +147,5 @@ def test_openapi_documents_every_route_with_examples(client: TestClient) -> None
     assert paths["/api/v1/models"]["post"]["requestBody"]["content"]["application/json"]["examples"]["tiny"]
     assert doc["components"]["securitySchemes"]["HTTPBearer"]["scheme"] == "bearer"
     answers = paths["/api/v1/searches/{search_id}"]["get"]["responses"]
-    assert set(answers) == {"200", "401", "403", "404", "409", "422"}
+    assert set(answers) == {"200", "400", "401", "403", "404", "409", "413", "422"}
     assert answers["404"]["content"]["application/json"]["schema"] == {"$ref": "#/components/schemas/Message"}

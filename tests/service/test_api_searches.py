@@ -86,7 +86,12 @@ def test_create_search_with_uploaded_specs_by_name_and_id(
         ({"objective": "speed"}, ["body", "objective"], "'time' or 'cost'"),
         ({"candidates_per_round": 300}, ["body"], "cannot exceed samples_per_round"),
         ({"colour": "red"}, ["body", "colour"], "Extra inputs"),
-        ({"model": None}, ["body", "model", "str"], "valid string"),
+        ({"model": None}, ["body", "model"], "a name (a string) or an id (an integer)"),
+        ({"model": 2**64}, ["body", "model"], "an id is between 1 and 2147483647"),
+        ({"model": "a\x00b"}, ["body", "model"], "must not contain control characters"),
+        ({"seed": 2**64}, ["body", "seed"], "less than or equal to 2147483647"),
+        ({"samples_per_round": 1_000_000}, ["body", "samples_per_round"], "less than or equal to 10000"),
+        ({"name": "tab\there"}, ["body", "name"], "must not contain control characters"),
     ],
 )
 def test_bad_search_is_422_with_field_path_and_stores_nothing(

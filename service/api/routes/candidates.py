@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Annotated
-
-from fastapi import APIRouter, Query
+from fastapi import APIRouter
 
 from service.api.deps import OrchestratorDep, SessionDep, UserDep, notify, owner_filter
+from service.api.params import IdPath, RoundQuery
 from service.api.schemas.trials import CandidatePublic, CandidatesPublic, DecisionPublic, TrialPublic
 from service.db import repository as repo
 
@@ -15,10 +14,10 @@ router = APIRouter(tags=["candidates"])
 
 @router.get("/searches/{search_id}/candidates", response_model=CandidatesPublic)
 def list_candidates(
-    search_id: int,
+    search_id: IdPath,
     session: SessionDep,
     user: UserDep,
-    round: Annotated[int | None, Query(ge=1, description="Only this round.")] = None,
+    round: RoundQuery = None,
 ) -> CandidatesPublic:
     """Candidates by round then rank, with predicted time and similarity to the other picks."""
     cands = repo.list_candidates(session, search_id=search_id, round_index=round, owner_id=owner_filter(user))
@@ -27,14 +26,14 @@ def list_candidates(
 
 
 @router.get("/candidates/{candidate_id}", response_model=CandidatePublic)
-def get_candidate(candidate_id: int, session: SessionDep, user: UserDep) -> CandidatePublic:
+def get_candidate(candidate_id: IdPath, session: SessionDep, user: UserDep) -> CandidatePublic:
     return CandidatePublic.model_validate(
         repo.get_candidate(session, candidate_id=candidate_id, owner_id=owner_filter(user))
     )
 
 
 def _decide(
-    candidate_id: int, approve: bool, session: SessionDep, user: UserDep, orchestrator: OrchestratorDep
+    candidate_id: IdPath, approve: bool, session: SessionDep, user: UserDep, orchestrator: OrchestratorDep
 ) -> DecisionPublic:
     before = repo.get_candidate(session, candidate_id=candidate_id, owner_id=owner_filter(user))
     cand, trial = repo.decide_candidate(
@@ -50,7 +49,7 @@ def _decide(
 
 @router.post("/candidates/{candidate_id}/approve", response_model=DecisionPublic)
 def approve_candidate(
-    candidate_id: int, session: SessionDep, user: UserDep, orchestrator: OrchestratorDep
+    candidate_id: IdPath, session: SessionDep, user: UserDep, orchestrator: OrchestratorDep
 ) -> DecisionPublic:
     """Approve a proposed candidate: its trial is queued. 409 if the search needs no approval."""
     return _decide(candidate_id, True, session, user, orchestrator)
@@ -58,7 +57,7 @@ def approve_candidate(
 
 @router.post("/candidates/{candidate_id}/reject", response_model=DecisionPublic)
 def reject_candidate(
-    candidate_id: int, session: SessionDep, user: UserDep, orchestrator: OrchestratorDep
+    candidate_id: IdPath, session: SessionDep, user: UserDep, orchestrator: OrchestratorDep
 ) -> DecisionPublic:
     """Reject a proposed candidate: it is never run. 409 if the search needs no approval."""
     return _decide(candidate_id, False, session, user, orchestrator)

@@ -8,6 +8,7 @@ from fastapi import APIRouter, Body, status
 
 from service.api.deps import SessionDep, UserDep, owner_filter
 from service.api.errors import SpecInvalid
+from service.api.params import IdPath
 from service.api.schemas.specs import ClusterPublic, ClustersPublic, ZooPublic
 from service.db import repository as repo
 from service.domain import NotFound
@@ -67,7 +68,7 @@ def get_zoo_cluster(name: str, session: SessionDep, user: UserDep) -> ClusterPub
 
 
 @router.get("/{cluster_id}", response_model=ClusterPublic)
-def get_cluster(cluster_id: int, session: SessionDep, user: UserDep) -> ClusterPublic:
+def get_cluster(cluster_id: IdPath, session: SessionDep, user: UserDep) -> ClusterPublic:
     """A stored cluster: yours or a zoo copy (404 for another user's)."""
     rec = repo.get_spec(session, spec_id=cluster_id, viewer_id=owner_filter(user))
     if rec.kind != "cluster":

@@ -8,6 +8,7 @@ from fastapi import APIRouter, Body, status
 
 from service.api.deps import SessionDep, UserDep, owner_filter
 from service.api.errors import SpecInvalid
+from service.api.params import IdPath
 from service.api.schemas.specs import ModelPublic, ModelsPublic, ZooPublic
 from service.db import repository as repo
 from service.domain import NotFound
@@ -69,7 +70,7 @@ def get_zoo_model(name: str, session: SessionDep, user: UserDep) -> ModelPublic:
 
 
 @router.get("/{model_id}", response_model=ModelPublic)
-def get_model(model_id: int, session: SessionDep, user: UserDep) -> ModelPublic:
+def get_model(model_id: IdPath, session: SessionDep, user: UserDep) -> ModelPublic:
     """A stored model: yours or a zoo copy (404 for another user's)."""
     rec = repo.get_spec(session, spec_id=model_id, viewer_id=owner_filter(user))
     if rec.kind != "model":

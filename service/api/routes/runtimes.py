@@ -8,11 +8,13 @@ from fastapi import APIRouter, Query, status
 
 from service.api.deps import SessionDep, UserDep, owner_filter
 from service.api.errors import SpecInvalid
+from service.api.params import DomainQuery
 from service.api.routes._refs import resolve_field
 from service.api.schemas.runtimes import RuntimeCreate, RuntimePublic, RuntimesPublic
 from service.db import repository as repo
 from simulator.spec import SpecError, Strategy
 from simulator.spec.io import parse_as
+from simulator.spec.limits import LIMITS
 
 router = APIRouter(prefix="/runtimes", tags=["runtimes"])
 
@@ -44,8 +46,8 @@ def ingest_runtime(body: RuntimeCreate, session: SessionDep, user: UserDep) -> R
 def list_runtimes(
     session: SessionDep,
     user: UserDep,
-    domain: Annotated[str | None, Query(description="'<model>@<cluster>'.")] = None,
-    since_id: Annotated[int, Query(ge=0, description="Only records with a larger id.")] = 0,
+    domain: DomainQuery = None,
+    since_id: Annotated[int, Query(ge=0, le=LIMITS.id, description="Only records with a larger id.")] = 0,
     limit: Annotated[int, Query(ge=1, le=10_000)] = 1000,
 ) -> RuntimesPublic:
     """Runtime records you contributed (trials of your searches and your uploads; admin: all)."""

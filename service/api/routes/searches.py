@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from fastapi import APIRouter, status
 
-from service.api.deps import OrchestratorDep, SessionDep, UserDep, notify, owner_filter
+from service.api.deps import OrchestratorDep, SessionDep, SettingsDep, UserDep, notify, owner_filter
+from service.api.params import IdPath
 from service.api.routes._refs import resolve_field
+from service.api.schemas.common import Message
 from service.api.schemas.searches import (
     RoundPublic,
     RoundsPublic,
@@ -15,15 +17,43 @@ from service.api.schemas.searches import (
     SearchStatusPublic,
 )
 from service.db import repository as repo
+from service.domain import QuotaExceeded
 
 router = APIRouter(prefix="/searches", tags=["searches"])
 
 
-@router.post("", status_code=status.HTTP_201_CREATED, response_model=SearchPublic)
+@router.post(
+    "",
+    status_code=status.HTTP_201_CREATED,
+    response_model=SearchPublic,
+    responses={
+        429: {"model": Message, "description": "You hold as many searches or queued trials as allowed."}
+    },
+)
 def create_search(
-    body: SearchCreate, session: SessionDep, user: UserDep, orchestrator: OrchestratorDep
+    body: SearchCreate,
+    session: SessionDep,
+    settings: SettingsDep,
+    user: UserDep,
+    orchestrator: OrchestratorDep,
 ) -> SearchPublic:
-    """Store a search in state 'pending'; the search loop starts round 1 and the baselines."""
+    """Store a search in state 'pending'; the search loop starts round 1 and the baselines.
+
+    Quotas (settings ``max_active_searches``, ``max_queued_trials``) are checked before the
+    search is stored: 429 names the limit. Two requests racing past the check can exceed a quota
+    by one each; the quota bounds a careless pipeline, it is not an accounting ledger.
+    """
+    usage = repo.user_usage(session, owner_id=user.user_id)
+    if usage.active_searches >= settings.max_active_searches:
+        raise QuotaExceeded(
+            f"you have {usage.active_searches} active searches, the limit is {settings.max_active_searches};"
+            " wait for one to finish or cancel one"
+        )
+    if usage.queued_trials >= settings.max_queued_trials:
+        raise QuotaExceeded(
+            f"your searches have {usage.queued_trials} queued trials, the limit is"
+            f" {settings.max_queued_trials}; wait for workers to take them"
+        )
     model = resolve_field(session, kind="model", ref=body.model, owner_id=user.user_id, loc=["body", "model"])
     cluster = resolve_field(
         session, kind="cluster", ref=body.cluster, owner_id=user.user_id, loc=["body", "cluster"]
@@ -54,7 +84,7 @@ def list_searches(session: SessionDep, user: UserDep) -> SearchesPublic:
 
 
 @router.get("/{search_id}", response_model=SearchStatusPublic)
-def get_search(search_id: int, session: SessionDep, user: UserDep) -> SearchStatusPublic:
+def get_search(search_id: IdPath, session: SessionDep, user: UserDep) -> SearchStatusPublic:
     """A search's state, round, trials, best measured time and its speed-up over each baseline."""
     return SearchStatusPublic.model_validate(
         repo.search_status(session, search_id=search_id, owner_id=owner_filter(user))
@@ -62,7 +92,7 @@ def get_search(search_id: int, session: SessionDep, user: UserDep) -> SearchStat
 
 
 @router.get("/{search_id}/rounds", response_model=RoundsPublic)
-def list_rounds(search_id: int, session: SessionDep, user: UserDep) -> RoundsPublic:
+def list_rounds(search_id: IdPath, session: SessionDep, user: UserDep) -> RoundsPublic:
     """The search's rounds, first first."""
     data = [
         RoundPublic.model_validate(r)
@@ -73,7 +103,7 @@ def list_rounds(search_id: int, session: SessionDep, user: UserDep) -> RoundsPub
 
 @router.post("/{search_id}/cancel", response_model=SearchPublic)
 def cancel_search(
-    search_id: int, session: SessionDep, user: UserDep, orchestrator: OrchestratorDep
+    search_id: IdPath, session: SessionDep, user: UserDep, orchestrator: OrchestratorDep
 ) -> SearchPublic:
     """Cancel: queued trials are dropped, running ones told to stop; 409 if already finished."""
     search = repo.cancel_search(session, search_id=search_id, owner_id=owner_filter(user))

@@ -7,6 +7,7 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, status
 
 from service.api.deps import AdminDep, SessionDep, get_principal
+from service.api.params import IdPath
 from service.api.schemas.tokens import MePublic, TokenCreate, TokenIssuedPublic, TokenPublic, TokensPublic
 from service.db import repository as repo
 from service.domain import Principal
@@ -34,6 +35,6 @@ def list_tokens(session: SessionDep, admin: AdminDep) -> TokensPublic:
 
 
 @router.post("/tokens/{token_id}/revoke", response_model=TokenPublic)
-def revoke_token(token_id: int, session: SessionDep, admin: AdminDep) -> TokenPublic:
+def revoke_token(token_id: IdPath, session: SessionDep, admin: AdminDep) -> TokenPublic:
     """Revoke a token; it stops authenticating at once."""
     return TokenPublic.model_validate(repo.revoke_token(session, token_id=token_id))

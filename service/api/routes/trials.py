@@ -7,6 +7,7 @@ from typing import Annotated
 from fastapi import APIRouter, Query
 
 from service.api.deps import OrchestratorDep, SessionDep, UserDep, WorkerDep, notify, owner_filter
+from service.api.params import IdPath, RoundQuery
 from service.api.schemas.trials import (
     HeartbeatCreate,
     HeartbeatPublic,
@@ -23,11 +24,11 @@ router = APIRouter(tags=["trials"])
 
 @router.get("/searches/{search_id}/trials", response_model=TrialsPublic)
 def list_trials(
-    search_id: int,
+    search_id: IdPath,
     session: SessionDep,
     user: UserDep,
     state: Annotated[list[TrialState] | None, Query(description="Only trials in these states.")] = None,
-    round: Annotated[int | None, Query(ge=1, description="Only this round's trials.")] = None,
+    round: RoundQuery = None,
 ) -> TrialsPublic:
     """The search's trials (baselines and candidates), oldest first, with measured times."""
     trials = repo.list_trials(
@@ -38,14 +39,14 @@ def list_trials(
 
 
 @router.get("/trials/{trial_id}", response_model=TrialPublic)
-def get_trial(trial_id: int, session: SessionDep, user: UserDep) -> TrialPublic:
+def get_trial(trial_id: IdPath, session: SessionDep, user: UserDep) -> TrialPublic:
     """State, measured times and failure reason of one trial."""
     return TrialPublic.model_validate(repo.get_trial(session, trial_id=trial_id, owner_id=owner_filter(user)))
 
 
 @router.post("/trials/{trial_id}/heartbeat", response_model=HeartbeatPublic)
 def heartbeat(
-    trial_id: int, body: HeartbeatCreate, session: SessionDep, worker: WorkerDep
+    trial_id: IdPath, body: HeartbeatCreate, session: SessionDep, worker: WorkerDep
 ) -> HeartbeatPublic:
     """The claim holder is alive. ``accepted: false``: the claim went stale; ``stop``: cancelled."""
     ack = repo.heartbeat(session, trial_id=trial_id, attempt=body.attempt, claim_token=body.claim_token)
@@ -54,7 +55,11 @@ def heartbeat(
 
 @router.post("/trials/{trial_id}/report", response_model=ReportPublic)
 def report(
-    trial_id: int, body: ReportCreate, session: SessionDep, worker: WorkerDep, orchestrator: OrchestratorDep
+    trial_id: IdPath,
+    body: ReportCreate,
+    session: SessionDep,
+    worker: WorkerDep,
+    orchestrator: OrchestratorDep,
 ) -> ReportPublic:
     """Report the trial's measurement once; a duplicate or stale report changes nothing (recorded=false)."""
     out = repo.report_trial(

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PositiveFloat
+from pydantic import BaseModel, ConfigDict, Field
 
-from service.api.schemas.common import Public
+from service.api.schemas.common import Public, SpecRef
+from simulator.spec.limits import LIMITS
 
 
 class RuntimeCreate(BaseModel):
@@ -30,10 +31,12 @@ class RuntimeCreate(BaseModel):
         },
     )
 
-    model: str | int = Field(description="Model name (yours, else the zoo's) or id.")
-    cluster: str | int = Field(description="Cluster name (yours, else the zoo's) or id.")
+    model: SpecRef = Field(description="Model name (yours, else the zoo's, any case) or id.")
+    cluster: SpecRef = Field(description="Cluster name (yours, else the zoo's, any case) or id.")
     strategy: dict[str, Any] = Field(description="A Strategy JSON valid for the model on the cluster.")
-    iteration_times: list[PositiveFloat] = Field(min_length=1, max_length=100_000, description="Seconds.")
+    iteration_times: list[Annotated[float, Field(gt=0, le=LIMITS.seconds, allow_inf_nan=False)]] = Field(
+        min_length=1, max_length=LIMITS.iterations, description="Seconds."
+    )
 
 
 class RuntimePublic(Public):
@@ -76,7 +79,10 @@ class RetrainCreate(BaseModel):
     model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [{"domain": "ResNet50__B1"}]})
 
     domain: str = Field(
-        min_length=3, max_length=401, pattern=r"^.+__.+$", description="'<model>__<cluster>'."
+        min_length=3,
+        max_length=2 * LIMITS.name_chars + 2,
+        pattern=r"^[^\x00-\x1f\x7f-\x9f]+__[^\x00-\x1f\x7f-\x9f]+$",
+        description="'<model>__<cluster>': a model and a cluster you can use (your uploads or the zoo).",
     )
 
 

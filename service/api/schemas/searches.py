@@ -7,7 +7,8 @@ from typing import Literal, Self
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from service.api.schemas.common import Public
+from service.api.schemas.common import Public, SpecRef
+from simulator.spec.limits import LIMITS, Label
 
 
 class SearchCreate(BaseModel):
@@ -18,7 +19,7 @@ class SearchCreate(BaseModel):
         json_schema_extra={
             "examples": [
                 {
-                    "model": "resnet50",
+                    "model": "ResNet50",
                     "cluster": "B1",
                     "objective": "time",
                     "trial_budget": 8,
@@ -26,26 +27,34 @@ class SearchCreate(BaseModel):
                     "samples_per_round": 200,
                     "approval_required": False,
                     "seed": 0,
-                    "name": "resnet50 on B1",
+                    "name": "ResNet50 on B1",
                 }
             ]
         },
     )
 
-    model: str | int = Field(description="Name of your uploaded model (else the zoo's), or its id.")
-    cluster: str | int = Field(description="Name of your uploaded cluster (else the zoo's), or its id.")
+    model: SpecRef = Field(description="Name of your uploaded model (else the zoo's, any case), or its id.")
+    cluster: SpecRef = Field(
+        description="Name of your uploaded cluster (else the zoo's, any case), or its id."
+    )
     objective: Literal["time", "cost"] = Field("time", description="Minimise iteration time or cost.")
-    trial_budget: int = Field(8, ge=1, le=10_000, description="Candidate trials in total (baselines extra).")
-    candidates_per_round: int = Field(4, ge=1, le=1000, description="K: trials per round.")
-    samples_per_round: int = Field(200, ge=1, le=1_000_000, description="M: strategies sampled and scored.")
+    trial_budget: int = Field(
+        8, ge=1, le=LIMITS.trial_budget, description="Candidate trials in total (baselines extra)."
+    )
+    candidates_per_round: int = Field(
+        4, ge=1, le=LIMITS.candidates_per_round, description="K: trials per round."
+    )
+    samples_per_round: int = Field(
+        200, ge=1, le=LIMITS.samples_per_round, description="M: strategies sampled and scored."
+    )
     approval_required: bool = Field(False, description="Wait for approval before a round's trials run.")
     compression: Literal["none", "fp16", "powersgd", "all"] = Field(
         "none",
         description="Lossy gradient compression the search may use: none (lossless, the default), fp16, "
         "powersgd or all. Lossy strategies are compared only with lossy baselines.",
     )
-    seed: int = Field(0, ge=0, description="Seed of the sampler.")
-    name: str = Field("", max_length=200, description="A label for people.")
+    seed: int = Field(0, ge=0, le=LIMITS.seed, description="Seed of the sampler.")
+    name: Label = Field("", description="A label for people.")
 
     @model_validator(mode="after")
     def _sizes(self) -> Self:

@@ -8,6 +8,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from service.api.schemas.common import Public
+from simulator.spec.limits import Name
 
 
 class TokenCreate(BaseModel):
@@ -15,7 +16,7 @@ class TokenCreate(BaseModel):
         extra="forbid", json_schema_extra={"examples": [{"name": "alice", "role": "user"}]}
     )
 
-    name: str = Field(min_length=1, max_length=200, description="User name (created if new).")
+    name: Name = Field(description="User name (created if new).")
     role: Literal["user", "worker", "admin"]
 
 

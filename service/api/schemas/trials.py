@@ -7,7 +7,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from service.api.schemas.common import Public
+from service.api.schemas.common import Id, Public
+from simulator.spec.limits import INT4_MAX, Label, Name
 from simulator.spec.measurement import Measurement
 
 
@@ -71,10 +72,12 @@ class ClaimCreate(BaseModel):
         json_schema_extra={"examples": [{"clusters": ["B1"], "worker": "gpu-host-3", "pool": "testbed"}]},
     )
 
-    clusters: list[str] = Field(min_length=1, description="Cluster names this worker can run.")
-    worker: str = Field("", max_length=200, description="Worker name; default: the token's user name.")
-    pool: str = Field("", max_length=64, description="'testbed' or 'gpu' (informational).")
-    trial_id: int | None = Field(None, description="Claim exactly this trial (e.g. from a queue nudge).")
+    clusters: list[Name] = Field(
+        min_length=1, max_length=1000, description="Cluster names this worker can run."
+    )
+    worker: Label = Field("", description="Worker name; default: the token's user name.")
+    pool: Label = Field("", max_length=64, description="'testbed' or 'gpu' (informational).")
+    trial_id: Id | None = Field(None, description="Claim exactly this trial (e.g. from a queue nudge).")
 
 
 class ClaimPublic(Public):
@@ -93,9 +96,9 @@ class HeartbeatCreate(BaseModel):
         json_schema_extra={"examples": [{"attempt": 1, "claim_token": "9f2c...", "worker": "w1"}]},
     )
 
-    attempt: int = Field(ge=1)
-    claim_token: str = Field(min_length=1, max_length=64)
-    worker: str = Field("", max_length=200)
+    attempt: int = Field(ge=1, le=INT4_MAX)
+    claim_token: Name = Field(max_length=64)
+    worker: Label = ""
 
 
 class HeartbeatPublic(Public):
@@ -118,9 +121,9 @@ class ReportCreate(BaseModel):
         },
     )
 
-    attempt: int = Field(ge=1)
-    claim_token: str = Field(min_length=1, max_length=64)
-    worker: str = Field("", max_length=200)
+    attempt: int = Field(ge=1, le=INT4_MAX)
+    claim_token: Name = Field(max_length=64)
+    worker: Label = ""
     measurement: Measurement
 
 
