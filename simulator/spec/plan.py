@@ -60,9 +60,16 @@ class Plan(BaseModel):
     """A hybrid-parallel plan: stages, batch shares per device, micro-batching and the schedule.
 
     ``schedule='kfkb'`` is Ada-Grouper's k-forward-k-backward; ``k=1`` is 1F1B and ``k`` equal to
-    the micro-batch count is GPipe. ``batch_shares`` maps each data-parallel entry device of the
-    first stage to its samples per step (HeterPS / Whale hardware-aware balancing); the shares must
-    sum to ``global_batch``.
+    the micro-batch count is GPipe (``group_size`` gives the k a schedule runs). ``batch_shares``
+    maps each data-parallel entry device of the first stage to its samples per step (HeterPS /
+    Whale hardware-aware balancing); the shares must sum to ``global_batch``.
+
+    Batch arithmetic (decided for issue 17): ``num_micro_batches`` counts the micro-batches of one
+    step over all data-parallel replicas, so ``global_batch = micro_batch_size x num_micro_batches``;
+    every share is a whole number of micro-batches, and pipeline replica d (the d-th device of every
+    stage) runs ``share_d / micro_batch_size`` of them (``replica_micro_batches``). With equal shares
+    and D replicas each pipeline runs N / D micro-batches. Memory is checked in
+    ``search.feasibility`` (the simulator cannot see the optimizer and memory assumptions).
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -96,6 +103,22 @@ class Plan(BaseModel):
             issues.append(Issue(("k",), f"must divide num_micro_batches {self.num_micro_batches}"))
         if self.schedule != "kfkb" and self.k != 1:
             issues.append(Issue(("k",), f"must be 1 for schedule {self.schedule!r}"))
+        if self.micro_batch_size * self.num_micro_batches != self.global_batch:
+            issues.append(
+                Issue(
+                    ("num_micro_batches",),
+                    f"micro_batch_size x num_micro_batches = "
+                    f"{self.micro_batch_size * self.num_micro_batches}, but global_batch is {self.global_batch}",
+                )
+            )
+        for dev, share in self.batch_shares.items():
+            if share % self.micro_batch_size:
+                issues.append(
+                    Issue(
+                        ("batch_shares", dev),
+                        f"{share} is not a multiple of micro_batch_size {self.micro_batch_size}",
+                    )
+                )
         prev_end = 0
         for i, st in enumerate(self.stages):
             if st.first_layer != prev_end:
@@ -115,12 +138,31 @@ class Plan(BaseModel):
         structural(issues)
         return self
 
+    def replica_micro_batches(self, replica: int) -> int:
+        """Micro-batches per step of pipeline replica ``replica`` (its first-stage device's share / b)."""
+        return self.batch_shares.get(self.stages[0].devices[replica], 0) // self.micro_batch_size
+
+    def group_size(self, micro_batches: int) -> int:
+        """The kFkB group size a pipeline replica of ``micro_batches`` runs: 1F1B is k = 1, GPipe k = N."""
+        if self.schedule == "gpipe":
+            return micro_batches
+        if self.schedule == "1f1b":
+            return 1
+        return min(self.k, micro_batches)
+
 
 def plan_issues(
     plan: Plan, model: ModelSpec, cluster: ClusterSpec, prefix: tuple[str | int, ...] = ()
 ) -> list[Issue]:
     """Reasons ``plan`` does not fit ``model`` on ``cluster`` (layer ranges and device names)."""
     issues: list[Issue] = []
+    if len(plan.stages) > len(cluster.devices):
+        issues.append(
+            Issue(
+                (*prefix, "stages"),
+                f"{len(plan.stages)} stages > {len(cluster.devices)} devices of the cluster",
+            )
+        )
     if plan.stages[-1].last_layer != len(model.layers):
         issues.append(
             Issue(

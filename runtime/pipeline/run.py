@@ -1,0 +1,252 @@
+"""Run a pipeline Plan for real: one process per (stage, replica) on the launcher's nodes, measured.
+
+``run_pipeline(model, cluster, plan, launcher, config)`` writes the job, starts P x D processes of
+``runtime.pipeline.worker`` (each on the node of its device, so with the testbed's ``Testbed``
+launcher adjacent stages on different nodes talk over shaped links), waits for all of them, and
+returns a ``PipelineRun``: the Measurement (iteration k ends when the last process finished step k;
+its time is end_k - end_{k-1}, the first from the latest start), every process's event log (for
+the Gantt picture and the transfer profile) and, in real mode, every step's gradients.
+
+Failures (a crash, a timeout) come back as a Measurement with ``failure`` set, like the executor's;
+an invalid or unsupported plan raises ``ValueError`` naming the field before any process starts.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import torch
+
+from runtime.launch import Launcher
+from runtime.pipeline.stage_net import unsupported_layers
+from simulator.pipeline.cost import stage_compute_seconds
+from simulator.spec import ClusterSpec, ModelSpec, Plan
+from simulator.spec.measurement import Measurement
+from simulator.spec.plan import plan_issues
+
+
+@dataclass(frozen=True)
+class PipelineConfig:
+    """How a pipeline plan is executed and measured."""
+
+    # 'real' runs the stage layers (correctness, small models); 'replay' sleeps their device time.
+    compute: Literal["real", "replay"] = "real"
+    # Steps run before measuring, then steps measured.
+    warmup: int = 1
+    iterations: int = 3
+    # SGD learning rate.
+    lr: float = 0.01
+    # Seed of the parameters and the synthetic batches.
+    seed: int = 0
+    # Element type of parameters and activations ('float64' for exact gradient comparisons).
+    dtype: Literal["float32", "float64"] = "float32"
+    # Seconds the whole run may take (start-up included) before it is a failure.
+    timeout_s: float = 120.0
+    # Replay: activation and parameter bytes are divided by this (the testbed divides bandwidth too).
+    scale: float = 1.0
+    # Replay: fraction of the device's peak FP32 FLOPS a layer achieves.
+    efficiency: float = 0.5
+
+    def __post_init__(self) -> None:
+        checks = [
+            (
+                self.compute in ("real", "replay"),
+                "compute",
+                f"must be 'real' or 'replay', got {self.compute!r}",
+            ),
+            (self.warmup >= 0, "warmup", "must be >= 0"),
+            (self.iterations >= 1, "iterations", "must be >= 1"),
+            (self.lr > 0, "lr", "must be > 0"),
+            (
+                self.dtype in ("float32", "float64"),
+                "dtype",
+                f"must be 'float32' or 'float64', got {self.dtype!r}",
+            ),
+            (self.timeout_s > 0, "timeout_s", "must be > 0"),
+            (self.scale >= 1, "scale", "must be >= 1"),
+            (self.compute == "replay" or self.scale == 1, "scale", "must be 1 in real mode"),
+            (0 < self.efficiency <= 1, "efficiency", "must be in (0, 1]"),
+        ]
+        for ok, name, reason in checks:
+            if not ok:
+                raise ValueError(f"PipelineConfig.{name}: {reason}")
+
+
+@dataclass(frozen=True)
+class PipelineRun:
+    """What one pipeline run measured; ``records[rank]`` is that process's rank<R>.json."""
+
+    measurements: tuple[Measurement, ...]  # one per phase (plan), in order
+    records: dict[int, dict[str, Any]] = field(default_factory=dict)
+    grads: dict[int, list[dict[str, torch.Tensor]]] = field(default_factory=dict)  # real mode, per rank
+    params: dict[int, dict[str, torch.Tensor]] = field(default_factory=dict)
+
+
+def unsupported_plan_reason(model: ModelSpec, plan: Plan) -> str | None:
+    """Why this executor cannot run ``plan`` (None if it can); the plan itself is valid."""
+    reps = {st.replicate for st in plan.stages}
+    if len(reps) != 1:
+        return f"plan.stages: every stage needs the same replicate degree (got {sorted(reps)})"
+    for i, st in enumerate(plan.stages):
+        if st.split != 1:
+            return f"plan.stages.{i}.split: tensor splits are not executed yet (split {st.split})"
+    for d in range(plan.stages[0].replicate):
+        if plan.replica_micro_batches(d) < 1:
+            dev = plan.stages[0].devices[d]
+            return f"plan.batch_shares.{dev}: pipeline replica {d} has no micro-batch"
+    return None
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _replay_job(model: ModelSpec, cluster: ClusterSpec, plan: Plan, cfg: PipelineConfig) -> dict[str, Any]:
+    fwd, out, par = [], [], []
+    for st in plan.stages:
+        node = st.devices[0].rpartition(":")[0]
+        device = cluster.device_type(node)
+        fwd.append(
+            stage_compute_seconds(
+                model, device, st.first_layer, st.last_layer, plan.micro_batch_size, cfg.efficiency
+            )[0]
+        )
+        out_bytes = model.layers[st.last_layer - 1].activation_bytes
+        out.append(max(1, math.ceil(out_bytes / 4 / cfg.scale)))
+        pbytes = sum(
+            v.bytes for layer in model.layers[st.first_layer : st.last_layer] for v in layer.variables
+        )
+        par.append(max(1, math.ceil(pbytes / 4 / cfg.scale)))
+    return {"fwd_seconds": fwd, "out_numel": out, "param_numel": par}
+
+
+def run_pipeline(
+    model: ModelSpec,
+    cluster: ClusterSpec,
+    plans: Plan | Sequence[Plan],
+    launcher: Launcher,
+    config: PipelineConfig,
+) -> PipelineRun:
+    """Run ``plans`` (phases with the same stages and global batch) on ``launcher``'s nodes."""
+    phases = [plans] if isinstance(plans, Plan) else list(plans)
+    if not phases:
+        raise ValueError("plans: at least one plan is needed")
+    plan = phases[0]
+    for i, p in enumerate(phases):
+        issues = plan_issues(p, model, cluster)
+        if issues:
+            raise ValueError(f"invalid plan: plans.{i}.{issues[0]}")
+        reason = unsupported_plan_reason(model, p)
+        if reason is None and config.compute == "real" and unsupported_layers(model):
+            reason = f"real pipeline compute cannot run embedding layers {unsupported_layers(model)}"
+        if reason is None and (p.stages != plan.stages or p.global_batch != plan.global_batch):
+            reason = f"plans.{i}: every phase must keep the stages and global batch of plans.0"
+        if reason:
+            raise ValueError(f"unsupported: {reason}")
+    P, D = len(plan.stages), plan.stages[0].replicate
+    job: dict[str, Any] = {
+        "model": model.model_dump(mode="json"),
+        "plans": [p.model_dump(mode="json") for p in phases],
+        "config": asdict(config),
+    }
+    if config.compute == "replay":
+        job["replay"] = _replay_job(model, cluster, plan, config)
+    nodes = [
+        cluster.node_index[plan.stages[rank % P].devices[rank // P].rpartition(":")[0]]
+        for rank in range(P * D)
+    ]
+    with tempfile.TemporaryDirectory(prefix="strategist-pp-") as tmp:
+        out = Path(tmp)
+        (out / "job.json").write_text(json.dumps(job))
+        master, port = launcher.address(nodes[0]), _free_port()
+        procs = []
+        started = time.monotonic()
+        for rank in range(P * D):
+            argv = [sys.executable, "-m", "runtime.pipeline.worker", "--job", str(out), "--rank", str(rank)]
+            argv += ["--master", master, "--port", str(port)]
+            procs.append(
+                launcher.spawn(nodes[rank], argv, {}, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL)
+            )
+        failure = _wait(procs, started + config.timeout_s)
+        if failure:
+            failed = Measurement(failure=failure, compute_mode=config.compute, scale=config.scale)
+            return PipelineRun((failed,) * len(phases))
+        records = {r: json.loads((out / f"rank{r}.json").read_text()) for r in range(P * D)}
+        grads: dict[int, list[dict[str, torch.Tensor]]] = {}
+        params: dict[int, dict[str, torch.Tensor]] = {}
+        if config.compute == "real":
+            for r in range(P * D):
+                blob = torch.load(out / f"rank{r}.pt")
+                grads[r], params[r] = blob["grads"], blob["params"]
+    measured = tuple(_measure(records, phase, config, launcher) for phase in range(len(phases)))
+    return PipelineRun(measured, records, grads, params)
+
+
+def _wait(procs: list[subprocess.Popen[bytes]], deadline: float) -> str | None:
+    """None when every process exited 0; otherwise the first failure (all processes are killed)."""
+    failure = None
+    while any(p.poll() is None for p in procs):
+        bad = [(r, p) for r, p in enumerate(procs) if p.poll() not in (None, 0)]
+        if bad or time.monotonic() > deadline:
+            break
+        time.sleep(0.05)
+    bad = [(r, p) for r, p in enumerate(procs) if p.poll() not in (None, 0)]
+    if bad:
+        r, p = bad[0]
+        err = (p.stderr.read() if p.stderr else b"").decode(errors="replace").strip().splitlines()
+        failure = f"rank {r} exited with code {p.returncode}: {err[-1] if err else ''}"
+    elif any(p.poll() is None for p in procs):
+        failure = "timeout: the pipeline run took longer than its timeout_s"
+    for p in procs:
+        if p.poll() is None:
+            p.kill()
+        p.wait()
+        if p.stderr:
+            p.stderr.close()
+    return failure
+
+
+def _measure(
+    records: dict[int, dict[str, Any]], phase: int, cfg: PipelineConfig, launcher: Launcher
+) -> Measurement:
+    """Phase ``phase``'s Measurement: its steps only (a barrier separates phases)."""
+    mine = {r: [st for st in rec["steps"] if st[0] == phase] for r, rec in records.items()}
+    steps = len(mine[0])
+    ends = [max(m[i][2] for m in mine.values()) for i in range(steps)]
+    start = max(m[0][1] for m in mine.values())
+    bounds = [start, *ends]
+    times = [bounds[i + 1] - bounds[i] for i in range(steps)]
+    compute = []
+    for i in range(steps):
+        busy = []
+        for r, rec in records.items():
+            _, t0, t1 = mine[r][i]
+            busy.append(sum(e - s for k, _, s, e in rec["events"] if k in ("F", "B") and t0 <= s < t1))
+        compute.append(sum(busy) / len(busy))
+    env: dict[str, Any] = {"torch": torch.__version__, "launcher": type(launcher).__name__}
+    envf = getattr(launcher, "environment", None)
+    if callable(envf):
+        env["launcher_environment"] = envf()
+    w = cfg.warmup
+    return Measurement(
+        iteration_times=tuple(times[w:]),
+        compute_times=tuple(compute[w:]),
+        sync_wait_times=tuple(max(0.0, t - c) for t, c in zip(times[w:], compute[w:], strict=True)),
+        warmup=w,
+        scale=cfg.scale,
+        compute_mode=cfg.compute,
+        backend="gloo",
+        environment=env,
+    )

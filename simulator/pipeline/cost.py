@@ -1,0 +1,108 @@
+"""Pipeline-length cost model (Ada-Grouper §4.3, §5.2): stage compute + measured cross-stage transfers.
+
+The length of one training step of a kFkB plan is the event simulation (``simulator.pipeline.events``)
+of its action lists, with
+
+- per-stage compute from the compute model (``stage_compute_seconds``, the only call into it, so
+  a better per-layer model replaces one function): forward = Σ_layers fwd_flops · b /
+  (peak FP32 · efficiency), backward = (TRAIN_FLOPS_PER_FWD - 1) × forward;
+- per-link transfer seconds *measured end to end* (not derived from bandwidth: §4.3 explains that
+  preemption and tensor shapes make bytes/bandwidth unreliable), smoothed by a moving average over
+  the last ``window`` samples (``TransferWindow``); links without samples fall back to
+  bytes / bandwidth of the slower of the two nodes (a prior, replaced as soon as samples arrive);
+- the data-parallel gradient all-reduce of each stage's replicas added after its last backward.
+
+Shapes: ``fwd``, ``bwd``: [P] seconds per micro-batch; transfers: {(src, dst): seconds/message}.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from simulator.analytical.formulas import TRAIN_FLOPS_PER_FWD
+from simulator.pipeline.events import simulate
+from simulator.pipeline.schedule import kfkb
+from simulator.spec import GBPS, ClusterSpec, DeviceType, ModelSpec, Plan
+
+
+def stage_compute_seconds(
+    model: ModelSpec, device: DeviceType, first: int, last: int, micro_batch: int, efficiency: float
+) -> tuple[float, float]:
+    """(forward, backward) seconds of layers [first, last) for one micro-batch of ``micro_batch``."""
+    flops = sum(layer.fwd_flops for layer in model.layers[first:last]) * micro_batch
+    fwd = flops / (device.fp32_tflops * 1e12 * efficiency)
+    return fwd, (TRAIN_FLOPS_PER_FWD - 1.0) * fwd
+
+
+@dataclass
+class TransferWindow:
+    """Moving average of the last ``window`` measured transfer times per directed link (§4.3)."""
+
+    window: int = 16
+    _samples: dict[tuple[int, int], deque[float]] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.window < 1:
+            raise ValueError(f"TransferWindow.window: must be >= 1, got {self.window}")
+
+    def add(self, link: tuple[int, int], seconds: float) -> None:
+        if not seconds >= 0:
+            raise ValueError(f"transfer time of link {link} must be >= 0, got {seconds}")
+        self._samples.setdefault(link, deque(maxlen=self.window)).append(seconds)
+
+    def mean(self, link: tuple[int, int]) -> float | None:
+        q = self._samples.get(link)
+        return sum(q) / len(q) if q else None
+
+    def means(self) -> dict[tuple[int, int], float]:
+        return {k: sum(q) / len(q) for k, q in self._samples.items() if q}
+
+
+def boundary_bytes(model: ModelSpec, plan: Plan, stage: int) -> float:
+    """Bytes stage ``stage`` sends forward per micro-batch (its last layer's output activation)."""
+    return model.layers[plan.stages[stage].last_layer - 1].activation_bytes * plan.micro_batch_size
+
+
+def prior_transfers(model: ModelSpec, cluster: ClusterSpec, plan: Plan) -> dict[tuple[int, int], float]:
+    """Bytes / bandwidth of each link between adjacent stages (activation forward, gradient back)."""
+    out = {}
+    for s in range(len(plan.stages) - 1):
+        a = plan.stages[s].devices[0].rpartition(":")[0]
+        b = plan.stages[s + 1].devices[0].rpartition(":")[0]
+        ia, ib = cluster.node_index[a], cluster.node_index[b]
+        gbps = cluster.link_gbps(ia, ib)
+        t = boundary_bytes(model, plan, s) / (gbps * GBPS)
+        out[(s, s + 1)] = out[(s + 1, s)] = t
+    return out
+
+
+def pipeline_length(
+    plan: Plan,
+    fwd: Sequence[float],
+    bwd: Sequence[float],
+    transfers: Mapping[tuple[int, int], float],
+    dp_sync: Sequence[float] | None = None,
+    replica: int = 0,
+) -> float:
+    """Predicted seconds of one step of ``plan``'s pipeline replica ``replica``."""
+    n = plan.replica_micro_batches(replica)
+    timeline = simulate(kfkb(len(plan.stages), n, plan.group_size(n)), fwd, bwd, transfers)
+    sync = dp_sync or [0.0] * len(plan.stages)
+    return max(end + s for end, s in zip(timeline.stage_end, sync, strict=True))
+
+
+def plan_stage_times(
+    model: ModelSpec, cluster: ClusterSpec, plan: Plan, efficiency: float
+) -> tuple[list[float], list[float]]:
+    """Per-stage (forward, backward) seconds per micro-batch of ``plan`` on its devices."""
+    fwd, bwd = [], []
+    for st in plan.stages:
+        device = cluster.device_type(st.devices[0].rpartition(":")[0])
+        f, b = stage_compute_seconds(
+            model, device, st.first_layer, st.last_layer, plan.micro_batch_size, efficiency
+        )
+        fwd.append(f)
+        bwd.append(b)
+    return fwd, bwd
