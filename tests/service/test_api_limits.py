@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 import math
-from collections.abc import Iterator
+from collections.abc import Iterator, MutableMapping
 from pathlib import Path
 from typing import Any
 
@@ -256,14 +256,14 @@ def test_a_body_over_the_limit_is_413(small_app: FastAPI, tokens: dict[str, Any]
 def _asgi_post(app: FastAPI, path: str, headers: dict[str, str], *, chunked: bool = False) -> tuple[int, int]:
     """POST through the raw ASGI interface; returns (status, times the body was asked for)."""
     asked = 0
-    sent: list[dict[str, Any]] = []
+    sent: list[MutableMapping[str, Any]] = []
 
     async def receive() -> dict[str, Any]:
         nonlocal asked
         asked += 1
         return {"type": "http.request", "body": b"{" * 1000, "more_body": asked < 1000}
 
-    async def send(message: dict[str, Any]) -> None:
+    async def send(message: MutableMapping[str, Any]) -> None:
         sent.append(message)
 
     raw = [(k.lower().encode(), v.encode()) for k, v in headers.items()]
