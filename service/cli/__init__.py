@@ -9,6 +9,7 @@ from service.cli import (
     collect_commands,
     cost_commands,
     import_commands,
+    profile_commands,
     search_cli_commands,
     search_commands,
     serve_commands,
@@ -27,6 +28,7 @@ app = typer.Typer(
 spec_commands.register(app)
 import_commands.register(app)
 cost_commands.register(app)
+profile_commands.register(app)
 admin_commands.register(app)
 serve_commands.register(app)
 worker_commands.register(app)

@@ -10,7 +10,7 @@ from rich.console import Console
 from rich.table import Table
 
 from service.cli.spec_commands import fail, resolve_cluster, resolve_model
-from simulator.analytical import CostBreakdown, cost_breakdown
+from simulator.analytical import CostBreakdown, CostParams, cost_breakdown
 from simulator.analytical.baselines import BASELINES, baseline
 from simulator.spec import ClusterSpec, ModelSpec, SpecError, Strategy, load_spec
 
@@ -29,12 +29,28 @@ def cost(
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
     trials: int = typer.Option(24, "--trials", min=1, help="Optuna trials for the tuned baselines."),
     seed: int = typer.Option(0, "--seed", help="Seed of the baselines' tuning."),
+    profiles: Path | None = typer.Option(
+        None,
+        "--profiles",
+        help="Measured profiles folder (default: datasets/profiles); one for this key replaces the roofline.",
+    ),
+    compute_dtype: str | None = typer.Option(
+        None,
+        "--compute-dtype",
+        help="Mixed precision: run every layer in float32, tf32, float16 or bfloat16.",
+    ),
 ) -> None:
     """Predict T_comp, T_sync, T = max(T_comp, T_sync) and throughput, per server and per group."""
+    from service.cli.profile_commands import load_profiles
+
     m = resolve_model(model)
     c = resolve_cluster(cluster)
     s = _resolve_strategy(strategy, m, c, trials, seed)
-    result = cost_breakdown(m, c, s)
+    try:
+        params = CostParams(compute_dtype=compute_dtype).with_profiles(load_profiles(profiles))  # type: ignore[arg-type]
+    except ValueError as e:
+        raise fail(f"--compute-dtype: {e}") from None
+    result = cost_breakdown(m, c, s, params)
     if as_json:
         out = {"model": m.name, "cluster": c.name, "strategy": s.name or strategy, **result.to_json()}
         typer.echo(json.dumps(out, indent=2))
@@ -64,7 +80,7 @@ def _print(r: CostBreakdown, model: ModelSpec, cluster: ClusterSpec, name: str) 
     console = Console()
     top = Table("quantity", "value", title=f"{name}: {model.name} on {cluster.name}")
     for label, value in [
-        ("T_comp", f"{r.t_comp * 1e3:.3f} ms"),
+        ("T_comp", f"{r.t_comp * 1e3:.3f} ms ({r.compute_source})"),
         ("T_sync^PS (busiest server)", f"{r.t_ps * 1e3:.3f} ms"),
         ("T_sync^CC (all calls)", f"{r.t_cc * 1e3:.3f} ms"),
         ("T_sync", f"{r.t_sync * 1e3:.3f} ms"),

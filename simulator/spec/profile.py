@@ -69,9 +69,10 @@ class Profile(BaseModel):
 
 
 def parse_profile(text: str, where: str = "profile") -> Profile:
-    """Parse a profile's JSON text; SpecError names the line (bad JSON) or the field path and line.
+    """Parse a profile's JSON text; SpecError names the line (bad JSON) or the line and field path.
 
-    ``where`` (e.g. the file name) starts every message so a CLI can print it as is.
+    Every message reads ``WHERE: line N: FIELD.PATH: reason`` (``where`` is e.g. the file name), so
+    a CLI prints it as is. The API validates with ``Profile.model_validate`` and reports paths.
     """
     try:
         data = json.loads(text)
@@ -81,9 +82,7 @@ def parse_profile(text: str, where: str = "profile") -> Profile:
         return Profile.model_validate(data)
     except ValidationError as e:
         issues = SpecError.from_pydantic(e).issues
-        raise SpecError(
-            [Issue(i.path, f"{where}: {_line_of(text, i.path)}{i.reason}") for i in issues]
-        ) from None
+        raise SpecError([Issue((), f"{where}: {_line_of(text, i.path)}{i}") for i in issues]) from None
 
 
 def load_profile(path: str | Path) -> Profile:
