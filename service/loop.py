@@ -7,10 +7,12 @@ a restart of the service a search simply continues where the database says it is
 
 One step of ``advance`` for a search in state:
 - ``pending``: take it (pending → running, atomic), then go on as ``running``;
-- any active state: if a baseline (Horovod, PS: measured once per search, so the result states its
-  speed-up honestly) has no trial yet, choose the missing baselines and queue them; checking this
-  every step, not only at the start, means a service killed between the two steps still queues
-  them after its restart;
+- any active state: if a baseline member that is due has no trial yet, choose the missing ones and
+  queue them. The baseline families (Horovod's fusion grid, PS variants; lossy ones only when the
+  search opted into compression: ``search.baselines``) are measured in the same search, spread over
+  its rounds (``loop_round.due_baselines``) so they interleave with the candidates, and each
+  family's tuned baseline is its fastest measured member; checking this every step, not only at
+  the start, means a service killed between the two steps still queues them after its restart;
 - ``awaiting_approval``: nothing more (the user decides candidates through the API);
 - ``running``: if the current round still has unfinished trials, nothing; when they are all
   finished, mark the round completed and ask for the domain's simulator to be retrained on the new
@@ -46,7 +48,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from service import domain as d
 from service.db import repository as repo
 from service.loop_jobs import JobBudget, JobOutcome, RoundJobs, baselines_job, plan_round_job
-from service.loop_round import RoundConfig, strategy_key
+from service.loop_round import RoundConfig, due_baselines, strategy_key
 from service.loop_simulators import RetrainConfig, Retrainer, usable_version
 from service.loop_store import search_specs
 from service.queue.nudge import Nudger
@@ -54,7 +56,7 @@ from simulator.spec import ClusterSpec, ModelSpec
 
 log = logging.getLogger("strategist.loop")
 
-#: The baselines every search measures once.
+#: The baseline families every search measures (members: search.baselines; queued by due_baselines).
 BASELINES = ("horovod", "ps")
 
 
@@ -215,7 +217,7 @@ class SearchLoop:
             rounds = repo.list_rounds(s, search_id=search_id)
             trials = repo.list_trials(s, search_id=search_id)
         have = {t.baseline for t in trials if t.baseline}
-        missing = tuple(b for b in BASELINES if b not in have)
+        missing = tuple(b for b in due_baselines(search, trials) if b not in have)
         if missing:
             return self._queue_baselines(search, missing, wait_s)
         self._nudge_queued(search)
@@ -294,6 +296,7 @@ class SearchLoop:
                 "seed": search.seed * 1_000 + search.current_round + 1,
                 "exclude": {strategy_key(t.strategy) for t in trials},
                 "config": self.config.round,
+                "compression": search.compression,
             }
             return model, cluster, version, self.config.registry_dir, kwargs
 

@@ -20,7 +20,8 @@ import numpy as np
 from search import make_sampler
 from search.selection import select_diverse
 from search.similarity import FactorSimilarity, HiddenSimilarity, Similarity
-from service.domain import CandidateDraft
+from search.space import Compression, SpaceConfig, compressor_kinds
+from service.domain import CandidateDraft, Search, Trial
 from simulator.base import Simulator
 from simulator.spec import ClusterSpec, ModelSpec, Strategy
 from simulator.spec.io import parse_as
@@ -57,13 +58,17 @@ def plan_round(
     seed: int,
     exclude: Iterable[str] = (),
     config: RoundConfig = RoundConfig(),
+    compression: Compression = "none",
 ) -> list[CandidateDraft]:
-    """The K candidates of a round, rank 1 = fastest predicted, with their mean similarity to the others."""
+    """The K candidates of a round, rank 1 = fastest predicted, with their mean similarity to the others.
+
+    ``compression`` is the search's opt-in: 'none' samples the lossless space only."""
     if k < 1 or samples < k:
         raise ValueError(f"samples/k: need samples >= k >= 1, got samples={samples}, k={k}")
     seen = set(exclude)
     pool: list[Strategy] = []
-    for s in make_sampler(config.sampler, model, cluster, seed).sample(samples):
+    space = SpaceConfig(compressors=compressor_kinds(compression))
+    for s in make_sampler(config.sampler, model, cluster, seed, space=space).sample(samples):
         key = strategy_key(s)
         if key not in seen:
             seen.add(key)
@@ -112,7 +117,31 @@ def _similarity(
 
 
 def baseline_strategies(model: ModelSpec, cluster: ClusterSpec, names: Sequence[str]) -> dict[str, Strategy]:
-    """The hand-optimised baselines (supplementary §8) as strategies, by name."""
+    """Baseline strategies by name: members of the measured families (``search.baselines``), or a
+    name of ``simulator.analytical.baselines`` (the older analytically tuned single baselines)."""
+    from search.baselines import baseline_strategy
     from simulator.analytical import baseline
 
-    return {name: baseline(name, model, cluster) for name in names}
+    out = {}
+    for name in names:
+        try:
+            out[name] = baseline_strategy(name, model, cluster)
+        except ValueError:
+            out[name] = baseline(name, model, cluster)
+    return out
+
+
+def due_baselines(search: Search, trials: Sequence[Trial]) -> tuple[str, ...]:
+    """The baseline members a search must have queued by now (issue 14: interleaved, not first).
+
+    Every member of the search's families (``search.baselines.baseline_names(compression)``) is
+    assigned a round by ``baseline_schedule`` over the rounds the budget allows; a member is due
+    once its round is the next to plan, and all are due once the candidate budget is spent.
+    """
+    from search.baselines import baseline_names, baseline_schedule
+
+    names = baseline_names(search.compression)
+    if sum(1 for t in trials if t.candidate_id is not None) >= search.trial_budget:
+        return names
+    plan = baseline_schedule(names, math.ceil(search.trial_budget / search.candidates_per_round))
+    return tuple(n for n in names if plan[n] <= search.current_round + 1)

@@ -10,6 +10,7 @@ from typing import Any
 
 from sqlalchemy import text
 
+from search.baselines import baseline_names
 from service.db import repository as repo
 from service.loop_stack import Stack, StackConfig
 from service.settings import Settings
@@ -74,6 +75,6 @@ def test_search_survives_a_service_restart(
             )
     assert [r.index for r in rounds] == [1, 2]
     assert all(r.state == "completed" for r in rounds)
-    assert sorted(t.baseline or "" for t in trials) == ["", "", "", "", "horovod", "ps"]
+    assert sorted(t.baseline or "" for t in trials) == ["", "", "", "", *sorted(baseline_names())]
     assert all(t.state == "succeeded" for t in trials), [(t.id, t.state, t.failure_reason) for t in trials]
     assert per_trial == {t.id: 1 for t in trials}

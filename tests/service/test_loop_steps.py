@@ -9,12 +9,16 @@ from typing import Any
 
 from sqlalchemy.orm import Session, sessionmaker
 
+from search.baselines import baseline_names, baseline_schedule
 from service.db import repository as repo
 from service.loop import LoopConfig, SearchLoop
 from service.loop_round import RoundConfig, strategy_key
 from simulator.spec.measurement import Measurement
 
 CONFIG = LoopConfig(round=RoundConfig(qualified_fraction=0.5))
+#: Measured medians of the baseline members (candidates take 0.1 + 0.01 x trial id).
+SECONDS = {"horovod@64MiB": 0.5, "horovod@16MiB": 0.4, "horovod@4MiB": 0.6, "horovod@1MiB": 0.7,
+           "ps-naive": 0.8, "ps@balanced": 0.9, "ps@part-4MiB": 1.0, "ps@part-256KiB": 1.1}  # fmt: skip
 #: Seconds a step may wait for its job (baselines, a round's planning) in its own process.
 WAIT = 120.0
 
@@ -40,15 +44,20 @@ def test_search_goes_through_rounds_to_completion(sessions: sessionmaker[Session
     loop = SearchLoop(sessions, config=CONFIG)
 
     assert loop.advance(search.id, wait_s=WAIT) == "baselines queued"
+    plan = baseline_schedule(baseline_names(), 2)  # 3 trials, 2 per round: 2 rounds
     with sessions() as s:
         baselines = repo.list_trials(s, search_id=search.id)
-    assert sorted(t.baseline or "" for t in baselines) == ["horovod", "ps"]
+    assert [t.baseline for t in baselines] == [n for n in baseline_names() if plan[n] == 1]
+    assert {"horovod@64MiB", "ps-naive"} <= {t.baseline for t in baselines}  # the untuned ones first
     assert loop.advance(search.id, wait_s=WAIT) == "round 1 planned"
+    assert loop.advance(search.id, wait_s=WAIT) == "baselines queued"  # round 2's share, behind round 1
     assert loop.advance(search.id, wait_s=WAIT) == "round 1: 2 trials running"  # idempotent: nothing new
     with sessions() as s:
         assert len(repo.list_rounds(s, search_id=search.id)) == 1
+        order = ["c" if t.candidate_id else "b" for t in repo.list_trials(s, search_id=search.id)]
+    assert "".join(order) == "bbbbccbbbb"  # baselines interleaved with candidates, not all first
 
-    assert len(run_queued(sessions, {"horovod": 0.5, "ps": 0.8})) == 4  # 2 baselines + 2 candidates
+    assert len(run_queued(sessions, SECONDS)) == 10  # 8 baseline members + 2 candidates
     assert loop.advance(search.id, wait_s=WAIT) == "round 1 completed"
     assert loop.advance(search.id, wait_s=WAIT) == "retraining"  # the round's retraining request is pending
     loop.retrainer.poll()
@@ -70,7 +79,17 @@ def test_search_goes_through_rounds_to_completion(sessions: sessionmaker[Session
         status = repo.search_status(s, search_id=search.id)
         retrains = repo.list_retrain_requests(s, domain=search.domain)
     assert status.search.state == "completed" and status.candidate_trials_done == 3
-    assert status.speedups["horovod"] == 0.5 / status.best_time
+    # tuned = the fastest measured member (16 MiB here), never slower than Horovod's default 64 MiB
+    assert status.speedups["horovod"] == 0.4 / status.best_time
+    assert status.speedups["ps"] == 0.8 / status.best_time  # naive PS was the fastest PS here
+    horovod = next(f for f in status.families if f.family == "horovod")
+    assert horovod.tuned is not None and horovod.untuned is not None
+    assert (horovod.tuned.label, horovod.untuned.label, horovod.measured) == (
+        "horovod@16MiB",
+        "horovod@64MiB",
+        4,
+    )
+    assert [r.space for r in status.reports] == ["lossless"] and status.reports[0].accuracy == "lossless"
     assert [r.state for r in retrains] == ["done", "done"] and all(
         r.simulator_version_id is None for r in retrains
     )
@@ -85,7 +104,7 @@ def test_round_waits_for_approval(sessions: sessionmaker[Session], search_of: An
     with sessions() as s:
         cands = repo.list_candidates(s, search_id=search.id)
         assert all(c.status == "proposed" for c in cands)
-        assert [t.baseline for t in repo.list_trials(s, search_id=search.id)] == ["horovod", "ps"]
+        assert [t.baseline for t in repo.list_trials(s, search_id=search.id)] == list(baseline_names())
         repo.decide_candidate(s, candidate_id=cands[0].id, approve=True)
         repo.decide_candidate(s, candidate_id=cands[1].id, approve=False)
     assert loop.advance(search.id, wait_s=WAIT) == "round 1: 1 trials running"
