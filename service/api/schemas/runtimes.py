@@ -12,18 +12,21 @@ from simulator.spec.limits import LIMITS
 
 
 class RuntimeCreate(BaseModel):
-    """Measured iteration times of a strategy from your own training run (feeds retraining)."""
+    """Measured iteration times of a strategy from your own training run (feeds retraining).
+
+    The example is for the model and cluster of the POST /models and POST /clusters examples.
+    """
 
     model_config = ConfigDict(
         extra="forbid",
         json_schema_extra={
             "examples": [
                 {
-                    "model": "resnet50",
-                    "cluster": "B1",
+                    "model": "tiny-mlp",
+                    "cluster": "two-node",
                     "strategy": {
                         "kind": "strategy",
-                        "variables": [{"variable": "conv1.weight", "shards": [{"kind": "collective"}]}],
+                        "variables": [{"variable": "fc1.weight", "shards": [{"kind": "collective"}]}],
                     },
                     "iteration_times": [0.41, 0.40, 0.43],
                 }
