@@ -80,6 +80,7 @@ def test_search_goes_through_rounds_to_completion(sessions: sessionmaker[Session
         retrains = repo.list_retrain_requests(s, domain=search.domain)
     assert status.search.state == "completed" and status.candidate_trials_done == 3
     # tuned = the fastest measured member (16 MiB here), never slower than Horovod's default 64 MiB
+    assert status.best_time is not None
     assert status.speedups["horovod"] == 0.4 / status.best_time
     assert status.speedups["ps"] == 0.8 / status.best_time  # naive PS was the fastest PS here
     horovod = next(f for f in status.families if f.family == "horovod")
