@@ -67,6 +67,21 @@ class Feasibility:
     reasons: tuple[str, ...]
 
 
+@dataclass(frozen=True)
+class StageMemory:
+    """Bytes one GPU of a pipeline stage needs, by kind."""
+
+    params: float
+    grads: float
+    optimizer: float
+    activations: float
+    buffers: float
+
+    @property
+    def total(self) -> float:
+        return self.params + self.grads + self.optimizer + self.activations + self.buffers
+
+
 class MemoryModel:
     """Checks strategies of ``model`` on ``cluster`` against device and host memory."""
 
@@ -134,6 +149,31 @@ class MemoryModel:
             per_element = DTYPE_BYTES[var.dtype]
             self._bytes[key] = [math.prod(s) * per_element for s in partition.shard_shapes(var.shape)]
         return self._bytes[key]
+
+    def stage_bytes(self, first: int, last: int, stashed_samples: int, buffer_samples: int) -> StageMemory:
+        """Device bytes of a pipeline stage holding layers [first, last) (issue 17, Ada-Grouper §5.1).
+
+        The same rules as ``check``, restricted to the stage's layers: parameters + gradients +
+        optimizer state (the stage's replicas all-reduce, so the state lives on the device) +
+        activations stashed for backward (activation bytes of the stage's layers x
+        ``stashed_samples`` x activation_factor) + point-to-point buffers (the stage's input and
+        output activation per sample x ``buffer_samples``).
+        """
+        layers = self.model.layers[first:last]
+        params = float(sum(v.bytes for layer in layers for v in layer.variables))
+        grads = float(sum(v.grad_bytes for layer in layers for v in layer.variables))
+        optimizer = self.state_factor * params
+        per_sample = sum(layer.activation_bytes for layer in layers) * self.config.activation_factor
+        activations = per_sample * stashed_samples
+        boundary = layers[-1].activation_bytes + (
+            self.model.layers[first - 1].activation_bytes if first > 0 else 0.0
+        )
+        buffers = boundary * buffer_samples
+        return StageMemory(params, grads, optimizer, activations, buffers)
+
+    def device_capacity_of(self, node: str) -> float:
+        """Usable bytes of one GPU of ``node``."""
+        return self.cluster.device_type(node).memory_gb * GB * self.config.device_usable
 
     def headroom(self) -> float:
         """Device bytes left when every variable is PS-synchronised (the strategy-free floor)."""
