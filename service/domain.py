@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from simulator.spec import ClusterSpec, ModelSpec, Strategy, domain_name
 from simulator.spec.io import parse_as
 from simulator.spec.measurement import Measurement
+from simulator.spec.profile import Profile
 
 if TYPE_CHECKING:
     from search.space import Compression, SpaceKind
@@ -355,3 +356,13 @@ class Usage:
 
     active_searches: int  # searches pending, running or awaiting approval
     queued_trials: int  # trials of their searches waiting for a worker
+
+
+@dataclass(frozen=True)
+class ProfileRecord:
+    """A stored measured profile (``simulator.spec.profile.Profile``) and who uploaded it when."""
+
+    id: int
+    owner_id: int | None
+    created_at: datetime
+    profile: Profile

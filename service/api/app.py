@@ -18,6 +18,7 @@ from service.api.routes import (
     clusters,
     health,
     models,
+    profiles,
     runtimes,
     searches,
     simulators,
@@ -100,7 +101,18 @@ def create_app(settings: Settings | None = None, *, orchestrator: Orchestrator |
     app.state.orchestrator = orchestrator or StoreOnly()
     errors.install(app)
     app.add_middleware(RequestGuard, max_body_bytes=settings.max_body_bytes, api_prefix=API_PREFIX)
-    for module in (models, clusters, searches, candidates, trials, workers, runtimes, simulators, tokens):
+    for module in (
+        models,
+        clusters,
+        searches,
+        candidates,
+        trials,
+        workers,
+        runtimes,
+        simulators,
+        tokens,
+        profiles,
+    ):
         app.include_router(module.router, prefix=API_PREFIX, responses=COMMON_RESPONSES)
     app.include_router(health.router)
     web.install(app)

@@ -280,3 +280,19 @@ class WorkerRow(Base):
     user_id: Mapped[int | None] = mapped_column(ForeignKey("users.id", ondelete="SET NULL"), default=None)
     clusters: Mapped[list[Any]]
     last_seen_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class ProfileRow(Base):
+    """A measured per-layer compute profile (issue 15); the newest row per key is the one used."""
+
+    __tablename__ = "profiles"
+    __table_args__ = (Index("ix_profiles_key", "model", "device", "dtype", "batch"),)
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    model: Mapped[str] = mapped_column(String(200))
+    device: Mapped[str] = mapped_column(String(200))
+    dtype: Mapped[str] = mapped_column(String(16))
+    batch: Mapped[int]
+    owner_id: Mapped[int | None] = mapped_column(ForeignKey("users.id", ondelete="SET NULL"), default=None)
+    body: Mapped[dict[str, Any]]
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)

@@ -17,6 +17,7 @@ from service.db.repo_auth import (
     touch_worker,
     verify_token,
 )
+from service.db.repo_profiles import get_profile, list_profiles, profiles_in_use, store_profile
 from service.db.repo_quotas import user_usage
 from service.db.repo_runtimes import (
     add_simulator_version,
@@ -69,6 +70,7 @@ __all__ = [
     "ensure_token",
     "finish_retrain",
     "get_candidate",
+    "get_profile",
     "get_search",
     "get_simulator_version",
     "get_spec",
@@ -78,6 +80,7 @@ __all__ = [
     "ingest_runtime",
     "latest_simulator_version",
     "list_candidates",
+    "list_profiles",
     "list_retrain_requests",
     "list_rounds",
     "list_runtimes",
@@ -87,6 +90,7 @@ __all__ = [
     "list_tokens",
     "list_trials",
     "list_workers",
+    "profiles_in_use",
     "report_trial",
     "request_retrain",
     "requeue_stale_trials",
@@ -95,6 +99,7 @@ __all__ = [
     "search_status",
     "set_round_state",
     "start_retrain",
+    "store_profile",
     "store_spec",
     "touch_worker",
     "transition_search",

@@ -9,6 +9,7 @@ from sqlalchemy.orm import Session
 from service import domain as d
 from service.api.deps import SessionDep
 from service.api.params import IdPath
+from service.compute import cost_params
 from service.db import repository as repo
 from service.domain import NotFound
 from service.loop_store import search_specs
@@ -43,8 +44,9 @@ def _strategy_page(
         return page(request, "not_found.html", status_code=422, what=f"a valid strategy ({e})")
     baselines = {name: baseline(name, model, cluster) for name in COMPARED}
     layers = strategy_layers(model, strategy, baselines)
-    costs = {"this strategy": cost_breakdown(model, cluster, strategy)}
-    costs.update({name: cost_breakdown(model, cluster, b) for name, b in baselines.items()})
+    params = cost_params(session, model=model.name)  # stored measured profiles replace the roofline
+    costs = {"this strategy": cost_breakdown(model, cluster, strategy, params)}
+    costs.update({name: cost_breakdown(model, cluster, b, params) for name, b in baselines.items()})
     return page(
         request,
         "strategy.html",
