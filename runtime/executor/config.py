@@ -39,6 +39,9 @@ class ExecutorConfig:
     # Write every worker's final parameters to this folder (tests compare replicas); real mode by
     # variable name, replay mode by shard ("shard<id>").
     param_dump_dir: str | None = None
+    # Real mode: targets from a fixed teacher network seeded with this (a learnable task, for the
+    # time-to-accuracy check); None: random targets (enough for sync correctness).
+    teacher_seed: int | None = None
     # Tests only: this rank exits with an error in the first iteration of every trial.
     crash_rank: int | None = None
 

@@ -12,7 +12,10 @@ Supported layer kinds (matched on ``Layer.kind``):
   layer's true maths. Real mode is for correctness, not for timing; big models use replay.
 
 The loss is the mean squared error against a synthetic target, averaged over the batch, so the
-average of the workers' gradients equals the gradient of the global batch.
+average of the workers' gradients equals the gradient of the global batch. The target is random
+noise by default (nothing to learn: enough for sync correctness), or, with ``teacher_seed``, the
+output of a fixed *teacher*: the same architecture with its own seeded weights, so the student can
+learn it and a run has a loss to reach (the time-to-accuracy check, ``runtime/accuracy.py``).
 """
 
 from __future__ import annotations
@@ -55,7 +58,9 @@ def _fit(h: torch.Tensor, width: int) -> torch.Tensor:
 class SpecNet:
     """The model's variables as leaf tensors (forward order) and the forward pass over them."""
 
-    def __init__(self, model: ModelSpec, seed: int, device: torch.device) -> None:
+    def __init__(
+        self, model: ModelSpec, seed: int, device: torch.device, teacher_seed: int | None = None
+    ) -> None:
         self.model = model
         self.params: list[torch.Tensor] = []
         gen = torch.Generator().manual_seed(seed)
@@ -69,6 +74,8 @@ class SpecNet:
         )
         self.output_width = self._output_width()
         self.vocab = max((v.shape[0] for v in model.variables if v.sparse), default=1)
+        # The teacher lives on the CPU, where the global batch is drawn.
+        self.teacher = None if teacher_seed is None else SpecNet(model, teacher_seed, torch.device("cpu"))
 
     def _output_width(self) -> int:
         width = self.input_width
@@ -80,6 +87,10 @@ class SpecNet:
         return width
 
     def loss(self, batch: Batch) -> torch.Tensor:
+        return ((_fit(self.predict(batch), batch.y.shape[1]) - batch.y) ** 2).mean()
+
+    def predict(self, batch: Batch) -> torch.Tensor:
+        """The network's output for ``batch`` (``[B, width]``; the target ``y`` is not used)."""
         h = batch.x
         vi = 0
         last_linear = max((i for i, layer in enumerate(self.model.layers) if _is_linear(layer)), default=-1)
@@ -99,7 +110,7 @@ class SpecNet:
             else:
                 for v in vs:
                     h = h + torch.tanh(h.mean(dim=1, keepdim=True)) * v.mean()
-        return ((_fit(h, batch.y.shape[1]) - batch.y) ** 2).mean()
+        return h
 
     def global_batch(self, iteration: int, seed: int, size: int, device: torch.device) -> Batch:
         """The synthetic global batch of ``iteration`` (identical in every process)."""
@@ -107,6 +118,9 @@ class SpecNet:
         x = torch.randn(size, self.input_width, generator=gen)
         tokens = torch.randint(0, self.vocab, (size, TOKENS_PER_SAMPLE), generator=gen)
         y = torch.randn(size, self.output_width, generator=gen)
+        if self.teacher is not None:
+            with torch.no_grad():
+                y = _fit(self.teacher.predict(Batch(x, tokens, y)), self.output_width).cpu()
         return Batch(x.to(device), tokens.to(device), y.to(device))
 
 

@@ -98,7 +98,7 @@ def _worker(ctx: Context, trial: int, plan: SyncPlan) -> dict[str, Any]:
     net: SpecNet | None = None
     tensors: ShardTensors
     if cfg.compute == "real":
-        net = SpecNet(ctx.model, cfg.seed, dev)
+        net = SpecNet(ctx.model, cfg.seed, dev, teacher_seed=cfg.teacher_seed)
         tensors = RealShards(plan, net)
     else:
         tensors = ReplayShards(plan, cfg.scale, cfg.seed, ctx.rank, dev)
