@@ -6,6 +6,7 @@ import typer
 
 from service.cli import (
     admin_commands,
+    calibrate_commands,
     collect_commands,
     cost_commands,
     import_commands,
@@ -29,6 +30,7 @@ spec_commands.register(app)
 import_commands.register(app)
 cost_commands.register(app)
 profile_commands.register(app)
+calibrate_commands.register(app)
 admin_commands.register(app)
 serve_commands.register(app)
 worker_commands.register(app)
