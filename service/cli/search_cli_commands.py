@@ -101,18 +101,41 @@ def describe_strategy(strategy: dict[str, Any]) -> str:
 
 
 def best_table(status: dict[str, Any], trials: list[dict[str, Any]], top: int = 5) -> Table:
-    """The best measured candidates so far and the baselines, with speed-ups."""
-    base = {b["name"]: b.get("median_time") for b in status.get("baselines", [])}
+    """The best measured candidates so far and the baselines, with speed-ups over each family's
+    tuned baseline (its fastest measured member) of the candidate's own space: a lossless candidate
+    against lossless families only, a lossy one against lossy families only."""
+    from search.baselines import family_of, is_lossy_baseline
+    from search.space import space_of
+    from simulator.spec import Strategy
+
+    tuned: dict[str, float] = {}
+    for b in status.get("baselines", []):
+        m, fam = b.get("median_time"), family_of(b["name"])
+        if m and (fam not in tuned or m < tuned[fam]):
+            tuned[fam] = m
     table = Table(title="best so far (measured median iteration time)", expand=False)
-    for col in ("trial", "round", "strategy", "predicted s", "measured s", *[f"vs {n}" for n in base]):
+    for col in (
+        "trial",
+        "round",
+        "space",
+        "strategy",
+        "predicted s",
+        "measured s",
+        *[f"vs {n}" for n in tuned],
+    ):
         table.add_column(col, overflow="fold")
     done = [t for t in trials if t.get("candidate_id") is not None and t.get("median_time")]
     for t in sorted(done, key=lambda t: t["median_time"])[:top]:
-        speed = [f"{b / t['median_time']:.2f}×" if b else "-" for b in base.values()]
+        space = space_of(Strategy.model_validate(t["strategy"]))
+        speed = [
+            f"{b / t['median_time']:.2f}×" if is_lossy_baseline(fam) == (space == "lossy") else "-"
+            for fam, b in tuned.items()
+        ]
         pred = t.get("predicted_time")
         table.add_row(
             str(t["id"]),
             str(t.get("round_index")),
+            space,
             escape(describe_strategy(t["strategy"])),
             f"{pred:.3f}" if pred else "-",
             f"{t['median_time']:.3f}",
@@ -121,10 +144,49 @@ def best_table(status: dict[str, Any], trials: list[dict[str, Any]], top: int = 
     for t in trials:
         if t.get("baseline"):
             m = t.get("median_time")
+            lossy = "lossy" if is_lossy_baseline(t["baseline"]) else "lossless"
             table.add_row(
-                str(t["id"]), "base", t["baseline"], "-", f"{m:.3f}" if m else t["state"], *["" for _ in base]
+                str(t["id"]),
+                "base",
+                lossy,
+                t["baseline"],
+                "-",
+                f"{m:.3f}" if m else t["state"],
+                *["" for _ in tuned],
             )
     return table
+
+
+def honest_lines(status: dict[str, Any]) -> list[str]:
+    """The search's space and, per space, its winner against that space's tuned baselines with the
+    95 % interval of each ratio; a lossy winner carries its accuracy verdict (issue 14)."""
+    s = status["search"]
+    lines = [f"space: {s.get('space', 'lossless')} (compression {s.get('compression', 'none')})"]
+    for f in status.get("families", []):
+        tuned, untuned = f.get("tuned"), f.get("untuned")
+        if tuned:
+            base = (
+                f"untuned {untuned['label']} {untuned['median']:.3f} s" if untuned else "untuned not measured"
+            )
+            lines.append(
+                f"  tuned {f['family']}: {tuned['label']} {tuned['median']:.3f} s "
+                f"(fastest of {f['measured']} measured; {base})"
+            )
+        else:
+            lines.append(f"  tuned {f['family']}: no member measured yet")
+    for rep in status.get("reports", []):
+        w = rep.get("winner")
+        if w is None:
+            lines.append(f"{rep['space']} winner: none measured yet")
+            continue
+        verdict = "" if rep["space"] == "lossless" else f" [{rep['accuracy']}]"
+        lines.append(f"{rep['space']} winner {w['label']}: {w['median']:.3f} s/iteration{verdict}")
+        for r in rep.get("ratios", []):
+            text = f"  {r['ratio']:.2f}x [95% {r['low']:.2f}-{r['high']:.2f}] vs tuned {r['family']} ({r['baseline']})"
+            if r["ratio"] < 1:
+                text += f": not faster; {r['baseline']} stays the choice (1.00x)"
+            lines.append(text)
+    return lines
 
 
 def watch_search(
@@ -181,6 +243,10 @@ def create(
     objective: Annotated[str, typer.Option(help="'time' or 'cost'.")] = "time",
     approval: Annotated[bool, typer.Option(help="Wait for approval before each round's trials.")] = False,
     seed: Annotated[int, typer.Option(help="Sampler seed.")] = 0,
+    compression: Annotated[
+        str,
+        typer.Option(help="Lossy compression the search may use: none (lossless) | fp16 | powersgd | all."),
+    ] = "none",
     name: Annotated[str, typer.Option(help="A label.")] = "",
     as_json: Annotated[bool, typer.Option("--json", help="Print the created search as JSON.")] = False,
     api: ApiOpt = "http://127.0.0.1:8000",
@@ -197,7 +263,13 @@ def create(
         "approval_required": approval,
         "seed": seed,
         "name": name,
+        "compression": compression,
     }
+    if compression not in ("none", "fp16", "powersgd", "all"):
+        typer.echo(
+            f"error: --compression: must be none, fp16, powersgd or all, got {compression!r}", err=True
+        )
+        raise typer.Exit(2)
     client = _client(api, token)
     created = _run(lambda: client.create(body))
     typer.echo(json.dumps(created, indent=2) if as_json else str(created["id"]))
@@ -225,6 +297,8 @@ def status_cmd(
         "candidate trials done"
     )
     console.print(best_table(status, trials))
+    for line in honest_lines(status):
+        console.print(escape(line))
 
 
 @search_app.command("watch")
@@ -237,8 +311,9 @@ def watch_cmd(
     """Follow a search until it ends: a progress bar and the best-so-far table."""
     client = _client(api, token)
     final = _run(lambda: watch_search(client, search_id, Console(), interval))
-    speed = ", ".join(f"{k} {v:.2f}×" for k, v in final.get("speedups", {}).items())
-    typer.echo(f"search {search_id} {final['search']['state']}; speed-up: {speed or 'n/a'}")
+    typer.echo(f"search {search_id} {final['search']['state']}")
+    for line in honest_lines(final):
+        typer.echo(line)
 
 
 def register(app: typer.Typer) -> None:

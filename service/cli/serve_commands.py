@@ -3,8 +3,10 @@
 `serve`: migrate the database, serve the API, run the search loop and an embedded testbed worker.
 `demo`: the same in a fresh data folder, then create a small search through the HTTP API, watch it
 run on the emulated cluster, and print the best strategy, its measured time and its speed-up over
-the Horovod and PS baselines. Where network namespaces are not allowed (no root), the testbed falls
-back to unshaped loopback and the demo says so.
+the tuned Horovod and PS baseline families (fastest measured member of each) with the 95 % interval
+of each ratio. The search is lossless unless ``--compression`` opts in; a lossy winner is compared
+with the lossy baselines only and gets a time-to-accuracy check (``runtime.accuracy``). Where network
+namespaces are not allowed (no root), the testbed falls back to unshaped loopback and the demo says so.
 """
 
 from __future__ import annotations
@@ -21,7 +23,13 @@ from rich.console import Console
 from rich.markup import escape
 
 from runtime.worker import TOKEN_ENV
-from service.cli.search_cli_commands import SearchClient, best_table, describe_strategy, watch_search
+from service.cli.search_cli_commands import (
+    SearchClient,
+    best_table,
+    describe_strategy,
+    honest_lines,
+    watch_search,
+)
 from service.loop_stack import Stack, StackConfig
 from service.settings import Settings
 
@@ -71,6 +79,9 @@ def demo(
     per_round: Annotated[int, typer.Option(help="Candidates per round.")] = 3,
     samples: Annotated[int, typer.Option(help="Strategies sampled and scored per round.")] = 300,
     iterations: Annotated[int, typer.Option(help="Measured iterations per trial.")] = 6,
+    compression: Annotated[
+        str, typer.Option(help="none (lossless, default) | fp16 | powersgd | all: lossy compression opt-in.")
+    ] = "none",
     data_dir: Annotated[
         Path | None, typer.Option(help="Data folder (default: a fresh temporary one, removed after).")
     ] = None,
@@ -108,6 +119,7 @@ def demo(
                 "candidates_per_round": per_round,
                 "samples_per_round": samples,
                 "name": "demo",
+                "compression": compression,
             }
             started = time.monotonic()
             search_id = int(client.create(body)["id"])
@@ -148,12 +160,32 @@ def _print_result(
         f"[bold]best strategy[/] (trial {best['id']}): {escape(describe_strategy(best['strategy']))}"
     )
     console.print(f"  measured median iteration time: {best['median_time']:.3f} s")
-    for b in final.get("baselines", []):
-        m = b.get("median_time")
-        sp = final.get("speedups", {}).get(b["name"])
-        console.print(
-            f"  {b['name']}: {m:.3f} s → speed-up {sp:.2f}×" if m and sp else f"  {b['name']}: {b['state']}"
-        )
+    for line in honest_lines(final):
+        console.print(escape(line))
+    lossy = next((r for r in final.get("reports", []) if r["space"] == "lossy" and r.get("winner")), None)
+    if lossy is not None:
+        console.print(escape(accuracy_line(final, trials, lossy)))
+
+
+def accuracy_line(final: dict[str, Any], trials: list[dict[str, Any]], lossy: dict[str, Any]) -> str:
+    """Run the time-to-accuracy check of the lossy winner (runtime.accuracy) against the fastest
+    tuned lossless baseline, on the search's cluster topology; its verdict in one line."""
+    from runtime.accuracy import time_to_accuracy
+    from simulator import zoo
+    from simulator.spec import Strategy
+
+    label = lossy["winner"]["label"]
+    winner = next((t for t in trials if f"candidate:{t.get('candidate_id')}" == label), None)
+    base = [f["tuned"] for f in final.get("families", []) if not f["lossy"] and f.get("tuned")]
+    if winner is None or not base:
+        return f"{label}: lossy, accuracy not verified (no lossless baseline measured)"
+    fastest = min(base, key=lambda m: m["median"])
+    check = time_to_accuracy(
+        Strategy.model_validate(winner["strategy"]),
+        zoo.cluster(final["search"]["cluster_name"]),  # the demo's clusters are zoo clusters
+        step_times=(fastest["median"], lossy["winner"]["median"]),
+    )
+    return f"{label} vs {fastest['label']}: {check.verdict()}"
 
 
 def json_env(trial: dict[str, Any]) -> str:

@@ -1,0 +1,38 @@
+"""`strategist search create --compression`: lossless by default, lossy only when asked, bad values exit 2."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from typer.testing import CliRunner
+
+from service.cli import app
+from service.cli.search_cli_commands import SearchClient
+
+
+@pytest.fixture
+def sent(monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]]:
+    bodies: list[dict[str, Any]] = []
+
+    def create(self: SearchClient, body: dict[str, Any]) -> dict[str, Any]:
+        bodies.append(body)
+        return {"id": 7}
+
+    monkeypatch.setattr(SearchClient, "create", create)
+    return bodies
+
+
+def test_default_is_lossless_and_opt_in_is_sent(sent: list[dict[str, Any]]) -> None:
+    base = ["search", "create", "--model", "NCF-dense", "--cluster", "B9", "--token", "t"]
+    assert CliRunner().invoke(app, base).exit_code == 0
+    r = CliRunner().invoke(app, [*base, "--compression", "powersgd"])
+    assert r.exit_code == 0 and r.output.strip() == "7"
+    assert [b["compression"] for b in sent] == ["none", "powersgd"]
+
+
+def test_unknown_compression_is_one_line_exit_2(sent: list[dict[str, Any]]) -> None:
+    r = CliRunner().invoke(app, ["search", "create", "--model", "m", "--cluster", "c", "--token", "t",
+                                 "--compression", "int8"])  # fmt: skip
+    assert r.exit_code == 2 and "--compression" in r.output and "int8" in r.output
+    assert sent == []
