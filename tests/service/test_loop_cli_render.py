@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from rich.console import Console
 
 from service.cli.search_cli_commands import best_table, describe_strategy, honest_lines
@@ -36,7 +38,7 @@ def test_best_table_ranks_measured_candidates_and_compares_like_with_like() -> N
             {"name": "horovod-fp16@64MiB", "median_time": 0.5},
         ]
     }
-    trials = [
+    trials: list[dict[str, Any]] = [
         {"id": 1, "baseline": "horovod@64MiB", "candidate_id": None, "median_time": 0.8, "state": "succeeded",
          "strategy": LOSSLESS, "round_index": None},
         {"id": 2, "baseline": None, "candidate_id": 7, "median_time": 0.3, "predicted_time": 0.25,
