@@ -59,8 +59,9 @@ def check_api() -> None:
 class EventLog:
     """What one stage process did, on the host's monotonic clock: (kind, micro-batch, start, end).
 
-    kinds: 'F', 'B' (compute only; a wait for the input ended at ``start``), 'SEND_F'/'SEND_B'
-    (when the send was posted, start == end), 'REDUCE' (gradient scaling + data-parallel sync).
+    kinds: 'F', 'B' (compute only; a wait for the input ended at ``start``), 'SEND_F'/'SEND_B'/
+    'RECV_F'/'RECV_B' (when the operation was built, just before it is posted; start == end up to
+    the call's own cost), 'REDUCE' (gradient scaling + data-parallel sync).
     """
 
     events: list[tuple[str, int, float, float]] = field(default_factory=list)
@@ -88,6 +89,8 @@ def make_stage(
     _time_method(st, "backward_one_chunk", "B", log)
     _time_method(st, "get_fwd_send_ops", "SEND_F", log)
     _time_method(st, "get_bwd_send_ops", "SEND_B", log)
+    _time_method(st, "get_fwd_recv_ops", "RECV_F", log)
+    _time_method(st, "get_bwd_recv_ops", "RECV_B", log)
     return st
 
 

@@ -236,9 +236,9 @@ def _measure(
             busy.append(sum(e - s for k, _, s, e in rec["events"] if k in ("F", "B") and t0 <= s < t1))
         compute.append(sum(busy) / len(busy))
     env: dict[str, Any] = {"torch": torch.__version__, "launcher": type(launcher).__name__}
-    envf = getattr(launcher, "environment", None)
-    if callable(envf):
-        env["launcher_environment"] = envf()
+    extra = getattr(launcher, "environment", None)
+    if isinstance(extra, dict):
+        env["launcher_environment"] = extra
     w = cfg.warmup
     return Measurement(
         iteration_times=tuple(times[w:]),

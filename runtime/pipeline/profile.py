@@ -1,0 +1,88 @@
+"""End-to-end cross-stage transfer times and per-stage compute profiled from a run's event logs.
+
+Ada-Grouper §4.3 measures "the cross-stage communication time directly" rather than bandwidth.
+Here a transfer sample is taken at the receiver: when a compute action (F on stage s > 0, B on
+stage s < P-1) had to wait for its input — it started more than ``min_wait_s`` after the stage's
+previous logged action ended — the input arrived just before the compute started, so
+``compute start - max(send post on the neighbour, own receive post)`` is the end-to-end time of
+that transfer, queueing behind earlier messages on the link included (the event simulation adds
+the wait for a late receive post itself, so it is not counted twice). Inputs that were already there when the
+stage asked tell only an upper bound and are not sampled. Every process of a host reads the same
+``time.monotonic()`` clock (network namespaces share it), so the two ends' times compare.
+
+Compute samples are the F / B event durations per stage (the paper profiles them once; devices are
+not preempted). Samples feed a ``simulator.pipeline.cost.TransferWindow`` (moving average).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Mapping
+from dataclasses import dataclass
+from statistics import median
+from typing import Any
+
+from simulator.pipeline.cost import TransferWindow
+
+
+@dataclass(frozen=True)
+class Profile:
+    """Per-link transfer samples (seconds, in the order observed) and per-stage median compute."""
+
+    transfers: dict[tuple[int, int], list[float]]
+    fwd: list[float]
+    bwd: list[float]
+
+    def feed(self, window: TransferWindow) -> TransferWindow:
+        for link, samples in self.transfers.items():
+            for t in samples:
+                window.add(link, t)
+        return window
+
+
+def profile_records(records: Mapping[int, Mapping[str, Any]], min_wait_s: float = 1e-3) -> Profile:
+    """Transfer and compute samples from ``PipelineRun.records`` (every rank's event log)."""
+    by_pos: dict[tuple[int, int], Mapping[str, Any]] = {
+        (int(rec["replica"]), int(rec["stage"])): rec for rec in records.values()
+    }
+    P = 1 + max(s for _, s in by_pos)
+    posts: dict[tuple[int, int, str, int], list[float]] = defaultdict(list)
+    for (d, s), rec in by_pos.items():
+        for kind, mb, t0, _ in rec["events"]:
+            if kind in ("SEND_F", "SEND_B", "RECV_F", "RECV_B"):
+                posts[(d, s, kind, int(mb))].append(float(t0))
+    transfers: dict[tuple[int, int], list[float]] = defaultdict(list)
+    fwd: dict[int, list[float]] = defaultdict(list)
+    bwd: dict[int, list[float]] = defaultdict(list)
+    for (d, s), rec in sorted(by_pos.items()):
+        seen: dict[tuple[str, int], int] = defaultdict(int)
+        prev_end = None
+        for kind, mb, t0, t1 in rec["events"]:
+            if kind in ("F", "B"):
+                (fwd if kind == "F" else bwd)[s].append(t1 - t0)
+                nth = seen[(kind, mb)]
+                seen[(kind, mb)] += 1
+                src = s - 1 if kind == "F" else s + 1
+                if 0 <= src < P and prev_end is not None and t0 - prev_end > min_wait_s:
+                    sent = posts.get((d, src, "SEND_" + kind, int(mb)), [])
+                    got = posts.get((d, s, "RECV_" + kind, int(mb)), [])
+                    if nth < len(sent) and nth < len(got) and max(sent[nth], got[nth]) <= t0:
+                        transfers[(src, s)].append(t0 - max(sent[nth], got[nth]))
+            prev_end = None if kind == "REDUCE" else t1
+    return Profile(
+        dict(transfers),
+        [median(fwd[s]) if fwd[s] else 0.0 for s in range(P)],
+        [median(bwd[s]) if bwd[s] else 0.0 for s in range(P)],
+    )
+
+
+def gantt(records: Mapping[int, Mapping[str, Any]]) -> list[tuple[int, int, str, int, float, float]]:
+    """(replica, stage, F|B, micro-batch, start, end) of every compute, from the run's start."""
+    t_min = min(float(rec["steps"][0][1]) for rec in records.values())
+    rows = [
+        (int(rec["replica"]), int(rec["stage"]), str(kind), int(mb), t0 - t_min, t1 - t_min)
+        for rec in records.values()
+        for kind, mb, t0, t1 in rec["events"]
+        if kind in ("F", "B")
+    ]
+    return sorted(rows, key=lambda row: (row[0], row[1], row[4]))

@@ -1,0 +1,56 @@
+"""Transfer and compute samples from event logs (hand-made logs with known answers)."""
+
+from __future__ import annotations
+
+import pytest
+
+from runtime.pipeline.profile import gantt, profile_records
+from simulator.pipeline.cost import TransferWindow
+
+
+def records() -> dict[int, dict[str, object]]:
+    # stage 0 sends activation 0 at 1.0; stage 1 posted its receive at 0.5, waited from 0.6 (its last
+    # action) and started F0 at 1.3 -> sample 0.3. Activation 1 is sent at 2.0 but stage 1 only posts
+    # the receive at 2.5 and starts F1 at 2.9 after idling from 2.55 -> sample 0.4 (from the later post).
+    # The gradient of mb 0 is sent at 4.0; stage 0 starts B0 at 4.2 without having waited (its previous
+    # action ended at 4.1995) -> no sample.
+    s0 = [
+        ["F", 0, 0.0, 1.0],
+        ["SEND_F", 0, 1.0, 1.0],
+        ["F", 1, 1.0, 2.0],
+        ["SEND_F", 1, 2.0, 2.0],
+        ["RECV_B", 0, 2.0, 2.0],
+        ["F", 9, 2.0, 4.1995],
+        ["B", 0, 4.2, 6.2],
+    ]
+    s1 = [
+        ["RECV_F", 0, 0.5, 0.5],
+        ["SEND_B", 7, 0.6, 0.6],
+        ["F", 0, 1.3, 2.3],
+        ["RECV_F", 1, 2.5, 2.5],
+        ["SEND_B", 8, 2.55, 2.55],
+        ["F", 1, 2.9, 3.9],
+        ["B", 0, 3.9, 4.0],
+        ["SEND_B", 0, 4.0, 4.0],
+    ]
+    return {
+        0: {"replica": 0, "stage": 0, "events": s0, "steps": [[0, 0.0, 6.2]]},
+        1: {"replica": 0, "stage": 1, "events": s1, "steps": [[0, 0.5, 4.0]]},
+    }
+
+
+def test_transfer_samples_only_when_the_receiver_waited() -> None:
+    prof = profile_records(records())
+    assert prof.transfers[(0, 1)] == pytest.approx([0.3, 0.4])
+    assert (1, 0) not in prof.transfers
+    assert prof.fwd == pytest.approx([1.0, 1.0])  # medians of F durations (1, 1, 2.1995) and (1, 1)
+    assert prof.bwd == pytest.approx([2.0, 0.1])
+    w = prof.feed(TransferWindow(window=1))
+    assert w.mean((0, 1)) == pytest.approx(0.4)
+
+
+def test_gantt_is_relative_to_the_first_step() -> None:
+    rows = gantt(records())
+    assert rows[0] == (0, 0, "F", 0, 0.0, 1.0)
+    assert (0, 1, "B", 0, pytest.approx(3.9), pytest.approx(4.0)) in rows
+    assert all(kind in ("F", "B") for _, _, kind, _, _, _ in rows)
