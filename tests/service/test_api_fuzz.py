@@ -24,6 +24,7 @@ from hypothesis import HealthCheck, Phase, given, seed, settings
 from hypothesis.errors import Unsatisfiable
 from schemathesis import GenerationMode
 from schemathesis.core.failures import FailureGroup
+from schemathesis.core.result import Ok
 from schemathesis.specs.openapi.checks import (
     content_type_conformance,
     response_schema_conformance,
@@ -79,6 +80,9 @@ def fuzz(app: FastAPI, headers: dict[str, str], per_operation: int, *, skip: tup
     schema = schemathesis.openapi.from_asgi("/openapi.json", app)
     tally = Tally()
     for result in schema.get_all_operations():
+        if not isinstance(result, Ok):  # an operation the schema describes wrongly is a failure too
+            tally.failures.append(f"invalid schema: {result.err()}")
+            continue
         operation = result.ok()
         if operation.label in skip:
             continue
