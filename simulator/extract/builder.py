@@ -17,6 +17,9 @@ Rules (documented in datasets/README.md, "Model import"):
 - FLOPs and activation bytes are per sample: the traced batch's totals divided by its size.
   Activation bytes are the bytes of the layer's output tensors that another layer (or folded
   segment) reads, or that the model returns; outputs of folded segments are not counted.
+- Roofline inputs: a layer's ``fwd_bytes`` / ``fwd_kernels`` are its ops' activation bytes read
+  + written and kernel launches, per sample, plus those of the folded segments that follow it
+  (``_roofline_work``).
 - A parameter belongs to the layer that reads it first; it is sparse (``Variable.sparse``) when
   ``sparse_embeddings`` is on and every op that reads it is an embedding lookup. Its expected
   density is the expected fraction of distinct rows that ``n = batch_size * lookups_per_sample``
@@ -106,6 +109,33 @@ def _variable(trace: Trace, name: str, opts: BuildOptions) -> Variable:
     return Variable(name=name, shape=tuple(p.shape), dtype=_DTYPES[p.dtype], sparse=sparse, density=density)
 
 
+def _roofline_work(
+    segs: list[Segment], kept: set[int], resolved: dict[int, list[int]]
+) -> tuple[dict[int, float], dict[int, int]]:
+    """Bytes and kernels of every kept layer, its folded segments' included.
+
+    A folded segment (an activation, pooling, dropout, a reshape that copies) is charged to the
+    latest layer it reads from; one that reads no layer (work on the model input) to the next
+    kept layer.
+    """
+    moved = {i: 0.0 for i in kept}
+    kernels = {i: 0 for i in kept}
+    pending_bytes, pending_kernels = 0.0, 0
+    for s in segs:
+        if s.index in kept:
+            moved[s.index] += s.bytes + pending_bytes
+            kernels[s.index] += s.kernels + pending_kernels
+            pending_bytes, pending_kernels = 0.0, 0
+        elif resolved[s.index]:
+            owner = max(resolved[s.index])
+            moved[owner] += s.bytes
+            kernels[owner] += s.kernels
+        else:
+            pending_bytes += s.bytes
+            pending_kernels += s.kernels
+    return moved, kernels
+
+
 def build_spec(trace: Trace, opts: BuildOptions) -> ModelSpec:
     """Fold, name and type the trace's segments into a validated ModelSpec."""
     segs = trace.segments
@@ -139,6 +169,7 @@ def build_spec(trace: Trace, opts: BuildOptions) -> ModelSpec:
             stacklevel=2,
         )
     order = {n: k for k, n in enumerate(trace.params)}  # registration order within a layer
+    moved, kernels = _roofline_work(segs, kept_set, resolved)
     layers = []
     for i in kept:
         s = segs[i]
@@ -149,6 +180,8 @@ def build_spec(trace: Trace, opts: BuildOptions) -> ModelSpec:
                 kind=_kind(s),
                 fwd_flops=s.flops / opts.trace_batch,
                 activation_bytes=act / opts.trace_batch,
+                fwd_bytes=moved[i] / opts.trace_batch,
+                fwd_kernels=kernels[i],
                 variables=tuple(_variable(trace, n, opts) for n in sorted(s.params, key=order.__getitem__)),
                 inputs=tuple(names[r] for r in resolved[i]),
             )

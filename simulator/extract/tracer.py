@@ -11,7 +11,10 @@ recorder notes
 - data flow: which earlier segment produced each tensor argument (a tensor's producer is the
   segment of the last op that returned it, so in-place ops hand a tensor on);
 - parameters: the segment that first uses a parameter owns it; tied parameters are one tensor,
-  so they are owned once; an embedding lookup counts the indices it reads.
+  so they are owned once; an embedding lookup counts the indices it reads;
+- roofline inputs (issue 15): the bytes of every non-parameter tensor an op reads and of what it
+  writes (an embedding lookup also reads the rows it returns), and one kernel per op that is
+  not a view.
 
 Why not ``torch.fx.symbolic_trace`` or ``torch.export``: symbolic tracing fails on models with
 data-dependent Python control flow (the transformers models), and export specialises and lowers
@@ -49,6 +52,8 @@ class Segment:
     params: list[str] = field(default_factory=list)  # parameters first used here, in use order
     inputs: list[int] = field(default_factory=list)  # producer segments of the tensors read here
     exported: dict[int, torch.Tensor] = field(default_factory=dict)  # outputs read elsewhere
+    bytes: float = 0.0  # activation bytes the ops read + write (parameters and buffers excluded)
+    kernels: int = 0  # ops that launch a kernel (views excluded)
 
 
 @dataclass
@@ -117,6 +122,12 @@ class _Recorder(TorchDispatchMode):
         before = self.counter.get_total_flops()
         out = func(*args, **kwargs)
         flops = float(self.counter.get_total_flops() - before)
+        if not _is_view(func):
+            seg.kernels += 1
+            moved = sum(self._activation_bytes(t) for t in tree_leaves((args, kwargs)))
+            written = sum(_nbytes(t) for t in tree_leaves(out))
+            # An embedding lookup reads the rows it returns (its table is a parameter, excluded).
+            seg.bytes += moved + written * (2 if op in EMBEDDING_OPS else 1)
         if flops:
             seg.flops += flops
             seg.op_flops[op] = seg.op_flops.get(op, 0.0) + flops
@@ -125,6 +136,15 @@ class _Recorder(TorchDispatchMode):
             if isinstance(t, torch.Tensor) and ids not in self.buffer_ids and ids not in self.param_name:
                 self.producer[ids] = (seg.index, t)
         return out
+
+    def _activation_bytes(self, t: object) -> int:
+        """Bytes of an op argument that is an activation (not a parameter or buffer)."""
+        if not isinstance(t, torch.Tensor):
+            return 0
+        base = t._base if t._base is not None else t  # w.t() is a view of a parameter
+        if id(base) in self.param_name or id(base) in self.buffer_ids:
+            return 0
+        return _nbytes(t)
 
     def _read(self, seg: Segment, op: str, t: torch.Tensor) -> None:
         name = self.param_name.get(id(t))
@@ -147,6 +167,20 @@ class _Recorder(TorchDispatchMode):
             src = self.producer.get(id(t))
             if src is not None:
                 self.segments[src[0]].exported[_base_id(src[1])] = src[1]
+
+
+def _nbytes(t: object) -> int:
+    return t.numel() * t.element_size() if isinstance(t, torch.Tensor) else 0
+
+
+def _is_view(func: Any) -> bool:
+    """Views, aliases and metadata ops launch no kernel and move no bytes."""
+    return bool(getattr(func, "is_view", False)) or str(func).split(".")[1] in _NO_KERNEL
+
+
+_NO_KERNEL = frozenset(
+    {"detach", "alias", "view", "_unsafe_view", "t", "expand", "size", "stride", "sym_size"}
+)
 
 
 def _base_id(t: torch.Tensor) -> int:

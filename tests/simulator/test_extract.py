@@ -257,3 +257,17 @@ def test_a_forward_that_needs_values_falls_back_to_cpu() -> None:
         spec = extract_model(model, torch.empty(2, 3), name="dd")
     assert [layer.name for layer in spec.layers] == ["fc", "other"]  # zeros: sum >= 0
     assert spec.params == 12 + 20 and spec.fwd_flops == 2 * 3 * 3 + 2 * 3 * 5
+
+
+def test_roofline_fields_count_activation_bytes_and_kernels_with_folded_ops() -> None:
+    # Linear(10, 20) then ReLU (folded into it): addmm reads the 10-float input and writes 20
+    # floats (bias and the transposed weight are parameters: not activation traffic), ReLU reads
+    # and writes 20 floats: (10 + 20 + 20 + 20) · 4 = 280 bytes per sample, two kernels (the
+    # transpose is a view). The last Linear(20, 5): (20 + 5) · 4 = 100 bytes, one kernel.
+    m = torch.nn.Sequential(torch.nn.Linear(10, 20), torch.nn.ReLU(), torch.nn.Linear(20, 5))
+    spec = extract_model(m, torch.empty(4, 10), name="mlp")
+    assert [(layer.fwd_bytes, layer.fwd_kernels) for layer in spec.layers] == [(280.0, 2), (100.0, 1)]
+    # A 3x3 conv on 3x8x8 with 8 output channels: reads 3·64 floats, writes 8·64: 2816 bytes.
+    conv = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.ReLU())
+    first = extract_model(conv, torch.empty(2, 3, 8, 8), name="conv").layers[0]
+    assert first.fwd_bytes == (3 * 64 + 8 * 64 + 2 * 8 * 64) * 4 and first.fwd_kernels == 2
