@@ -2,9 +2,23 @@
 
 Records go to ``datasets/runtimes/<model>__<cluster>/<name>.jsonl`` (gzip-compressed to
 ``.jsonl.gz`` at the end when the file is large); the format is documented in datasets/README.md,
-"Runtime records". The baselines of ``simulator.analytical.baselines`` are measured first in every
-collection and flagged ``"baseline": true``. This module takes the strategies to run as an
-iterable, so ``runtime`` stays independent of ``search`` (the CLI draws them with a sampler).
+"Runtime records". This module takes the strategies to run as an iterable, so ``runtime`` stays
+independent of ``search`` (the CLI draws them with a sampler).
+
+The measurement protocol (issue 13; runtime/testbed/README.md, "Measurement protocol"):
+
+- **Resumable**: a collection appends to its file and skips every strategy already measured there
+  (by ``strategy_key``), so an interrupted collection is continued by running the same command.
+- **Interleaved**: ``interleave`` puts the baselines at seeded random positions among the sampled
+  strategies, so slow drift of the host cannot favour either side.
+- **Clean tree**: ``require_clean_tree`` refuses to write into the repository's datasets/ from a
+  tree with uncommitted code changes; every record names the commit it was measured at.
+- **Quiet host**: a trial during which other processes used more than ``max_foreign_share`` of
+  the host's CPU (``runtime.executor.hostload``) is measured again, up to ``retries`` times, after
+  a pause; the attempt with the least background load is kept and flagged ``"noisy"`` if even
+  that one was over the limit.
+- Each record stores the median, its 95 % bootstrap interval, the time dilation and the
+  per-call overhead measured in that trial.
 """
 
 from __future__ import annotations
@@ -12,11 +26,13 @@ from __future__ import annotations
 import gzip
 import json
 import platform
+import random
 import shutil
 import socket
 import statistics
 import subprocess
-from collections.abc import Callable, Iterable, Iterator
+import time
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -27,12 +43,23 @@ import torch
 from runtime.executor import ExecutorConfig, ExecutorSession
 from runtime.testbed import make_launcher
 from simulator.analytical import BASELINES, baseline
-from simulator.spec import ClusterSpec, ModelSpec, Strategy
+from simulator.metrics import median_ci95
+from simulator.spec import ClusterSpec, ModelSpec, Strategy, strategy_key
 from simulator.spec.measurement import Measurement
 
-FORMAT = "strategist.runtime/1"
+FORMAT = "strategist.runtime/2"
 REPO_ROOT = Path(__file__).resolve().parents[1]
 GZIP_ABOVE_BYTES = 4 << 20  # files larger than this are compressed when the collection ends
+#: Share of the host's CPU that other processes may use during a trial before it is measured again.
+MAX_FOREIGN_SHARE = 0.25
+#: Measurements again of a noisy trial (the least noisy attempt is kept).
+RETRIES = 2
+#: Seconds to wait before measuring a noisy trial again.
+SETTLE_S = 10.0
+
+
+class DirtyTreeError(RuntimeError):
+    """The repository has uncommitted code changes; records would not name the code they came from."""
 
 
 @dataclass(frozen=True)
@@ -49,11 +76,44 @@ def git_commit() -> str:
     try:
         head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO_ROOT, capture_output=True,
                               text=True, timeout=10, check=True).stdout.strip()  # fmt: skip
-        dirty = subprocess.run(["git", "diff", "--quiet", "HEAD", "--", "runtime", "simulator"],
+        dirty = subprocess.run(["git", "diff", "--quiet", "HEAD", "--", ".", ":(exclude)datasets"],
                                cwd=REPO_ROOT, timeout=10).returncode  # fmt: skip
     except (OSError, subprocess.SubprocessError):
         return "unknown"
     return head + ("-dirty" if dirty else "")
+
+
+def require_clean_tree(out: Path) -> None:
+    """Refuse to write under the repository's ``datasets/`` from a tree with uncommitted changes
+    (tracked files outside ``datasets/``): every record must name code that exists in the history."""
+    try:
+        out.resolve().relative_to((REPO_ROOT / "datasets").resolve())
+    except ValueError:
+        return  # elsewhere (a scratch folder, a test): the commit is recorded as it is
+    commit = git_commit()
+    if commit == "unknown" or commit.endswith("-dirty"):
+        raise DirtyTreeError(
+            f"refusing to write into {out}: the working tree has uncommitted changes outside datasets/ "
+            f"(commit: {commit}); commit them first so every record names the code that measured it"
+        )
+
+
+def interleave(baselines: Sequence[Trial], sampled: Sequence[Trial], seed: int) -> list[Trial]:
+    """The sampled trials in order, with the baselines inserted at seeded random positions."""
+    rng = random.Random(seed)
+    out = list(sampled)
+    for b in baselines:
+        out.insert(rng.randint(0, len(out)), b)
+    return out
+
+
+def measured_keys(path: Path) -> set[str]:
+    """Strategy keys already measured in ``path`` (or its ``.gz``), for resuming a collection."""
+    keys: set[str] = set()
+    for p in (path, path.with_name(path.name + ".gz")):
+        if p.is_file():
+            keys.update(strategy_key(Strategy.model_validate(r["strategy"])) for r in load_records(p))
+    return keys
 
 
 def collection_environment() -> dict[str, Any]:
@@ -72,6 +132,8 @@ def record(
 ) -> dict[str, Any]:
     """The JSON record of one measured trial (see datasets/README.md, "Runtime records")."""
     ok = m.ok
+    env_m = m.environment
+    ci = median_ci95(m.iteration_times) if ok else None
     return {
         "format": FORMAT,
         "model": model.name,
@@ -85,7 +147,12 @@ def record(
         "ok": ok,
         "failure": m.failure,
         "median_s": m.median if ok else None,
+        "median_ci95_s": list(ci) if ci else None,
         "spread": m.spread if ok else None,
+        "dilation": env_m.get("dilation", 1.0),
+        "per_call_overhead_s": env_m.get("per_call_overhead_s"),
+        "foreign_cpu_share": env_m.get("foreign_cpu_share"),
+        "noisy": _noisy(m, MAX_FOREIGN_SHARE),
         "compute_s": _median(m.compute_times) if ok else None,
         "sync_wait_s": _median(m.sync_wait_times) if ok else None,
         "measurement": m.model_dump(mode="json"),
@@ -95,6 +162,11 @@ def record(
 
 def _median(xs: tuple[float, ...]) -> float | None:
     return statistics.median(xs) if xs else None
+
+
+def _noisy(m: Measurement, limit: float) -> bool:
+    share = m.environment.get("foreign_cpu_share")
+    return share is not None and share > limit
 
 
 def baseline_trials(model: ModelSpec, cluster: ClusterSpec) -> list[Trial]:
@@ -118,20 +190,46 @@ def collect(
     config: ExecutorConfig,
     allow_fallback: bool = True,
     on_record: Callable[[dict[str, Any]], None] | None = None,
+    max_foreign_share: float = MAX_FOREIGN_SHARE,
+    retries: int = RETRIES,
+    settle_s: float = SETTLE_S,
 ) -> Path:
-    """Measure every trial on the testbed for ``cluster`` (scale = ``config.scale``), one session.
+    """Measure every trial not yet in ``out`` on the testbed for ``cluster``, in one session.
 
-    Each record is appended to ``out`` and flushed as soon as it is measured, so an interrupted
-    collection keeps what it measured. Returns the final path (``.jsonl.gz`` if compressed).
+    Bandwidth is divided by ``config.link_scale`` (scale × dilation). Each record is appended to
+    ``out`` and flushed as soon as it is measured, so an interrupted collection keeps what it
+    measured and the same call later continues it. Returns the final path (``.jsonl.gz`` if
+    compressed). Raises DirtyTreeError before measuring anything when ``out`` lies in the
+    repository's datasets/ and the code has uncommitted changes.
     """
+    require_clean_tree(out)
     env = collection_environment()
+    gz = out.with_name(out.name + ".gz")
+    if gz.is_file():  # resuming a compressed collection: append to its plain form
+        with gzip.open(gz, "rb") as src, out.open("ab") as dst:
+            shutil.copyfileobj(src, dst)
+        gz.unlink()
+    done = measured_keys(out)
+    todo = [t for t in trials if strategy_key(t.strategy) not in done]
+    if not todo:
+        return compress_if_large(out)
     with (
-        make_launcher(cluster, config.scale, allow_fallback=allow_fallback) as launcher,
+        make_launcher(cluster, config.link_scale, allow_fallback=allow_fallback) as launcher,
         ExecutorSession(model, cluster, launcher, config) as session,
         out.open("a") as f,
     ):
-        for trial in trials:
-            rec = record(model, cluster, trial, session.run(trial.strategy), env)
+        for trial in todo:
+            m = session.run(trial.strategy)
+            attempts = 1
+            while m.ok and _noisy(m, max_foreign_share) and attempts <= retries:
+                time.sleep(settle_s)
+                again = session.run(trial.strategy)
+                attempts += 1
+                share = again.environment.get("foreign_cpu_share", 1.0)
+                if again.ok and share < m.environment.get("foreign_cpu_share", 1.0):
+                    m = again
+            rec = record(model, cluster, trial, m, env)
+            rec["attempts"] = attempts
             f.write(json.dumps(rec, separators=(",", ":")) + "\n")
             f.flush()
             if on_record is not None:

@@ -30,17 +30,19 @@ from simulator.spec.measurement import Measurement
 
 
 def executor_config(options: dict[str, Any], cluster: ClusterSpec) -> Any:
-    """The ExecutorConfig for ``options``; the testbed's scale is chosen for ``cluster``."""
+    """The ExecutorConfig for ``options``; the testbed's scale and time dilation are chosen for
+    ``cluster`` (``runtime.testbed.dilated_scales``) unless ``options`` name them."""
     from runtime.executor import ExecutorConfig
-    from runtime.testbed import suggest_scale
+    from runtime.testbed import dilated_scales
 
     known = {f.name for f in fields(ExecutorConfig)}
     kwargs = {k: v for k, v in options.items() if k in known}
     if options.get("pool") == "gpu":
         kwargs.setdefault("backend", "nccl")
         kwargs.setdefault("scale", 1.0)
-    else:
-        kwargs.setdefault("scale", suggest_scale(cluster))
+    elif kwargs.get("compute", "replay") == "replay" and "scale" not in kwargs:
+        scale, dilation = dilated_scales(cluster, kwargs.get("dilation"))
+        kwargs.update(scale=scale, dilation=dilation)
     return ExecutorConfig(**kwargs)
 
 
@@ -59,7 +61,7 @@ def open_session(
         return
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", RuntimeWarning)
-        with make_launcher(cluster, config.scale, allow_fallback=True) as launcher:
+        with make_launcher(cluster, config.link_scale, allow_fallback=True) as launcher:
             for w in caught:
                 print(f"worker_trial: {w.message}", file=sys.stderr)
             env = dict(getattr(launcher, "environment", {}) or {})

@@ -7,6 +7,7 @@ measured runtimes do. All functions take ``predicted`` (any score where lower me
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 
 import numpy as np
@@ -84,3 +85,14 @@ def ranking_metrics(predicted: np.ndarray, measured: np.ndarray) -> RankingMetri
         kendall_tau=kendall_tau(predicted, measured),
         top5_regret=top_k_regret(predicted, measured, k=5),
     )
+
+
+def median_ci95(times: Sequence[float], n: int = 2000, seed: int = 0) -> tuple[float, float]:
+    """95 % percentile-bootstrap interval of the median of ``times`` (resampled with replacement)."""
+    x = np.asarray(times, dtype=np.float64)
+    if x.size == 0:
+        raise ValueError("median_ci95: no times")
+    rng = np.random.default_rng(seed)
+    meds = np.median(x[rng.integers(0, x.size, size=(n, x.size))], axis=1)
+    lo, hi = np.percentile(meds, [2.5, 97.5])
+    return float(lo), float(hi)

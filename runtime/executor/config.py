@@ -24,8 +24,17 @@ class ExecutorConfig:
     startup_timeout_s: float = 120.0
     # Backend of the workers' collectives: 'gloo' (CPU) or 'nccl' (CUDA). PS traffic is always gloo.
     backend: Literal["gloo", "nccl"] = "gloo"
-    # Bytes communicated are divided by this (the testbed divides bandwidth by the same factor).
+    # Bytes communicated are divided by this (the testbed divides bandwidth by scale × dilation).
     scale: float = 1.0
+    # Time dilation D (replay only): every shaped link runs D times slower than ``scale`` alone
+    # would make it and every replayed layer takes D times longer, so the emulated cluster runs
+    # D times slower than the real one and every reported time is divided by D. Fixed per-call
+    # software costs of this host (gloo, Python, wake-ups on shared cores) shrink by D relative to
+    # the cluster's transfers and compute (runtime/testbed/README.md, "Time dilation").
+    dilation: float = 1.0
+    # Repetitions of the per-call overhead probe run before every trial (0: no probe): a
+    # 1-element all-reduce over the workers and a 1-element PS round, medians stored per trial.
+    probe_repeats: int = 10
     # SGD learning rate, applied by workers (collective shards) and servers (PS shards).
     lr: float = 0.01
     # Seed of parameter initialisation, synthetic data and PowerSGD's initial Q.
@@ -59,6 +68,13 @@ class ExecutorConfig:
             (self.backend in ("gloo", "nccl"), "backend", f"must be 'gloo' or 'nccl', got {self.backend!r}"),
             (self.scale >= 1.0, "scale", "must be >= 1"),
             (self.compute == "replay" or self.scale == 1.0, "scale", "must be 1 in real mode (real tensors)"),
+            (self.dilation >= 1.0, "dilation", "must be >= 1"),
+            (
+                self.compute == "replay" or self.dilation == 1.0,
+                "dilation",
+                "must be 1 in real mode (real compute cannot be slowed down)",
+            ),
+            (self.probe_repeats >= 0, "probe_repeats", "must be >= 0"),
             (self.lr > 0, "lr", "must be > 0"),
             (self.batch_size is None or self.batch_size >= 1, "batch_size", "must be >= 1"),
             (0 < self.efficiency <= 1, "efficiency", "must be in (0, 1]"),
@@ -66,6 +82,11 @@ class ExecutorConfig:
         for ok, name, reason in checks:
             if not ok:
                 raise ValueError(f"ExecutorConfig.{name}: {reason}")
+
+    @property
+    def link_scale(self) -> float:
+        """What the testbed divides every link's bandwidth by: ``scale × dilation``."""
+        return self.scale * self.dilation
 
     def to_json(self) -> str:
         return json.dumps(asdict(self))

@@ -1,12 +1,17 @@
-"""From the ranks' timestamps to a Measurement (barrier-free steady-state iteration times).
+"""From the ranks' timestamps to a Measurement (one barrier before every iteration).
 
-Iteration k *ends* when the last worker has finished synchronising it: ``end_k = max_r t2[r][k]``.
-Its time is ``end_k - end_{k-1}``; the first iteration's reference is the latest start after
-the start-of-trial barrier (``max_r t0[r][0]``). All timestamps come from CLOCK_MONOTONIC, one
-clock for every process on a host (the testbed's namespaces share it). ``compute_times`` and
-``sync_wait_times`` are the means over workers of (end of backward - start) and (end of
-synchronisation - end of backward) of that iteration. ``environment["iterations_s"]`` is the
-wall time of all iterations, warm-up included (a trial's overhead is ``trial_wall_s`` minus it).
+Every rank passes a barrier before every iteration (``worker.py``). Iteration k *starts* when the
+last worker leaves that barrier, ``start_k = max_r t0[r][k]``, and *ends* when the last worker has
+finished synchronising it, ``end_k = max_r t2[r][k]``; its time is ``end_k - start_k``. All
+timestamps come from CLOCK_MONOTONIC, one clock for every process on a host (the testbed's
+namespaces share it). ``compute_times`` and ``sync_wait_times`` are the means over workers of (end
+of backward - start) and (end of synchronisation - end of backward) of that iteration.
+
+Time dilation D: every time (iterations, compute, sync wait, the probe's per-call overhead) is
+divided by ``cfg.dilation``, so a Measurement is in the real cluster's seconds.
+``environment["iterations_s"]`` is the (undilated) wall time of all iterations, warm-up included
+(a trial's overhead is ``trial_wall_s`` minus it); ``environment["per_call_overhead_s"]`` holds
+the probe's medians (``probe.py``), already divided by D.
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ import statistics
 from typing import Any
 
 from runtime.executor.config import ExecutorConfig
+from runtime.executor.probe import call_seconds
 from simulator.spec.measurement import Measurement
 
 
@@ -24,13 +30,19 @@ def aggregate(ranks: list[dict[str, Any]], cfg: ExecutorConfig, environment: dic
     n = cfg.warmup + cfg.iterations
     if not times or any(len(t) != n for t in times):
         raise ValueError(f"expected {n} iterations from {len(workers)} workers")
+    d = cfg.dilation
     ends = [max(t[k][2] for t in times) for k in range(n)]
-    start = max(t[0][0] for t in times)
+    starts = [max(t[k][0] for t in times) for k in range(n)]
     its, comp, wait = [], [], []
     for k in range(cfg.warmup, n):
-        its.append(ends[k] - (ends[k - 1] if k > 0 else start))
-        comp.append(statistics.fmean(t[k][1] - t[k][0] for t in times))
-        wait.append(statistics.fmean(t[k][2] - t[k][1] for t in times))
+        its.append((ends[k] - starts[k]) / d)
+        comp.append(statistics.fmean(t[k][1] - t[k][0] for t in times) / d)
+        wait.append(statistics.fmean(t[k][2] - t[k][1] for t in times) / d)
+    overhead = {}
+    for kind in ("collective", "ps_round"):
+        calls = call_seconds([r["probe"][kind] for r in workers if "probe" in r])
+        if calls:
+            overhead[kind] = statistics.median(calls) / d
     return Measurement(
         iteration_times=tuple(its),
         compute_times=tuple(comp),
@@ -39,7 +51,12 @@ def aggregate(ranks: list[dict[str, Any]], cfg: ExecutorConfig, environment: dic
         scale=cfg.scale,
         compute_mode=cfg.compute,
         backend=cfg.backend,
-        environment={**environment, "iterations_s": ends[-1] - start},
+        environment={
+            **environment,
+            "iterations_s": ends[-1] - starts[0],
+            "dilation": d,
+            "per_call_overhead_s": overhead,
+        },
     )
 
 

@@ -30,6 +30,7 @@ from typing import IO, Any
 
 import torch
 
+from runtime.executor import hostload
 from runtime.executor.config import ExecutorConfig
 from runtime.executor.layout import RankLayout
 from runtime.executor.plan import unsupported_reason
@@ -251,6 +252,9 @@ class ExecutorSession:
             "workers": self.layout.num_workers,
             "servers": self.layout.num_nodes,
             "session_starts": self.starts,
+            # How crowded the host is: this session's processes per core and the 1-minute load.
+            "processes_per_core": self.layout.world / (os.cpu_count() or 1),
+            "host_load_1m": os.getloadavg()[0],
         }
         env.update(getattr(self.launcher, "environment", None) or {})
         return env
@@ -292,6 +296,8 @@ class ExecutorSession:
         return None
 
     def _execute(self, strategy: Strategy, trial: int, t0: float) -> TrialResult:
+        load_before = os.getloadavg()[0]
+        cpu_before = hostload.snapshot(p.popen.pid for p in self._procs)
         coord = next(p for p in self._procs if p.rank == self.layout.coordinator)
         cmd = {"cmd": "trial", "trial": trial, "strategy": json.loads(strategy.model_dump_json())}
         assert coord.popen.stdin is not None
@@ -302,9 +308,13 @@ class ExecutorSession:
             self._kill()
             raise SessionFailure(f"could not send the strategy to the coordinator: {e}") from e
         payload = json.loads(self._await(RESULT, self.config.timeout_s, "the trial"))
+        share = hostload.foreign_cpu_share(cpu_before, hostload.snapshot(p.popen.pid for p in self._procs))
         env = self.environment()
+        if share is not None:
+            env["foreign_cpu_share"] = share
         env["trial_wall_s"] = time.monotonic() - t0
         env["session_startup_s"] = self.startup_s
+        env["host_load_before_1m"] = load_before
         ranks = payload["ranks"]
         losses = {r["rank"]: r["losses"] for r in ranks if r["role"] == "worker"}
         return TrialResult(aggregate(ranks, self.config, env), losses, time.monotonic() - t0, trial)

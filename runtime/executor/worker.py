@@ -6,6 +6,12 @@ cost model's T_comp, corrected by ``ExecutorConfig.efficiency``), spent sleeping
 measured from the start of the pass (so wake-up jitter does not accumulate). Backward walks the
 layers in reverse and marks a layer's variables ready when its backward time is over.
 
+With time dilation D (``ExecutorConfig.dilation``) every replayed layer takes D times longer; the
+driver divides every measured time by D.
+
+Measurement protocol: every rank (workers and servers) meets at a barrier before every iteration,
+warm-up included, so an iteration starts with every process ready and no skew from the previous
+one; before the iterations every rank runs the per-call overhead probe (``probe.py``).
 Timestamps are ``time.monotonic()`` (CLOCK_MONOTONIC, one clock for every process on a host);
 each worker records per iteration (start, end of backward, end of synchronisation).
 """
@@ -28,6 +34,7 @@ from runtime.executor.layout import RankLayout
 from runtime.executor.model import SpecNet, local_slice
 from runtime.executor.mutation import maybe_mutate
 from runtime.executor.plan import PSUnit, SyncPlan, build_plan
+from runtime.executor.probe import run_probe
 from runtime.executor.ps import Server
 from runtime.executor.shards import RealShards, ReplayShards, ShardTensors, server_initial_param
 from simulator.analytical import compute
@@ -86,8 +93,10 @@ def _server(ctx: Context, plan: SyncPlan) -> dict[str, Any]:
     )
     params = {s: server_initial_param(plan, s, net, ctx.config.scale) for s in mine}
     server = Server(plan, node, ctx.groups, params, ctx.config.lr)
+    run_probe(ctx.groups, ctx.config.probe_repeats)
     dist.barrier()
     for _ in range(ctx.config.warmup + ctx.config.iterations):
+        dist.barrier()
         server.iteration()
     return {"rank": ctx.rank, "role": "server", "shards": len(mine)}
 
@@ -110,11 +119,14 @@ def _worker(ctx: Context, trial: int, plan: SyncPlan) -> dict[str, Any]:
     node = ctx.layout.node_of(ctx.rank)
     fwd = layer_seconds(ctx.model, ctx.cluster.device_type(node), ctx.batch, cfg.efficiency)
     nvars = len(ctx.model.variables)
+    fwd = [(f * cfg.dilation, b * cfg.dilation) for f, b in fwd]  # time dilation D
     times: list[tuple[float, float, float]] = []
     losses: list[float] = []
+    probe = run_probe(ctx.groups, cfg.probe_repeats)
     dist.barrier()
     try:
         for it in range(cfg.warmup + cfg.iterations):
+            dist.barrier()
             t0 = time.monotonic()
             if cfg.crash_rank == ctx.rank:
                 raise RuntimeError(f"injected crash on rank {ctx.rank} (ExecutorConfig.crash_rank)")
@@ -143,7 +155,7 @@ def _worker(ctx: Context, trial: int, plan: SyncPlan) -> dict[str, Any]:
         tmp = path.with_suffix(".tmp")
         torch.save(dump, tmp)
         os.replace(tmp, path)
-    return {"rank": ctx.rank, "role": "worker", "times": times, "losses": losses}
+    return {"rank": ctx.rank, "role": "worker", "times": times, "losses": losses, "probe": probe}
 
 
 def _replay(ctx: Context, engine: SyncEngine, times: list[tuple[float, float]], t0: float) -> None:

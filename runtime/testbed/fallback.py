@@ -1,7 +1,9 @@
 """Choosing a launcher for a trial: the testbed when namespaces work, else unshaped loopback.
 
 Also ``suggest_scale``: how far to divide bytes and bandwidth so the emulated cluster fits the
-machine (see runtime/testbed/README.md, "Choosing the scale").
+machine (see runtime/testbed/README.md, "Choosing the scale"), and ``suggest_dilation`` /
+``dilated_scales``: how much slower than the real cluster to run it so that this host's fixed
+per-call costs stay small (README, "Time dilation").
 """
 
 from __future__ import annotations
@@ -44,6 +46,40 @@ def suggest_scale(
             f"but shapes the slowest link to {slowest:.1f} Mbit/s (< {min_link_mbit:g})"
         )
     return float(scale)
+
+
+#: Processes of a session per unit of time dilation (``suggest_dilation``): measured on this
+#: 2-core host, one 1-element gloo call (all-reduce or PS round) costs about 0.3 ms per process
+#: of the session (7-8 ms with 22 processes on A2 under load, 2026-11-23), so D = processes / 3
+#: brings the dilated per-call overhead to about 1 ms, a real TCP cluster's order of magnitude.
+PROCESSES_PER_DILATION = 3.0
+#: Upper bound of the suggested dilation: a trial runs D times longer than the real cluster's.
+MAX_DILATION = 8.0
+
+
+def suggest_dilation(cluster: ClusterSpec, *, max_dilation: float = MAX_DILATION) -> float:
+    """Time dilation D for ``cluster``'s testbed: ceil(processes / 3), within [1, max_dilation].
+
+    Processes = GPUs + one PS server per node (the executor's layout). The measured per-call
+    overhead of every trial is stored with it (``per_call_overhead_s``, already divided by D), so
+    a D that proved too small on another host shows in the records (benchmarks/testbed_fidelity.py).
+    """
+    processes = cluster.num_gpus + len(cluster.nodes)
+    return float(min(max_dilation, max(1, math.ceil(processes / PROCESSES_PER_DILATION))))
+
+
+def dilated_scales(cluster: ClusterSpec, dilation: float | None = None) -> tuple[float, float]:
+    """(bytes scale, dilation) for replaying ``cluster``: links keep ``suggest_scale``'s rates.
+
+    The testbed divides bandwidth by ``scale × D`` = ``suggest_scale(cluster)`` (the rates whose
+    shaping fidelity was measured), so bytes are divided by ``suggest_scale / D`` only: messages
+    are D times larger than without dilation and every transfer takes D times longer, as does
+    the replayed compute. D is lowered where it would make the bytes scale fall below 1.
+    """
+    link = suggest_scale(cluster)
+    d = suggest_dilation(cluster) if dilation is None else dilation
+    d = max(1.0, min(d, link))
+    return link / d, d
 
 
 class UnshapedLauncher:

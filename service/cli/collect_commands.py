@@ -1,15 +1,18 @@
 """`strategist collect`: measure sampled strategies (and the baselines) on the emulated cluster.
 
     strategist collect --model M --cluster C -n N --sampler {random,constrained} --seed S
-                       [--scale X] [--compute replay] [--warmup W] [--iterations I] [--out DIR]
+                       [--compression none|fp16|powersgd|all] [--dilation auto|D] [--scale X]
+                       [--compute replay] [--warmup W] [--iterations I] [--out DIR]
 
-Records are appended to ``DIR/<model>__<cluster>/<sampler>-seed<S>-<UTC time>.jsonl``
-(default DIR: datasets/runtimes); see datasets/README.md, "Runtime records".
+Records are appended to ``DIR/<model>__<cluster>/<sampler>-seed<S>-<compression>.jsonl``
+(default DIR: datasets/runtimes; lossless and lossy collections land in different files); see
+datasets/README.md, "Runtime records". Running the same command again continues the collection:
+strategies already in the file are skipped. The measurement protocol (interleaved baselines,
+clean tree, noisy trials measured again) is ``runtime.collect``'s.
 """
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -33,15 +36,20 @@ def collect_command(
     sampler: str = typer.Option("constrained", "--sampler", help="'random' or 'constrained'."),
     seed: int = typer.Option(0, "--seed", help="Sampler seed."),
     compression: str = typer.Option(
-        "all",
+        "none",
         "--compression",
-        help="none|fp16|powersgd|all: compressors sampled (a dataset covers every kind).",
+        help="none|fp16|powersgd|all: compressors sampled (default none: lossless; lossy goes to its own file).",
     ),
-    scale: float | None = typer.Option(None, "--scale", help="Bytes/bandwidth divisor (default: suggested)."),
+    dilation: str = typer.Option(
+        "auto", "--dilation", help="Time dilation D (replay), or 'auto' (runtime.testbed.suggest_dilation)."
+    ),
+    scale: float | None = typer.Option(
+        None, "--scale", help="Bytes divisor (default: suggest_scale / D; bandwidth is divided by scale x D)."
+    ),
     compute: str = typer.Option("replay", "--compute", help="'replay' or 'real'."),
-    warmup: int = typer.Option(1, "--warmup", min=0, help="Iterations before measuring."),
-    iterations: int = typer.Option(4, "--iterations", min=1, help="Iterations measured per trial."),
-    timeout: float = typer.Option(60.0, "--timeout", min=1, help="Seconds one trial may take."),
+    warmup: int = typer.Option(3, "--warmup", min=0, help="Iterations before measuring."),
+    iterations: int = typer.Option(10, "--iterations", min=1, help="Iterations measured per trial."),
+    timeout: float = typer.Option(600.0, "--timeout", min=1, help="Seconds one trial may take."),
     baselines: bool = typer.Option(True, "--baselines/--no-baselines", help="Also measure the baselines."),
     fallback: bool = typer.Option(
         False, "--allow-unshaped", help="Run on unshaped loopback if namespaces are unavailable."
@@ -50,9 +58,9 @@ def collect_command(
 ) -> None:
     """Run N sampled strategies plus the baselines on the testbed and append their measurements."""
     # Imported here: torch and the executor cost seconds, which no other command should pay.
-    from runtime.collect import Trial, baseline_trials, collect, output_path
+    from runtime.collect import DirtyTreeError, Trial, baseline_trials, collect, interleave, output_path
     from runtime.executor import ExecutorConfig
-    from runtime.testbed import suggest_scale
+    from runtime.testbed import dilated_scales
     from search import InfeasibleSpaceError, make_sampler
     from search.space import COMPRESSIONS, SpaceConfig, compressor_kinds
 
@@ -64,23 +72,32 @@ def collect_command(
         raise fail(f"--compute: unknown {compute!r}; expected 'replay' or 'real'")
     m, c = resolve_model(model), resolve_cluster(cluster)
     try:
-        sc = scale if scale is not None else (1.0 if compute == "real" else suggest_scale(c))
+        d_asked = None if dilation == "auto" else float(dilation)
+    except ValueError:
+        raise fail(f"--dilation: expected 'auto' or a number >= 1, got {dilation!r}") from None
+    try:
+        if compute == "real":
+            sc, d = scale or 1.0, d_asked or 1.0
+        else:
+            sc, d = dilated_scales(c, d_asked)
+            sc = scale if scale is not None else sc
         config = ExecutorConfig(compute=compute, warmup=warmup, iterations=iterations,  # type: ignore[arg-type]
-                                timeout_s=timeout, startup_timeout_s=600, scale=sc)  # fmt: skip
+                                timeout_s=timeout, startup_timeout_s=600, scale=sc, dilation=d)  # fmt: skip
     except ValueError as e:
-        raise fail(f"--scale: {e}") from None
+        raise fail(f"--scale/--dilation: {e}") from None
     try:
         space = SpaceConfig(compressors=compressor_kinds(compression))
         strategies = make_sampler(sampler, m, c, seed, space=space).sample(n)  # type: ignore[arg-type]
     except InfeasibleSpaceError as e:
         raise fail(f"--model: nothing fits in memory on {c.name}: {e}") from None
-    trials = (baseline_trials(m, c) if baselines else []) + [
-        Trial(s, f"sampler:{sampler}", i) for i, s in enumerate(strategies)
-    ]
-    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
-    path = output_path(out or datasets_dir() / "runtimes", m, c, f"{sampler}-seed{seed}-{stamp}")
+    sampled = [Trial(s, f"sampler:{sampler}", i) for i, s in enumerate(strategies)]
+    trials = interleave(baseline_trials(m, c) if baselines else [], sampled, seed)
+    path = output_path(out or datasets_dir() / "runtimes", m, c, f"{sampler}-seed{seed}-{compression}")
     console = Console(stderr=True)
-    console.print(f"{m.name} on {c.name}: {len(trials)} trials at scale {sc:g} -> {path}")
+    console.print(
+        f"{m.name} on {c.name}: {len(trials)} trials at scale {sc:g}, dilation {d:g} "
+        f"(links at 1/{sc * d:g} of the cluster's) -> {path}"
+    )
     counts = {"ok": 0, "failed": 0}
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   TextColumn("{task.fields[last]}"), console=console) as bar:  # fmt: skip
@@ -91,5 +108,8 @@ def collect_command(
             last = f"{rec['median_s'] * 1e3:.0f} ms" if rec["ok"] else f"failed: {str(rec['failure'])[:60]}"
             bar.update(task, advance=1, last=f"{rec['source']} {last}")
 
-        final = collect(m, c, trials, path, config=config, allow_fallback=fallback, on_record=on_record)
+        try:
+            final = collect(m, c, trials, path, config=config, allow_fallback=fallback, on_record=on_record)
+        except DirtyTreeError as e:
+            raise fail(str(e)) from None
     console.print(f"{counts['ok']} measured, {counts['failed']} failed -> {final}")

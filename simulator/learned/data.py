@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from simulator.learned.features import FeatureExtractor, StrategyGraph
-from simulator.spec import ClusterSpec, ModelSpec, Strategy
+from simulator.spec import ClusterSpec, ModelSpec, Strategy, strategy_key
 
 #: Fractions of (train, validation); the rest is test (AutoSync §10: 70/15/15).
 SPLIT = (0.70, 0.15)
@@ -24,12 +24,6 @@ SPLIT = (0.70, 0.15)
 
 def domain_name(model: str, cluster: str) -> str:
     return f"{model}__{cluster}"
-
-
-def strategy_key(strategy: Strategy) -> str:
-    """A content hash of a strategy, ignoring its label and the model/cluster names it carries."""
-    body = strategy.model_copy(update={"name": "", "model": None, "cluster": None})
-    return hashlib.sha256(body.model_dump_json().encode()).hexdigest()[:16]
 
 
 @dataclass(frozen=True)

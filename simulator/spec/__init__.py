@@ -15,6 +15,7 @@ from simulator.spec.strategy import (
     Strategy,
     Synchronizer,
     VariableStrategy,
+    strategy_key,
 )
 
 __all__ = [
@@ -45,4 +46,5 @@ __all__ = [
     "dump_json",
     "load_spec",
     "parse_spec",
+    "strategy_key",
 ]

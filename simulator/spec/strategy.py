@@ -8,6 +8,7 @@ of AutoSync supplementary §2-§3 and §6.
 
 from __future__ import annotations
 
+import hashlib
 import math
 from collections.abc import Iterator
 from functools import cached_property
@@ -245,3 +246,10 @@ def _variable_issues(
                         Issue((*path, "shards", j, "compressor"), "powersgd needs a matrix (rank >= 2)")
                     )
     return issues
+
+
+def strategy_key(strategy: Strategy) -> str:
+    """A strategy's identity: a content hash ignoring its label and the model/cluster names it
+    carries (two samplers drawing the same choices get the same key)."""
+    body = strategy.model_copy(update={"name": "", "model": None, "cluster": None})
+    return hashlib.sha256(body.model_dump_json().encode()).hexdigest()[:16]

@@ -8,7 +8,19 @@ from pathlib import Path
 
 import pytest
 
-from runtime.collect import FORMAT, Trial, baseline_trials, collect, compress_if_large, load_records, record
+from runtime import collect as collect_module
+from runtime.collect import (
+    FORMAT,
+    DirtyTreeError,
+    Trial,
+    baseline_trials,
+    collect,
+    compress_if_large,
+    interleave,
+    load_records,
+    record,
+    require_clean_tree,
+)
 from runtime.executor import ExecutorConfig
 from runtime.executor.reference import GPU, tiny_model
 from runtime.testbed import netns
@@ -72,7 +84,7 @@ def test_collect_on_the_testbed_appends_one_record_per_trial(tmp_path: Path) -> 
     ]
     out = tmp_path / "t.jsonl"
     seen: list[dict[str, object]] = []
-    cfg = ExecutorConfig(warmup=1, iterations=2, timeout_s=60, scale=10.0)
+    cfg = ExecutorConfig(warmup=1, iterations=2, timeout_s=60, scale=5.0, dilation=2.0)
     assert collect(MODEL, CLUSTER, trials, out, config=cfg, on_record=seen.append) == out
     recs = list(load_records(out))
     assert recs == seen and [r["index"] for r in recs] == [0, 1, 2]
@@ -80,5 +92,45 @@ def test_collect_on_the_testbed_appends_one_record_per_trial(tmp_path: Path) -> 
     assert "invalid strategy" in str(recs[2]["failure"])
     env = recs[0]["measurement"]["environment"]
     assert env["testbed"] == "netns" and env["shaped"] is True and env["rates_mbit"] == [100.0, 100.0]
-    assert recs[0]["environment"]["git_commit"] != "" and recs[0]["scale"] == 10.0
+    assert recs[0]["environment"]["git_commit"] != "" and recs[0]["scale"] == 5.0
     assert len(recs[0]["measurement"]["iteration_times"]) == 2
+    for rec in recs[:2]:  # what every measured record carries (issue 13)
+        assert rec["dilation"] == 2.0 and rec["attempts"] >= 1 and isinstance(rec["noisy"], bool)
+        assert set(rec["per_call_overhead_s"]) == {"collective", "ps_round"}
+        assert all(0 < v < 1 for v in rec["per_call_overhead_s"].values())
+        lo, hi = rec["median_ci95_s"]
+        assert lo <= rec["median_s"] <= hi
+        assert 0.0 <= rec["foreign_cpu_share"] <= 1.0
+    # Resuming: measured strategies are skipped, only the new one runs and is appended.
+    extra = Trial(every(CollectiveSync(algorithm="hierarchical"), "hier"), "sampler:random", 3)
+    seen.clear()
+    collect(MODEL, CLUSTER, [*trials, extra], out, config=cfg, on_record=seen.append)
+    assert [r["index"] for r in seen] == [3]
+    assert [r["index"] for r in load_records(out)] == [0, 1, 2, 3]
+
+
+def test_interleave_keeps_the_sampled_order_and_scatters_the_baselines() -> None:
+    sampled = [Trial(every(CollectiveSync(group=i), f"s{i}"), "sampler:random", i) for i in range(40)]
+    bases = baseline_trials(MODEL, CLUSTER)
+    mixed = interleave(bases, sampled, seed=3)
+    assert [t for t in mixed if t.source.startswith("sampler")] == sampled
+    assert sorted(t.source for t in mixed if t.source.startswith("baseline")) == sorted(
+        b.source for b in bases
+    )
+    positions = [i for i, t in enumerate(mixed) if t.source.startswith("baseline")]
+    assert positions != list(range(len(bases)))  # not all first
+    assert interleave(bases, sampled, seed=3) == mixed  # seeded
+
+
+def test_collect_refuses_to_write_into_the_dataset_from_a_dirty_tree(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    inside = collect_module.REPO_ROOT / "datasets" / "runtimes" / "X__Y" / "t.jsonl"
+    monkeypatch.setattr(collect_module, "git_commit", lambda: "abc123-dirty")
+    with pytest.raises(DirtyTreeError, match="uncommitted changes"):
+        require_clean_tree(inside)
+    with pytest.raises(DirtyTreeError):
+        collect(MODEL, CLUSTER, [], inside, config=ExecutorConfig())
+    require_clean_tree(tmp_path / "t.jsonl")  # elsewhere: allowed, the commit is recorded as is
+    monkeypatch.setattr(collect_module, "git_commit", lambda: "abc123")
+    require_clean_tree(inside)

@@ -172,21 +172,50 @@ def test_layer_seconds_are_the_cost_models_compute_times() -> None:
     assert sum(f + b for f, b in secs) == pytest.approx(t_comp)
 
 
-def test_aggregate_measures_from_the_last_worker_to_finish() -> None:
+def test_aggregate_measures_from_the_last_start_to_the_last_finish() -> None:
     cfg = ExecutorConfig(warmup=1, iterations=2)
-    # per worker, per iteration: (start, end of backward, end of sync)
+    # per worker, per iteration: (start after the barrier, end of backward, end of sync)
     ranks: list[dict[str, Any]] = [
-        {"role": "worker", "times": [(0.0, 1.0, 1.5), (1.5, 2.5, 3.0), (3.0, 4.0, 4.2)]},
-        {"role": "worker", "times": [(0.1, 1.0, 1.6), (1.6, 2.4, 3.1), (3.1, 4.1, 4.5)]},
+        {"role": "worker", "times": [(0.0, 1.0, 1.5), (1.7, 2.5, 3.0), (3.3, 4.0, 4.2)]},
+        {"role": "worker", "times": [(0.1, 1.0, 1.6), (1.8, 2.4, 3.1), (3.2, 4.1, 4.5)]},
         {"role": "server"},
     ]
     m = aggregate(ranks, cfg, {})
-    assert m.iteration_times == pytest.approx((3.1 - 1.6, 4.5 - 3.1))
-    assert m.compute_times == pytest.approx((0.9, 1.0))
+    assert m.iteration_times == pytest.approx((3.1 - 1.8, 4.5 - 3.3))
+    assert m.compute_times == pytest.approx((0.7, 0.8))
     assert m.sync_wait_times == pytest.approx((0.6, 0.3))
     assert m.warmup == 1 and m.ok
     first = aggregate(ranks, ExecutorConfig(warmup=0, iterations=3), {})
     assert first.iteration_times[0] == pytest.approx(1.6 - 0.1)  # from the latest start
+    assert m.environment["dilation"] == 1.0 and m.environment["per_call_overhead_s"] == {}
+
+
+def test_aggregate_divides_every_time_and_the_probe_by_the_dilation() -> None:
+    probe = {"collective": [(0.0, 0.004), (1.0, 1.006)], "ps_round": [(2.0, 2.010), (3.0, 3.010)]}
+    late = {"collective": [(0.001, 0.008), (1.0, 1.004)], "ps_round": [(2.0, 2.012), (3.0, 3.008)]}
+    ranks: list[dict[str, Any]] = [
+        {"role": "worker", "times": [(0.0, 2.0, 3.0)], "probe": probe},
+        {"role": "worker", "times": [(0.5, 2.5, 4.5)], "probe": late},
+    ]
+    m = aggregate(ranks, ExecutorConfig(warmup=0, iterations=1, dilation=4.0), {})
+    assert m.iteration_times == pytest.approx((4.0 / 4,))
+    assert m.compute_times == pytest.approx((2.0 / 4,))
+    assert m.sync_wait_times == pytest.approx((1.5 / 4,))
+    # per repetition: latest end - latest start; median over repetitions; divided by D
+    coll = sorted([0.008 - 0.001, 1.006 - 1.0])
+    ps = sorted([2.012 - 2.0, 3.010 - 3.0])
+    over = m.environment["per_call_overhead_s"]
+    assert over["collective"] == pytest.approx(sum(coll) / 2 / 4)
+    assert over["ps_round"] == pytest.approx(sum(ps) / 2 / 4)
+    assert m.environment["dilation"] == 4.0
+
+
+def test_dilation_is_replay_only_and_multiplies_the_link_scale() -> None:
+    assert ExecutorConfig(scale=50.0, dilation=6.0).link_scale == 300.0
+    with pytest.raises(ValueError, match="ExecutorConfig.dilation"):
+        ExecutorConfig(compute="real", dilation=2.0)
+    with pytest.raises(ValueError, match="ExecutorConfig.dilation"):
+        ExecutorConfig(dilation=0.5)
 
 
 def test_memory_estimate() -> None:

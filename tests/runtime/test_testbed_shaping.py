@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from runtime.testbed import suggest_scale
+from runtime.testbed import dilated_scales, suggest_dilation, suggest_scale
 from runtime.testbed.shaping import Shape, burst_bytes, limit_bytes, tc_commands
 from simulator.spec import ClusterSpec, DeviceType, Node
 
@@ -59,3 +59,15 @@ def test_suggest_scale_bounds_the_aggregate_rate() -> None:
     assert suggest_scale(cluster([0.1, 0.1])) == 1.0
     with pytest.raises(ValueError, match="slowest link"):
         suggest_scale(cluster([100.0] * 10 + [0.1]))
+
+
+def test_dilation_grows_with_the_processes_and_keeps_the_link_rates() -> None:
+    # processes = GPUs + one PS server per node; D = ceil(processes / 3), at most 8
+    assert suggest_dilation(cluster([10.0])) == 1.0  # 2 processes
+    assert suggest_dilation(cluster([10.0] * 2)) == 2.0  # 4
+    assert suggest_dilation(cluster([10.0] * 11)) == 8.0  # 22 -> ceil(7.3)
+    assert suggest_dilation(cluster([10.0] * 20)) == 8.0  # 40 -> capped
+    scale, d = dilated_scales(cluster([10.0] * 11))
+    assert (scale, d) == (80.0 / 8, 8.0)  # the testbed divides bandwidth by scale x D = 80
+    assert dilated_scales(cluster([10.0] * 11), 4.0) == (20.0, 4.0)
+    assert dilated_scales(cluster([0.1, 0.1]), 6.0) == (1.0, 1.0)  # bytes scale never below 1

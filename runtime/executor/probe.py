@@ -1,0 +1,81 @@
+"""The per-call overhead probe: what one collective call and one PS round cost on these processes.
+
+Run by every rank of a session before every trial (``ExecutorConfig.probe_repeats`` times each),
+on the same processes, groups and links as the trial itself, so each runtime record carries the
+fixed per-call cost of *that* run: gloo's and Python's software path, the wake-ups of processes
+sharing the host's cores, and the shaped links' per-packet latency. A real TCP/NCCL cluster
+spends ~10 µs to ~1 ms there; the emulated one must be dilated until it is in that range
+(runtime/testbed/README.md, "Time dilation").
+
+- ``collective``: a 1-element all-reduce over the workers' group (the collectives' backend).
+- ``ps_round``: every worker pushes 1 element to the PS server of the *last* node (so that, on a
+  multi-node cluster, the round crosses the network) and waits for its 1-element answer; the
+  server answers once it has every push. Gloo point-to-point on the PS groups, as the trial's.
+
+Every repetition starts after a barrier of all ranks; a repetition's time is the latest finish
+minus the latest start over the workers (the convention of ``results.aggregate``). Timestamps are
+returned raw (monotonic seconds) and reduced by the driver.
+"""
+
+from __future__ import annotations
+
+import time
+
+import torch
+import torch.distributed as dist
+
+from runtime.executor.groups import CommGroups
+
+#: Message tag of the probe's PS round (far above the trial's ``unit.id * 8 + k`` tags).
+PROBE_TAG = 1 << 20
+
+Stamps = list[tuple[float, float]]
+
+
+def run_probe(g: CommGroups, repeats: int) -> dict[str, Stamps]:
+    """Run the probe on this rank; returns this rank's (start, end) stamps per kind (workers)."""
+    lay = g.layout
+    server = lay.server_rank(lay.num_nodes - 1)
+    is_worker = lay.is_worker(g.rank)
+    out: dict[str, Stamps] = {"collective": [], "ps_round": []}
+    one = torch.zeros(1, device=g.device)
+    for _ in range(repeats):
+        dist.barrier()
+        t0 = time.monotonic()
+        if is_worker:
+            dist.all_reduce(one, group=g.workers)
+            if g.device.type == "cuda":
+                torch.cuda.synchronize(g.device)
+            out["collective"].append((t0, time.monotonic()))
+    for _ in range(repeats):
+        dist.barrier()
+        t0 = time.monotonic()
+        if is_worker:
+            buf = torch.zeros(1)
+            send = dist.isend(buf, server, tag=PROBE_TAG, group=g.ps_push)
+            answer = torch.empty(1)
+            recv = dist.irecv(answer, server, tag=PROBE_TAG, group=g.ps_pull)
+            for work in (send, recv):
+                if work is not None:
+                    work.wait()
+            out["ps_round"].append((t0, time.monotonic()))
+        elif g.rank == server:
+            bufs = [torch.empty(1) for _ in range(lay.num_workers)]
+            works = [dist.irecv(b, w, tag=PROBE_TAG, group=g.ps_push) for w, b in enumerate(bufs)]
+            for work in works:
+                if work is not None:
+                    work.wait()
+            total = torch.stack(bufs).sum(0)
+            sends = [dist.isend(total, w, tag=PROBE_TAG, group=g.ps_pull) for w in range(lay.num_workers)]
+            for work in sends:
+                if work is not None:
+                    work.wait()
+    return out
+
+
+def call_seconds(per_worker: list[Stamps]) -> list[float]:
+    """Per repetition: the latest end minus the latest start over the workers."""
+    if not per_worker or not per_worker[0]:
+        return []
+    n = len(per_worker[0])
+    return [max(s[k][1] for s in per_worker) - max(s[k][0] for s in per_worker) for k in range(n)]
