@@ -12,6 +12,7 @@ from runtime.executor import LocalLauncher
 from runtime.executor.reference import linear, two_by_two
 from runtime.pipeline import PipelineConfig, PipelineRun, run_pipeline
 from runtime.pipeline.stage_net import reference_step
+from runtime.testbed import Testbed, netns
 from simulator.pipeline import kfkb
 from simulator.spec import ModelSpec, Plan, Stage
 
@@ -99,7 +100,11 @@ def check_against_reference(
         assert done == planned
 
 
-@pytest.mark.parametrize(("replicas", "shares"), [(1, [8]), (2, [8, 8])], ids=["dp1", "dp2"])
+@pytest.mark.parametrize(
+    ("replicas", "shares"),
+    [(1, [8]), pytest.param(2, [8, 8], marks=pytest.mark.slow)],  # DP = 2 by default: the testbed test
+    ids=["dp1", "dp2"],
+)
 def test_two_stages_every_schedule_matches_reference(replicas: int, shares: list[int]) -> None:
     model = mlp()
     plans = phases(2, replicas, 1, shares)
@@ -123,3 +128,36 @@ def test_unequal_shares_and_partial_groups_match_reference() -> None:
     plans = [make_plan(2, 2, "kfkb", 4, 1, [6, 2], layers=6), make_plan(2, 2, "1f1b", 1, 2, [6, 2], layers=6)]
     run = run_pipeline(model, two_by_two(), plans, LocalLauncher(), PipelineConfig(dtype="float64", warmup=0))
     check_against_reference(model, plans, run, 3)
+
+
+_NETNS = netns.namespaces_usable()
+
+
+@pytest.mark.netns
+@pytest.mark.skipif(_NETNS is not None, reason=f"no netns: {_NETNS}")
+def test_stages_in_testbed_namespaces_match_reference() -> None:
+    """Stage 0 on node n0, stage 1 on node n1 (shaped link between them); replicas DP-reduce inside a node."""
+    model = mlp()
+    cluster = two_by_two()
+    stages = (
+        Stage(first_layer=0, last_layer=2, devices=("n0:0", "n0:1"), replicate=2),
+        Stage(first_layer=2, last_layer=4, devices=("n1:0", "n1:1"), replicate=2),
+    )
+    plans = [
+        Plan(
+            stages=stages,
+            global_batch=16,
+            batch_shares={"n0:0": 8, "n0:1": 8},
+            micro_batch_size=1,
+            num_micro_batches=16,
+            schedule=schedule,
+            k=k,
+        )
+        for schedule, k in (("gpipe", 1), ("1f1b", 1), ("kfkb", 2), ("kfkb", 4))
+    ]
+    with Testbed(cluster, scale=1.0) as tb:
+        cfg = PipelineConfig(dtype="float64", warmup=0, iterations=2, timeout_s=240)
+        run = run_pipeline(model, cluster, plans, tb, cfg)
+    check_against_reference(model, plans, run, 2)
+    env = run.measurements[0].environment["launcher_environment"]
+    assert env["testbed"] == "netns" and env["shaped"] is True
