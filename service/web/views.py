@@ -170,11 +170,14 @@ def best_so_far(trials: Sequence[d.Trial]) -> BestSoFar:
         if m is not None and (cur is None or m < cur):
             cur = m
         best.append(cur)
-    baselines = {
-        str(t.baseline): t.median_time
-        for t in trials
-        if t.baseline is not None and t.state == "succeeded" and t.median_time is not None
-    }
+    from search.baselines import family_of
+
+    # one line per baseline family: its tuned (fastest measured) member
+    baselines: dict[str, float] = {}
+    for t in trials:
+        if t.baseline is not None and t.state == "succeeded" and t.median_time is not None:
+            fam = family_of(t.baseline)
+            baselines[fam] = min(baselines.get(fam, t.median_time), t.median_time)
     return BestSoFar(
         tuple(range(1, len(done) + 1)), tuple(t.id for t in done), tuple(measured), tuple(best), baselines
     )

@@ -1,0 +1,100 @@
+"""Dashboard page to create a search: the API's SearchCreate rules, with compression an explicit opt-in.
+
+The form posts the same fields as ``POST /api/v1/searches`` and is validated by the same schema
+(``SearchCreate``), so the limits and messages are the API's; a refused form is shown again with
+one line naming the field and the reason. Compression defaults to ``none`` (a lossless search):
+fp16 and PowerSGD change what the model learns, so asking for them is a separate, visible choice.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Form, Request, status
+from fastapi.responses import HTMLResponse, RedirectResponse
+from pydantic import ValidationError
+
+from service.api.deps import OrchestratorDep, SessionDep, notify
+from service.api.schemas.searches import SearchCreate
+from service.db import repository as repo
+from service.domain import NotFound
+from service.web.auth import WebUser
+from service.web.render import page
+from simulator import zoo
+
+router = APIRouter()
+
+#: The choices the form offers, with what each means (value, label).
+COMPRESSIONS = (
+    ("none", "none: lossless (default)"),
+    ("fp16", "fp16: lossy, half-precision gradients"),
+    ("powersgd", "powersgd: lossy, low-rank gradients"),
+    ("all", "all: fp16 and PowerSGD"),
+)
+
+
+def _form(request: Request, values: dict[str, str], error: str | None, code: int = 200) -> HTMLResponse:
+    return page(
+        request,
+        "search_new.html",
+        status_code=code,
+        values=values,
+        error=error,
+        compressions=COMPRESSIONS,
+        models=zoo.model_names(),
+        clusters=zoo.cluster_names(),
+    )
+
+
+@router.get("/searches/new", response_class=HTMLResponse)
+def new_search_form(request: Request, user: WebUser) -> HTMLResponse:
+    defaults = {"model": "", "cluster": "", "trial_budget": "8", "candidates_per_round": "4",
+                "samples_per_round": "200", "compression": "none", "name": ""}  # fmt: skip
+    return _form(request, defaults, None)
+
+
+@router.post("/searches/new", response_model=None)
+def create_search(
+    request: Request,
+    session: SessionDep,
+    user: WebUser,
+    orchestrator: OrchestratorDep,
+    model: Annotated[str, Form()] = "",
+    cluster: Annotated[str, Form()] = "",
+    trial_budget: Annotated[str, Form()] = "8",
+    candidates_per_round: Annotated[str, Form()] = "4",
+    samples_per_round: Annotated[str, Form()] = "200",
+    compression: Annotated[str, Form()] = "none",
+    name: Annotated[str, Form()] = "",
+) -> RedirectResponse | HTMLResponse:
+    values = {"model": model, "cluster": cluster, "trial_budget": trial_budget,
+              "candidates_per_round": candidates_per_round, "samples_per_round": samples_per_round,
+              "compression": compression, "name": name}  # fmt: skip
+    try:
+        body = SearchCreate.model_validate(values)
+    except ValidationError as e:
+        first = e.errors()[0]
+        field = ".".join(str(p) for p in first["loc"]) or "form"
+        return _form(request, values, f"{field}: {first['msg']}", status.HTTP_422_UNPROCESSABLE_CONTENT)
+    specs = {}
+    for kind, ref in (("model", body.model), ("cluster", body.cluster)):
+        try:
+            specs[kind] = repo.resolve_spec(session, kind=kind, ref=ref, owner_id=user.user_id)  # type: ignore[arg-type]
+        except NotFound as e:
+            reason = e.args[0] if e.args else "not found"
+            return _form(
+                request, values, f"{kind}: no {kind} {ref!r}: {reason}", status.HTTP_422_UNPROCESSABLE_CONTENT
+            )
+    search = repo.create_search(
+        session,
+        owner_id=user.user_id,
+        model=specs["model"],
+        cluster=specs["cluster"],
+        trial_budget=body.trial_budget,
+        candidates_per_round=body.candidates_per_round,
+        samples_per_round=body.samples_per_round,
+        name=body.name,
+        compression=body.compression,
+    )
+    notify(lambda: orchestrator.search_created(search), "search_created")
+    return RedirectResponse(f"/ui/searches/{search.id}", status_code=status.HTTP_303_SEE_OTHER)
