@@ -51,6 +51,16 @@ def collect_command(
     iterations: int = typer.Option(10, "--iterations", min=1, help="Iterations measured per trial."),
     timeout: float = typer.Option(600.0, "--timeout", min=1, help="Seconds one trial may take."),
     baselines: bool = typer.Option(True, "--baselines/--no-baselines", help="Also measure the baselines."),
+    retries: int = typer.Option(
+        2, "--retries", min=0, help="Measurements again of a trial run while the host was busy (noisy)."
+    ),
+    max_foreign: float = typer.Option(
+        0.25,
+        "--max-foreign-share",
+        min=0.0,
+        max=1.0,
+        help="Share of CPU used by others that makes a trial noisy.",
+    ),
     fallback: bool = typer.Option(
         False, "--allow-unshaped", help="Run on unshaped loopback if namespaces are unavailable."
     ),
@@ -109,7 +119,8 @@ def collect_command(
             bar.update(task, advance=1, last=f"{rec['source']} {last}")
 
         try:
-            final = collect(m, c, trials, path, config=config, allow_fallback=fallback, on_record=on_record)
+            final = collect(m, c, trials, path, config=config, allow_fallback=fallback, on_record=on_record,
+                            max_foreign_share=max_foreign, retries=retries)  # fmt: skip
         except DirtyTreeError as e:
             raise fail(str(e)) from None
     console.print(f"{counts['ok']} measured, {counts['failed']} failed -> {final}")
