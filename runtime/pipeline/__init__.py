@@ -4,6 +4,15 @@
 module that names torch.distributed.pipelining's private runtime is ``adapter`` (pinned to 2.13).
 """
 
-from runtime.pipeline.run import PipelineConfig, PipelineRun, run_pipeline, unsupported_plan_reason
+from runtime.pipeline.run import PipelineConfig, PipelineRun, TunerRun, run_pipeline, unsupported_plan_reason
+from runtime.pipeline.tuner import AutoTuner, TunerConfig
 
-__all__ = ["PipelineConfig", "PipelineRun", "run_pipeline", "unsupported_plan_reason"]
+__all__ = [
+    "AutoTuner",
+    "PipelineConfig",
+    "PipelineRun",
+    "TunerConfig",
+    "TunerRun",
+    "run_pipeline",
+    "unsupported_plan_reason",
+]

@@ -29,6 +29,7 @@ import torch
 
 from runtime.launch import Launcher
 from runtime.pipeline.stage_net import unsupported_layers
+from runtime.pipeline.tuner import TunerConfig
 from simulator.pipeline.cost import stage_compute_seconds
 from simulator.spec import ClusterSpec, ModelSpec, Plan
 from simulator.spec.measurement import Measurement
@@ -90,6 +91,17 @@ class PipelineRun:
     records: dict[int, dict[str, Any]] = field(default_factory=dict)
     grads: dict[int, list[dict[str, torch.Tensor]]] = field(default_factory=dict)  # real mode, per rank
     params: dict[int, dict[str, torch.Tensor]] = field(default_factory=dict)
+    # With a tuner: every evaluation (step, current, predicted seconds per candidate, switch, reason).
+    tuner_log: tuple[dict[str, Any], ...] = ()
+
+
+@dataclass(frozen=True)
+class TunerRun:
+    """Run the online auto-tuner over the candidates for ``steps`` steps, starting on ``start``."""
+
+    steps: int
+    start: int = 0
+    config: TunerConfig = field(default_factory=TunerConfig)
 
 
 def unsupported_plan_reason(model: ModelSpec, plan: Plan) -> str | None:
@@ -138,8 +150,14 @@ def run_pipeline(
     plans: Plan | Sequence[Plan],
     launcher: Launcher,
     config: PipelineConfig,
+    tuner: TunerRun | None = None,
 ) -> PipelineRun:
-    """Run ``plans`` (phases with the same stages and global batch) on ``launcher``'s nodes."""
+    """Run ``plans`` (phases with the same stages and global batch) on ``launcher``'s nodes.
+
+    Without ``tuner`` every plan runs ``warmup + iterations`` steps in turn (one Measurement each).
+    With it, ``plans`` are the tuner's candidates: ``tuner.steps`` steps starting on candidate
+    ``tuner.start``, switching online (one Measurement over all steps; ``PipelineRun.tuner_log``).
+    """
     phases = [plans] if isinstance(plans, Plan) else list(plans)
     if not phases:
         raise ValueError("plans: at least one plan is needed")
@@ -160,7 +178,14 @@ def run_pipeline(
         "model": model.model_dump(mode="json"),
         "plans": [p.model_dump(mode="json") for p in phases],
         "config": asdict(config),
+        "tuner": None,
     }
+    if tuner is not None:
+        if not 0 <= tuner.start < len(phases):
+            raise ValueError(f"tuner.start: {tuner.start} is not an index of plans")
+        if tuner.steps < 1:
+            raise ValueError(f"tuner.steps: must be >= 1, got {tuner.steps}")
+        job["tuner"] = {"config": asdict(tuner.config), "start": tuner.start, "steps": tuner.steps}
     if config.compute == "replay":
         job["replay"] = _replay_job(model, cluster, plan, config)
     nodes = [
@@ -182,7 +207,7 @@ def run_pipeline(
         failure = _wait(procs, started + config.timeout_s)
         if failure:
             failed = Measurement(failure=failure, compute_mode=config.compute, scale=config.scale)
-            return PipelineRun((failed,) * len(phases))
+            return PipelineRun((failed,) * (1 if tuner else len(phases)))
         records = {r: json.loads((out / f"rank{r}.json").read_text()) for r in range(P * D)}
         grads: dict[int, list[dict[str, torch.Tensor]]] = {}
         params: dict[int, dict[str, torch.Tensor]] = {}
@@ -190,8 +215,11 @@ def run_pipeline(
             for r in range(P * D):
                 blob = torch.load(out / f"rank{r}.pt")
                 grads[r], params[r] = blob["grads"], blob["params"]
-    measured = tuple(_measure(records, phase, config, launcher) for phase in range(len(phases)))
-    return PipelineRun(measured, records, grads, params)
+    if tuner is None:
+        measured = tuple(_measure(records, phase, config, launcher) for phase in range(len(phases)))
+    else:
+        measured = (_measure(records, None, config, launcher),)
+    return PipelineRun(measured, records, grads, params, tuple(records[0].get("tuner") or ()))
 
 
 def _wait(procs: list[subprocess.Popen[bytes]], deadline: float) -> str | None:
@@ -219,10 +247,10 @@ def _wait(procs: list[subprocess.Popen[bytes]], deadline: float) -> str | None:
 
 
 def _measure(
-    records: dict[int, dict[str, Any]], phase: int, cfg: PipelineConfig, launcher: Launcher
+    records: dict[int, dict[str, Any]], phase: int | None, cfg: PipelineConfig, launcher: Launcher
 ) -> Measurement:
-    """Phase ``phase``'s Measurement: its steps only (a barrier separates phases)."""
-    mine = {r: [st for st in rec["steps"] if st[0] == phase] for r, rec in records.items()}
+    """Phase ``phase``'s Measurement (its steps only; a barrier separates phases), or all steps."""
+    mine = {r: [st for st in rec["steps"] if phase is None or st[0] == phase] for r, rec in records.items()}
     steps = len(mine[0])
     ends = [max(m[i][2] for m in mine.values()) for i in range(steps)]
     start = max(m[0][1] for m in mine.values())

@@ -34,7 +34,9 @@ import torch
 import torch.distributed as dist
 
 from runtime.pipeline.adapter import EventLog, ScheduleRunner, make_stage
+from runtime.pipeline.profile import profile_records
 from runtime.pipeline.stage_net import DTYPES, ReplayStageNet, StageNet, mse, output_width, synthetic_batch
+from runtime.pipeline.tuner import AutoTuner, TunerConfig
 from simulator.pipeline.schedule import kfkb
 from simulator.spec import ModelSpec, Plan
 
@@ -87,43 +89,73 @@ def run(job: dict[str, Any], rank: int, master: str, port: int, out: Path) -> No
     all_grads: list[dict[str, torch.Tensor]] = []
     step_times: list[tuple[int, float, float]] = []
     losses: list[float] = []
-    schedules: list[list[str]] = []
-    it = 0
-    for phase, plan in enumerate(plans):
-        if plan.stages != first.stages:
-            raise ValueError(f"plans.{phase}.stages: every phase must keep the stages of plans.0")
+    runners: dict[int, tuple[ScheduleRunner, int, int]] = {}
+    schedules: dict[str, list[str]] = {}
+
+    def runner_for(index: int) -> tuple[ScheduleRunner, int, int]:
+        if index not in runners:
+            plan = plans[index]
+            if plan.stages != first.stages:
+                raise ValueError(f"plans.{index}.stages: every plan must keep the stages of plans.0")
+            b = plan.micro_batch_size
+            n = plan.replica_micro_batches(d)
+            offset = sum(plan.replica_micro_batches(dd) for dd in range(d)) * b
+            ex_in = torch.zeros(b, width_in, dtype=dtype)
+            ex_out = torch.zeros(b, width_out, dtype=dtype)
+            pstage = make_stage(module, s, P, ex_in, ex_out, pp_groups[d], log)
+            schedule = kfkb(P, n, plan.group_size(n))
+            runners[index] = (ScheduleRunner(pstage, schedule, mse, reduce_grad, log), n, offset)
+            schedules[str(index)] = schedule.to_rows()[s]
+        return runners[index]
+
+    def train_step(index: int, it: int) -> None:
+        plan = plans[index]
+        runner, n, offset = runner_for(index)
         b = plan.micro_batch_size
-        n = plan.replica_micro_batches(d)
-        offset = sum(plan.replica_micro_batches(dd) for dd in range(d)) * b
-        ex_in = torch.zeros(b, width_in, dtype=dtype)
-        ex_out = torch.zeros(b, width_out, dtype=dtype)
-        pstage = make_stage(module, s, P, ex_in, ex_out, pp_groups[d], log)
-        schedule = kfkb(P, n, plan.group_size(n))
-        runner = ScheduleRunner(pstage, schedule, mse, reduce_grad, log)
-        schedules.append(schedule.to_rows()[s])
         grad_scale[0] = b / plan.global_batch
+        t0 = time.monotonic()
+        if real:
+            x, y = synthetic_batch(model, it, cfg["seed"], plan.global_batch, dtype)
+        else:
+            x = torch.zeros(plan.global_batch, 1, dtype=dtype)
+            y = torch.zeros(plan.global_batch, width_out, dtype=dtype)
+        x, y = x[offset : offset + n * b], y[offset : offset + n * b]
+        step_losses: list[Any] = []
+        runner.step(x if s == 0 else None, y if s == P - 1 else None, step_losses)
+        with torch.no_grad():
+            if isinstance(module, StageNet):
+                named = zip(module.names, params, strict=True)
+                all_grads.append({k: p.grad.detach().clone() for k, p in named if p.grad is not None})
+            for p in params:
+                if p.grad is not None:
+                    p.sub_(p.grad, alpha=cfg["lr"])
+                    p.grad = None
+        step_times.append((index, t0, time.monotonic()))
+        losses.append(sum(float(v) for v in step_losses) / max(1, len(step_losses)))
+
+    per_phase = cfg["warmup"] + cfg["iterations"]
+    tuner_log: list[dict[str, Any]] = []
+    if job.get("tuner") is None:
+        for phase in range(len(plans)):
+            runner_for(phase)
+            dist.barrier()
+            for i in range(per_phase):
+                train_step(phase, phase * per_phase + i)
+    else:
+        tcfg = TunerConfig(**job["tuner"]["config"])
+        tuner = AutoTuner(plans, job["tuner"]["start"], tcfg)
+        seen = 0
         dist.barrier()
-        for _ in range(cfg["warmup"] + cfg["iterations"]):
-            t0 = time.monotonic()
-            if real:
-                x, y = synthetic_batch(model, it, cfg["seed"], plan.global_batch, dtype)
-            else:
-                x = torch.zeros(plan.global_batch, 1, dtype=dtype)
-                y = torch.zeros(plan.global_batch, width_out, dtype=dtype)
-            x, y = x[offset : offset + n * b], y[offset : offset + n * b]
-            step_losses: list[Any] = []
-            runner.step(x if s == 0 else None, y if s == P - 1 else None, step_losses)
-            with torch.no_grad():
-                if isinstance(module, StageNet):
-                    named = zip(module.names, params, strict=True)
-                    all_grads.append({k: p.grad.detach().clone() for k, p in named if p.grad is not None})
-                for p in params:
-                    if p.grad is not None:
-                        p.sub_(p.grad, alpha=cfg["lr"])
-                        p.grad = None
-            step_times.append((phase, t0, time.monotonic()))
-            losses.append(sum(float(v) for v in step_losses) / max(1, len(step_losses)))
-            it += 1
+        for it in range(job["tuner"]["steps"]):
+            if it and it % tcfg.interval == 0:
+                mine = {"replica": d, "stage": s, "events": log.events[seen:]}
+                seen = len(log.events)
+                gathered: list[Any] = [None] * (P * D)
+                dist.all_gather_object(gathered, mine)
+                tuner.observe(profile_records(dict(enumerate(gathered))))
+                tuner.decide(it)
+            train_step(tuner.current, it)
+        tuner_log = tuner.log
     if isinstance(module, StageNet):
         final = {k: p.detach().clone() for k, p in zip(module.names, params, strict=True)}
         torch.save({"grads": all_grads, "params": final}, out / f"rank{rank}.pt")
@@ -135,6 +167,7 @@ def run(job: dict[str, Any], rank: int, master: str, port: int, out: Path) -> No
         "events": log.events,
         "losses": losses if s == P - 1 else [],
         "schedules": schedules,
+        "tuner": tuner_log,
     }
     (out / f"rank{rank}.json").write_text(json.dumps(record))
     dist.barrier()

@@ -87,7 +87,7 @@ def check_against_reference(
         for phase, p in enumerate(plans):
             n = p.replica_micro_batches(d)
             want = kfkb(P, n, p.group_size(n)).to_rows()[rank % P]
-            assert run.records[rank]["schedules"][phase] == want
+            assert run.records[rank]["schedules"][str(phase)] == want
         done = [(kind, mb) for kind, mb, _, _ in run.records[rank]["events"] if kind in ("F", "B")]
         planned = [
             (a.op.value, a.mb)

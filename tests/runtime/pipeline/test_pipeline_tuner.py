@@ -1,0 +1,114 @@
+"""Online auto-tuner: decisions from profiles (unit) and a real run that switches plans (slow)."""
+
+from __future__ import annotations
+
+import pytest
+
+from runtime.executor import LocalLauncher
+from runtime.executor.reference import linear, two_by_two
+from runtime.pipeline import AutoTuner, PipelineConfig, TunerConfig, TunerRun, run_pipeline
+from runtime.pipeline.profile import Profile
+from runtime.pipeline.stage_net import reference_step
+from simulator.pipeline.cost import pipeline_length
+from simulator.spec import ModelSpec, Plan, Stage
+
+
+def plan(k: int, b: int, stages: int = 4, batch: int = 8) -> Plan:
+    n = batch // b
+    return Plan(
+        stages=tuple(
+            Stage(first_layer=s, last_layer=s + 1, devices=(f"n{s // 2}:{s % 2}",)) for s in range(stages)
+        ),
+        global_batch=batch,
+        batch_shares={"n0:0": batch},
+        micro_batch_size=b,
+        num_micro_batches=n,
+        schedule="1f1b" if k == 1 else "gpipe" if k == n else "kfkb",
+        k=k if 1 < k < n else 1,
+    )
+
+
+def profile(transfer: float, fwd: float = 1.0) -> Profile:
+    links = {(a, a + 1): [transfer] * 4 for a in range(3)} | {(a + 1, a): [transfer] * 4 for a in range(3)}
+    return Profile(links, [fwd] * 4, [2 * fwd] * 4)
+
+
+def test_slow_links_switch_from_1f1b_to_groups_and_say_why() -> None:
+    cands = [plan(1, 1), plan(2, 1), plan(4, 1)]
+    t = AutoTuner(cands, current=0, config=TunerConfig(margin=0.02))
+    assert t.decide(0) == 0 and t.log[-1]["reason"] == "no profile of the current plan yet"
+    t.observe(profile(transfer=0.5))
+    want = {
+        i: pipeline_length(c, [1.0] * 4, [2.0] * 4, {k: 0.5 for k in profile(0.5).transfers})
+        for i, c in enumerate(cands)
+    }
+    assert want[1] < want[0]
+    chosen = t.decide(4)
+    assert chosen == min(want, key=lambda i: (want[i], i)) != 0
+    entry = t.log[-1]
+    assert entry["switch_to"] == chosen and "predicted" in entry["reason"]
+    assert entry["predicted_s"] == {str(i): pytest.approx(v) for i, v in want.items()}
+
+
+def test_fast_links_keep_1f1b_within_the_margin() -> None:
+    t = AutoTuner([plan(1, 1), plan(2, 1)], current=0, config=TunerConfig(margin=0.05))
+    t.observe(profile(transfer=0.0))
+    assert t.decide(4) == 0
+    assert t.log[-1]["reason"] == "current plan within margin of the best"
+
+
+def test_unmeasured_micro_batch_sizes_are_scaled_linearly() -> None:
+    t = AutoTuner([plan(1, 2), plan(2, 1)], current=0)
+    t.observe(profile(transfer=0.2, fwd=2.0))  # measured at b = 2
+    # candidate 1 (b = 1): compute and transfers halve
+    assert t.estimate(1) == pytest.approx(
+        pipeline_length(plan(2, 1), [1.0] * 4, [2.0] * 4, {k: 0.1 for k in profile(0.2).transfers})
+    )
+
+
+def test_bad_tuner_settings_name_the_field() -> None:
+    with pytest.raises(ValueError, match="interval"):
+        TunerConfig(interval=0)
+    with pytest.raises(ValueError, match="current"):
+        AutoTuner([plan(1, 1)], current=3)
+
+
+@pytest.mark.slow
+def test_online_switches_keep_gradients_exact() -> None:
+    model = ModelSpec(name="mlp", batch_size=8, layers=tuple(linear(f"l{i}", 6, 6) for i in range(4)))
+    cands = [plan(1, 1, stages=2), plan(2, 1, stages=2), plan(4, 2, stages=2)]
+    cands = [
+        c.model_copy(
+            update={
+                "stages": (
+                    Stage(first_layer=0, last_layer=2, devices=("n0:0",)),
+                    Stage(first_layer=2, last_layer=4, devices=("n1:0",)),
+                )
+            }
+        )
+        for c in cands
+    ]
+    cfg = PipelineConfig(dtype="float64", warmup=0, iterations=1, timeout_s=240)
+    run = run_pipeline(
+        model,
+        two_by_two(),
+        cands,
+        LocalLauncher(),
+        cfg,
+        TunerRun(steps=8, start=0, config=TunerConfig(interval=2, margin=0.0)),
+    )
+    assert run.measurements[0].failure is None
+    assert len(run.measurements[0].iteration_times) == 8
+    assert [e["step"] for e in run.tuner_log] == [2, 4, 6]
+    ref = reference_step(model, [(0, 2), (2, 4)], 0, 8, 8, 0.01, "float64")
+    for rank in (0, 1):
+        for step, grads in enumerate(run.grads[rank]):
+            for name, g in grads.items():
+                assert (g - ref[step][name]).abs().max().item() <= 1e-6
+    # every step ran the candidate the tuner had chosen
+    switches = {e["step"]: e["switch_to"] for e in run.tuner_log if "switch_to" in e}
+    current, chosen = 0, []
+    for step in range(8):
+        current = switches.get(step, current)
+        chosen.append(current)
+    assert [st[0] for st in run.records[0]["steps"]] == chosen
