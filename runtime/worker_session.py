@@ -24,6 +24,14 @@ from typing import Any
 from simulator.spec import ClusterSpec, ModelSpec, Strategy
 from simulator.spec.measurement import Measurement
 
+_PR_SET_PDEATHSIG = 1
+
+
+def _pdeathsig(sig: int) -> None:
+    """Ask the kernel for ``sig`` when this process's parent (the thread that started it) exits."""
+    with contextlib.suppress(Exception):
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, sig)
+
 
 def _set_pdeathsig() -> None:
     """In the child, before exec: get SIGTERM when the worker dies (Linux prctl).
@@ -31,8 +39,21 @@ def _set_pdeathsig() -> None:
     SIGTERM, not SIGKILL: the trial process's testbed turns SIGTERM into its teardown, so a worker
     that dies (or shuts down without closing its session) leaves no namespaces behind.
     """
-    with contextlib.suppress(Exception):
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    _pdeathsig(signal.SIGTERM)
+
+
+def die_with_parent(parent_pid: int, sig: int = signal.SIGKILL) -> None:
+    """Get ``sig`` when the parent ``parent_pid`` exits; get it now if that already happened.
+
+    For a process started by another that must not outlive it (``strategist serve``'s embedded
+    worker). Called early in the child itself, so the parent needs no ``preexec_fn`` (unsafe in a
+    process with threads); the parent check closes the window before the call. The kernel sends
+    the signal when the *thread* that started the child exits, so the parent must start it from a
+    thread that lives as long as it does (serve: its main thread).
+    """
+    _pdeathsig(sig)
+    if os.getppid() != parent_pid:
+        os.kill(os.getpid(), sig)
 
 
 def session_key(model: ModelSpec, cluster: ClusterSpec, options: dict[str, Any]) -> str:
@@ -99,6 +120,7 @@ class TrialProcess:
             self.last_used = time.monotonic()
         if line is None:
             code = self.child.wait()
+            self._remove_leftovers()
             reason = "stopped" if self._killed.is_set() else f"trial process exited with code {code}"
             return Measurement(failure=reason)
         try:
@@ -117,6 +139,7 @@ class TrialProcess:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(self.child.pid, signal.SIGKILL)
             self.child.wait()
+        self._remove_leftovers()
 
     def close(self, timeout_s: float = 30.0) -> None:
         """End of input: the child tears its session and testbed down and exits."""
@@ -127,3 +150,19 @@ class TrialProcess:
             self.child.wait(timeout=timeout_s)
         except subprocess.TimeoutExpired:
             self.kill()
+        self._remove_leftovers()
+
+    def _remove_leftovers(self) -> None:
+        """After the child exited: delete what a child that could not tear down left behind.
+
+        A trial process killed outright (SIGKILL, the OOM killer) leaves its testbed's namespaces
+        and the executor's processes inside them; ``cleanup_stale`` removes exactly those of dead
+        owners (never a live testbed's). Harmless where no testbed was built or namespaces are
+        not available.
+        """
+        if self.child.returncode is None:
+            return
+        with contextlib.suppress(Exception):
+            from runtime.testbed import cleanup_stale
+
+            cleanup_stale()

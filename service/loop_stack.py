@@ -4,7 +4,10 @@
 - the API (uvicorn) serves on its own thread, with the search loop as its orchestrator;
 - the search loop ticks on its own thread (sweep, advance, retrain);
 - an embedded testbed worker runs as a subprocess (``strategist worker --pool testbed``) with a
-  worker token kept in the data folder, consuming nudges from the same broker.
+  worker token kept in the data folder, consuming nudges from the same broker. It dies with this
+  process, however this process ends (``--parent-pid``: the kernel's parent-death signal), and
+  holds ``embedded-worker.lock`` in the data folder (``--lock-file``), so a restarted service
+  never runs two embedded workers; its trial processes die with it in turn.
 
 Database and broker URLs come from Settings (embedded SQLite defaults, Redis/PostgreSQL when set).
 """
@@ -125,9 +128,19 @@ class Stack:
         log.info("strategist serving at %s (database %s, broker %s)", self.url, s.database_url, s.broker_url)
 
     def start_worker(self) -> None:
-        """Start (or restart) the embedded testbed worker subprocess."""
+        """Start (or restart) the embedded testbed worker subprocess.
+
+        Call it from a thread that lives as long as the service (serve: the main thread): the
+        worker's parent-death signal fires when the thread that started it exits.
+        """
         argv = embedded_worker_argv(
-            api=self.url, broker=self.settings.broker_url, flags=self.config.worker_flags
+            api=self.url,
+            broker=self.settings.broker_url,
+            flags={
+                **self.config.worker_flags,
+                "parent_pid": os.getpid(),
+                "lock_file": Path(self.settings.data_dir) / "embedded-worker.lock",
+            },
         )
         self.worker = subprocess.Popen(argv, env=worker_env(self.worker_token()))
 

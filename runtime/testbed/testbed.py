@@ -179,8 +179,9 @@ class Testbed:
         self._built = True
 
     def _build(self) -> None:
-        netns.add_namespace(self.switch_ns)
+        # Recorded before it exists: a SIGTERM during `ip netns add` still has it deleted by close().
         self._created.append(self.switch_ns)
+        netns.add_namespace(self.switch_ns)
         netns.add_bridge(self.switch_ns, BRIDGE)
         has_netem = self.emulate_latency and any(n.latency_us > 0 for n in self.cluster.nodes)
         has_netem = has_netem and netns.qdisc_available("netem")
@@ -188,8 +189,8 @@ class Testbed:
         cap = self.flow_cap_mbit()
         for i, node in enumerate(self.cluster.nodes):
             ns, port = self.node_ns[i], f"p{i}"
-            netns.add_namespace(ns)
             self._created.append(ns)
+            netns.add_namespace(ns)
             netns.add_veth(ns, NODE_IF, self.switch_ns, port)
             netns.run(["ip", "-n", self.switch_ns, "link", "set", port, "master", BRIDGE])
             netns.run(["ip", "-n", self.switch_ns, "link", "set", port, "up"])

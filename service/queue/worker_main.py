@@ -15,10 +15,13 @@ duplicated or redelivered nudge claims nothing, so it never produces a second me
 from __future__ import annotations
 
 import dataclasses
+import fcntl
 import logging
+import os
 import signal
 import sys
 import threading
+from pathlib import Path
 from types import FrameType
 from typing import Annotated
 
@@ -26,7 +29,10 @@ import typer
 
 from runtime.worker import TOKEN_ENV, Worker, WorkerConfig, wait_for_api
 from runtime.worker_pools import POOLS, runnable_clusters
+from runtime.worker_session import die_with_parent
 from simulator import zoo
+
+log = logging.getLogger("strategist.worker")
 
 
 def _fail(field: str, reason: str) -> typer.Exit:
@@ -59,8 +65,17 @@ def worker(
     name: Annotated[str, typer.Option(help="Worker name shown on trials; default host-pid.")] = "",
     wait_api: Annotated[float, typer.Option(help="Seconds to wait for the API to come up.")] = 60.0,
     log_level: Annotated[str, typer.Option(help="debug, info, warning or error.")] = "info",
+    parent_pid: Annotated[
+        int, typer.Option(help="Exit when this process exits (`strategist serve` passes its own pid).")
+    ] = 0,
+    lock_file: Annotated[
+        str,
+        typer.Option(help="Hold this lock while running; a second worker on it waits for the first to exit."),
+    ] = "",
 ) -> None:
     """Claim trials from the API, run them, heartbeat while running, report the measurements."""
+    if parent_pid:
+        die_with_parent(parent_pid)  # first: nothing below may outlive a killed `serve`
     level = getattr(logging, log_level.upper(), None)
     if not isinstance(level, int):
         raise _fail("--log-level", f"must be debug, info, warning or error, got {log_level!r}")
@@ -74,6 +89,8 @@ def worker(
         raise _fail("--compute", f"must be 'replay' or 'real', got {compute!r}")
     if iterations < 1 or warmup < 0:
         raise _fail("--iterations/--warmup", "need iterations >= 1 and warmup >= 0")
+    if lock_file:
+        hold_lock(Path(lock_file))
     names = [c.strip() for c in clusters.split(",") if c.strip()] or runnable_clusters(
         pool, [zoo.cluster(n) for n in zoo.cluster_names()]
     )
@@ -125,6 +142,26 @@ def worker(
         make_celery(broker), names, drain, hostname=f"{config.name}@strategist", on_shutdown=w.stop
     )
     w.shutdown()
+
+
+def hold_lock(path: Path) -> int:
+    """Take an exclusive ``flock`` on ``path`` for the life of this process (waiting if held).
+
+    ``serve`` gives its embedded worker a lock file in the data folder, so a restarted service
+    never runs two embedded workers: a new worker waits until the old one is gone (the kernel drops
+    the lock when a process dies, however it dies). The file holds the holder's pid, for the log.
+    The descriptor is not inherited by trial processes (Python opens it close-on-exec).
+    """
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "?"
+        log.warning("worker: %s is held by pid %s; waiting for it to exit", path, holder)
+        fcntl.flock(fd, fcntl.LOCK_EX)
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, str(os.getpid()).encode(), 0)
+    return fd
 
 
 def _stop_on_signals(w: Worker) -> None:

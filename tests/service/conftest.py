@@ -279,6 +279,34 @@ def tokens(session: Session) -> dict[str, dict[str, str]]:
     return {k: bearer(v.secret) for k, v in made.items()}
 
 
+def processes_marked(mark: str) -> dict[int, str]:
+    """Live processes whose environment carries ``STRATEGIST_TEST_MARK=mark``: pid -> command line.
+
+    Every process a test starts inherits the mark (serve, its worker, trial processes, the
+    executor's ranks, the loop's jobs), so a test can list exactly its own, zombies excluded.
+    """
+    found = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            env = (entry / "environ").read_bytes()
+            stat = (entry / "stat").read_text()
+            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        zombie = stat.rsplit(")", 1)[-1].split()[0] == "Z"
+        if f"STRATEGIST_TEST_MARK={mark}".encode() in env.split(b"\0") and not zombie:
+            found[int(entry.name)] = cmdline.strip()
+    return found
+
+
+@pytest.fixture
+def marked() -> Callable[[str], dict[int, str]]:
+    """``marked(mark)``: the live processes carrying ``STRATEGIST_TEST_MARK=mark`` (pid -> cmdline)."""
+    return processes_marked
+
+
 def _wait_for(check: Callable[[], Any], timeout_s: float, what: str) -> Any:
     """Poll ``check`` every 0.3 s until it returns something truthy (returned); fail after ``timeout_s``."""
     deadline = time.monotonic() + timeout_s
