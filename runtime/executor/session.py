@@ -268,6 +268,11 @@ class ExecutorSession:
         trial = self._trials
         self._trials += 1
         cfg = self.config
+        if strategy.plan is not None:  # pipeline plans run on their own processes (issue 17)
+            from runtime.pipeline.trial import run_plan_trial
+
+            m = run_plan_trial(self.model, self.cluster, strategy, self.launcher, cfg)
+            return TrialResult(m, wall_s=time.monotonic() - t0, trial=trial)
         reason = self._precheck(strategy)
         if reason is None:
             try:
