@@ -122,7 +122,8 @@ def make_cluster(
 
 
 def zoo_clusters() -> list[ClusterSpec]:
-    """The 16 zoo clusters: AutoSync Table 2 (14 setups), one 8x A100 node, 4x8 H100."""
+    """The zoo clusters: AutoSync Table 2 (14 setups), one 8x A100 node, 4x8 H100, and HeterPS's
+    two priced resource pools (``zoo_resources``)."""
     a = "AutoSync Table 2 {}: {}; Cluster A (in-house, 40GbE switch)"
     b = "AutoSync Table 2 {}: {}; Cluster B (AWS, 10 Gbps single-flow cap)"
     aws = AWS_SINGLE_FLOW_GBPS
@@ -144,4 +145,8 @@ def zoo_clusters() -> list[ClusterSpec]:
         ("A100x8", [(A100_NODE, 1)], "One node with 8x A100 80GB on NVSwitch (p4de.24xlarge class).", None),
         ("H100-4x8", [(H100_NODE, 4)], "4 nodes x 8 H100 SXM on NVSwitch, 8x400 Gbit/s rails per node; one flow rides one rail.", 400.0),
     ]  # fmt: skip
-    return [make_cluster(name, groups, desc, cap) for name, groups, desc, cap in table]
+    from simulator.extract.zoo_resources import heterogeneous_clusters
+
+    return [
+        make_cluster(name, groups, desc, cap) for name, groups, desc, cap in table
+    ] + heterogeneous_clusters()

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from simulator.extract.ctr_models import CRITEO_DENSE, CRITEO_SPARSE, CTRDNN, NCE, MatchNet, TwoEmb
 from simulator.extract.extractor import Inputs, extract_model
 from simulator.extract.reference_models import NeuMF, WMTTransformer
 from simulator.spec import ModelSpec
@@ -56,6 +57,21 @@ def _pairs(n: int) -> Inputs:
 
 def _wmt_inputs(n: int) -> Inputs:
     return (torch.zeros(n, WMT_SEQ, dtype=torch.long), torch.zeros(n, WMT_SEQ, dtype=torch.long))
+
+
+def _criteo(n: int) -> Inputs:
+    return (torch.zeros(n, CRITEO_SPARSE, dtype=torch.long), torch.zeros(n, CRITEO_DENSE))
+
+
+def _id_pairs(width: int, second: int | None = None) -> Callable[[int], Inputs]:
+    return lambda n: (
+        torch.zeros(n, width, dtype=torch.long),
+        torch.zeros(n, second or width, dtype=torch.long),
+    )
+
+
+def _ctrdnn(layers: int) -> Callable[[], nn.Module]:
+    return lambda: CTRDNN(layers)
 
 
 def _torchvision(arch: str, headless: bool = False, **kwargs: object) -> Callable[[], nn.Module]:
@@ -109,6 +125,8 @@ _NCF = (
     "reference_models.NeuMF (tensorflow/models NeuMF layout: mf_dim 8, MLP 64-32-16-8), "
     "MovieLens-20M x16x32: 2,215,888 users, 855,808 items; embedding gradients {}"
 )
+_CTR = "ctr_models.{} (HeterPS Section 6.2 {}, {} layers; see datasets/README.md 'HeterPS CTR models')"
+CTR_BATCH = 2048  # samples per unit and iteration (B = B_o in the HeterPS cost model)
 
 ZOO_MODELS: tuple[ZooRecipe, ...] = (
     ZooRecipe("ResNet50", "IC", 32, _torchvision("resnet50", headless=True), _images(224),
@@ -141,6 +159,13 @@ ZOO_MODELS: tuple[ZooRecipe, ...] = (
               _GPT.format(24, 2048, 8192, 32), dtype=torch.float16),
     ZooRecipe("GPT-2.7B", "LM", 8, _gpt(32, 2560, 10240, 32), _tokens(GPT_SEQ),
               _GPT.format(32, 2560, 10240, 32), dtype=torch.float16),
+    ZooRecipe("CTRDNN", "CTR", CTR_BATCH, _ctrdnn(16), _criteo, _CTR.format("CTRDNN", "CTRDNN", 16)),
+    ZooRecipe("CTRDNN-8", "CTR", CTR_BATCH, _ctrdnn(8), _criteo, _CTR.format("CTRDNN", "CTRDNN variant", 8)),
+    ZooRecipe("CTRDNN-12", "CTR", CTR_BATCH, _ctrdnn(12), _criteo, _CTR.format("CTRDNN", "CTRDNN variant", 12)),
+    ZooRecipe("CTRDNN-20", "CTR", CTR_BATCH, _ctrdnn(20), _criteo, _CTR.format("CTRDNN", "CTRDNN variant", 20)),
+    ZooRecipe("MATCHNET", "CTR", CTR_BATCH, MatchNet, _id_pairs(32), _CTR.format("MatchNet", "MATCHNET", 16)),
+    ZooRecipe("2EMB", "CTR", CTR_BATCH, TwoEmb, _id_pairs(16), _CTR.format("TwoEmb", "2EMB", 10)),
+    ZooRecipe("NCE", "CTR", CTR_BATCH, NCE, _id_pairs(5, 6), _CTR.format("NCE", "NCE", 5)),
 )  # fmt: skip
 
 

@@ -6,6 +6,7 @@ from simulator.spec.errors import Issue, SpecError
 from simulator.spec.io import Spec, dump_json, load_spec, parse_spec
 from simulator.spec.model import DTYPE_BYTES, ComputeDType, Layer, ModelSpec, Variable
 from simulator.spec.plan import Plan, Stage
+from simulator.spec.resources import ResourceLink, ResourcePlan, ResourceStage, ResourceType
 from simulator.spec.strategy import (
     CollectiveSync,
     Compressor,
@@ -34,6 +35,10 @@ __all__ = [
     "PSSync",
     "Partition",
     "Plan",
+    "ResourceLink",
+    "ResourcePlan",
+    "ResourceStage",
+    "ResourceType",
     "Shard",
     "Spec",
     "SpecError",

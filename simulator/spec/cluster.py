@@ -9,6 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from simulator.spec.errors import Issue, structural
 from simulator.spec.limits import LIMITS, Name, Text
+from simulator.spec.resources import ResourceLink, ResourceType, resource_issues
 
 GBPS = 1e9 / 8  # bytes per second in one gigabit per second
 
@@ -107,6 +108,10 @@ class ClusterSpec(BaseModel):
         None, ge=LIMITS.min_rate, le=LIMITS.link_gbps, description="Per-flow cap across nodes."
     )
     description: Text = ""
+    resource_types: tuple[ResourceType, ...] = Field(
+        (), description="Rentable unit types with prices (HeterPS scheduling); empty: none declared."
+    )
+    resource_links: tuple[ResourceLink, ...] = Field((), description="Bandwidth per unit between types.")
 
     @model_validator(mode="after")
     def _check(self) -> ClusterSpec:
@@ -123,6 +128,7 @@ class ClusterSpec(BaseModel):
             names.add(n.name)
             if n.device not in types:
                 issues.append(Issue(("nodes", i, "device"), f"unknown device type {n.device!r}"))
+        issues.extend(resource_issues(self))
         if not issues and self.num_gpus == 0:
             issues.append(Issue(("nodes",), "the cluster has no GPU"))
         if not issues and self.num_gpus > LIMITS.gpus:

@@ -12,15 +12,17 @@ from simulator.spec.cluster import ClusterSpec
 from simulator.spec.errors import Issue, SpecError
 from simulator.spec.limits import LIMITS
 from simulator.spec.model import ModelSpec
+from simulator.spec.resources import ResourcePlan
 from simulator.spec.strategy import Strategy
 
-Spec = ModelSpec | ClusterSpec | Strategy
+Spec = ModelSpec | ClusterSpec | Strategy | ResourcePlan
 T = TypeVar("T", bound=BaseModel)
 
-_KINDS: dict[str, type[ModelSpec] | type[ClusterSpec] | type[Strategy]] = {
+_KINDS: dict[str, type[ModelSpec] | type[ClusterSpec] | type[Strategy] | type[ResourcePlan]] = {
     "model": ModelSpec,
     "cluster": ClusterSpec,
     "strategy": Strategy,
+    "resource_plan": ResourcePlan,
 }
 
 

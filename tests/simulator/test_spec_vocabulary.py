@@ -378,7 +378,7 @@ def test_plan_rules() -> None:
 def test_unknown_kind_and_not_an_object() -> None:
     assert (
         _errors({"kind": "pipeline"})
-        == "kind: unknown kind 'pipeline'; expected one of ['cluster', 'model', 'strategy']"
+        == "kind: unknown kind 'pipeline'; expected one of ['cluster', 'model', 'resource_plan', 'strategy']"
     )
     with pytest.raises(SpecError, match="must be a JSON object"):
         parse_spec([1, 2])

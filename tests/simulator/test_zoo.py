@@ -50,6 +50,20 @@ GPU_DISTRIBUTION: dict[str, list[int]] = {
     "B12": [1, 4],
     "A100x8": [8],
     "H100-4x8": [8] * 4,
+    # HeterPS's priced pools: one representative server of each type (CPU server first).
+    "HeterPS-2GPU": [0, 4, 8],
+    "HeterPS-4GPU": [0, 4, 8, 8, 8],
+}
+
+# HeterPS Section 6.2: its CTR models and their layer counts, and the CTRDNN variants of Table 2.
+CTR_LAYERS: dict[str, int] = {
+    "CTRDNN": 16,
+    "CTRDNN-8": 8,
+    "CTRDNN-12": 12,
+    "CTRDNN-20": 20,
+    "MATCHNET": 16,
+    "2EMB": 10,
+    "NCE": 5,
 }
 
 # Table 2 "Bandwidth spec": the NICs of the nodes, in node order.
@@ -64,10 +78,20 @@ NIC_GBPS: dict[str, list[float]] = {
 }
 
 
-def test_zoo_has_16_models_and_16_clusters() -> None:
-    assert sorted(zoo.model_names()) == sorted(PUBLISHED)
+def test_zoo_has_its_models_and_clusters() -> None:
+    assert sorted(zoo.model_names()) == sorted([*PUBLISHED, *CTR_LAYERS])
     assert sorted(zoo.cluster_names()) == sorted(GPU_DISTRIBUTION)
-    assert [r.name for r in ZOO_MODELS] == list(PUBLISHED)
+    assert [r.name for r in ZOO_MODELS] == [*PUBLISHED, *CTR_LAYERS]
+
+
+@pytest.mark.parametrize("name", list(CTR_LAYERS))
+def test_ctr_models_have_the_papers_layer_counts_and_sparse_tables(name: str) -> None:
+    spec = zoo.model(name)
+    assert len(spec.layers) == CTR_LAYERS[name]
+    tables = [v for v in spec.variables if v.sparse]
+    assert tables and all(v.bytes >= 100e9 for v in tables)  # industrial-scale tables (>= 100 GB)
+    assert all(0 < v.density < 1e-3 for v in tables)
+    assert spec.layers[0].kind == "embedding"
 
 
 @pytest.mark.parametrize("name", list(PUBLISHED))
@@ -137,9 +161,9 @@ def test_committed_clusters_equal_the_generator() -> None:
 
 
 def test_committed_plain_torch_models_equal_a_fresh_extraction() -> None:
-    # NCF and the WMT Transformer need only torch; the others need the zoo environment.
+    # NCF, the WMT Transformer and the CTR models need only torch; the others need the zoo environment.
     from simulator.extract.zoo_models import build
 
     for recipe in ZOO_MODELS:
-        if recipe.name in ("NCF-dense", "NCF-sparse", "Transformer"):
+        if recipe.name in ("NCF-dense", "NCF-sparse", "Transformer", *CTR_LAYERS):
             assert build(recipe) == zoo.model(recipe.name), recipe.name

@@ -1,0 +1,371 @@
+"""HeterPS's cost model (Section 4.1, Formulas 2-8): stage times, throughput and money of a layer schedule.
+
+A model's L layers are scheduled to T resource types (``ClusterSpec.resource_types``); the maximal
+runs of layers on one type are the stages S_1..S_K, and stage S_i runs data-parallel on k_i units
+of its type t_i. For each stage the paper assumes profiles measured on one unit with a small batch
+B_o: the original computation time OCT_i and the original data-communication time ODT_i (to the
+next stage). With k_i units, Amdahl's law (Formulas 2-3) gives, per sample::
+
+    CT_i = OCT_i / B_o * (1 - α_i + α_i / k_i)                         (2)
+    DT_i = ODT_i / B_o * (1 - β_i + β_i / k_i)                         (3)
+    ET_i = B * max{CT_i, DT_i}   (computation and communication overlap; one iteration of B)   (4)
+    Throughput_i = B / ET_i                                            (5)
+    Throughput = min_i Throughput_i      (a pipeline runs at its slowest stage)              (6)
+    ET = epochs * M / Throughput         (M samples per epoch; the paper's L in Formula 7)  (7)
+    Cost = ET * Σ_i p_{t_i} * k_i        (p_t per unit and second here; USD per hour in the spec) (8)
+
+Formula 4 is printed as max{CT_i, DT_i}; we scale it by B so that Formula 5 is samples per second.
+
+**Where the profiles come from.** There is no cluster to profile, so OCT and ODT are derived from
+the model spec and the per-unit figures of each type (a roofline stand-in for the paper's
+measurements), layer by layer, then summed over the stage:
+
+- computation of layer l on type t, one unit, B_o samples:
+  ``B_o * max(3 F_l / (peak_t * eff_t), bytes_l / bw_t)`` with F_l the forward FLOPs per sample
+  (forward + backward = 3x forward) and bytes_l the memory traffic per sample (3x the layer's
+  output, 3x the rows an embedding reads, and 3x its dense weights per iteration spread over B_o);
+  plus ``3 * overhead_t`` of fixed per-layer time, the serial part (1 - α) that more units do
+  not shorten;
+- data communication of layer l: on a GPU type the rows of a sparse table, which live in host
+  memory (HeterPS keeps tables in host memory / SSD), cross the unit's host link twice (rows in,
+  gradients out): parallel work; synchronising the layer's dense weights among the stage's units
+  (ring all-reduce, ``2 W / b``, independent of k): the serial part (1 - β);
+- the stage's boundary: every tensor produced at or before the stage's last layer and read after
+  it crosses to the next stage (tensors that skip a stage are relayed, as pipelines do), forward
+  and backward, over the per-unit link between the two types; parallel work. The last stage
+  sends nothing.
+
+α_i and β_i are then the parallel fractions of the summed times, so Amdahl's law on a stage equals
+the sum of the laws of its layers. A stage also needs enough units to hold its sparse tables
+(with one optimiser slot: 2x the table) in their host memory, and its dense weights must fit the
+memory of one unit; both are checked here and enforced by provisioning.
+
+Shapes:
+    LayerCosts arrays: (L, T) per layer and type; cut bytes (L + 1,); link (T, T) bytes/s
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import cached_property
+
+import numpy as np
+
+from simulator.spec import GBPS, ClusterSpec, ModelSpec, ResourcePlan, ResourceType
+from simulator.spec.resources import link_gbps, resource_plan_issues, stage_bounds
+
+TRAIN_FLOPS_PER_FWD = 3.0  # forward + backward (input and weight gradients)
+MEMORY_PASSES = 3.0  # bytes of a layer touched per sample: forward read/write, backward, update
+TABLE_STATE = 2.0  # a sparse table is stored with one optimiser slot (e.g. Adagrad's accumulator)
+
+
+@dataclass(frozen=True)
+class Workload:
+    """What the training job asks for: the throughput limit, the batch and how many samples.
+
+    ``batch_size`` is B, the samples of one iteration; ``profile_batch`` is B_o, the small batch
+    the profiles are taken at (None: B_o = B). ``samples_per_epoch`` is M and ``epochs`` the
+    paper's L of Formula 7 (renamed: the paper also calls the number of layers L).
+    """
+
+    throughput_limit: float  # Throughput_limit of Formula 11, samples per second
+    batch_size: int = 512  # B, samples per iteration
+    profile_batch: int | None = None  # B_o; None: B
+    samples_per_epoch: float = 1e9  # M
+    epochs: int = 1  # the number of epochs (L in Formula 7)
+
+    def __post_init__(self) -> None:
+        for name in ("throughput_limit", "batch_size", "samples_per_epoch", "epochs"):
+            if not getattr(self, name) > 0:
+                raise ValueError(f"{name}: must be > 0, got {getattr(self, name)}")
+        if self.profile_batch is not None and self.profile_batch < 1:
+            raise ValueError(f"profile_batch: must be >= 1, got {self.profile_batch}")
+
+    @property
+    def b_o(self) -> int:
+        return self.profile_batch or self.batch_size
+
+    @property
+    def samples(self) -> float:
+        """Samples to train: epochs * M."""
+        return self.epochs * self.samples_per_epoch
+
+
+@dataclass(frozen=True)
+class StageProfile:
+    """The profile of one stage S_i = layers [first, last) on type ``rtype`` (an index into T).
+
+    ``oct``/``odt`` are OCT_i and ODT_i (seconds for B_o samples on one unit); ``alpha``/``beta``
+    their parallel fractions; ``min_units`` the units its sparse tables need; ``fits`` whether its
+    dense weights fit one unit.
+    """
+
+    first: int
+    last: int
+    rtype: int
+    oct: float
+    alpha: float
+    odt: float
+    beta: float
+    b_o: int
+    min_units: int = 1
+    fits: bool = True
+
+    def ct(self, k: float) -> float:
+        """CT_i of Formula 2: computation seconds per sample with k units."""
+        return self.oct / self.b_o * (1 - self.alpha + self.alpha / k)
+
+    def dt(self, k: float) -> float:
+        """DT_i of Formula 3: data-communication seconds per sample with k units."""
+        return self.odt / self.b_o * (1 - self.beta + self.beta / k)
+
+    def execution_time(self, k: float, batch: int) -> float:
+        """ET_i of Formula 4: seconds of one iteration of ``batch`` samples."""
+        return batch * max(self.ct(k), self.dt(k))
+
+    def throughput(self, k: float) -> float:
+        """Throughput_i of Formula 5, samples per second (inf for a stage with no work)."""
+        t = max(self.ct(k), self.dt(k))
+        return math.inf if t <= 0 else 1.0 / t
+
+
+@dataclass(frozen=True)
+class SegmentArrays:
+    """OCT, α, ODT, β, memory floor and fit of every stage (j, e, t, next type); shape (L+1, L+1, T, T+1)."""
+
+    oct: np.ndarray
+    alpha: np.ndarray
+    odt: np.ndarray
+    beta: np.ndarray
+    min_units: np.ndarray
+    fits: np.ndarray
+    b_o: int
+
+
+@dataclass(frozen=True)
+class CostReport:
+    """Formulas 4-8 for one plan: per-stage times and throughputs, the pipeline's, and the money."""
+
+    stages: tuple[StageProfile, ...]
+    units: tuple[int, ...]
+    ct: tuple[float, ...]  # CT_i, s per sample
+    dt: tuple[float, ...]  # DT_i, s per sample
+    et: tuple[float, ...]  # ET_i, s per iteration of B samples
+    stage_throughput: tuple[float, ...]  # Throughput_i, samples/s
+    throughput: float  # Formula 6
+    training_time: float  # ET of Formula 7, s
+    money: float  # Cost of Formula 8, USD
+    price_per_hour: float  # Σ p_t k_t, USD per hour
+
+
+class HeterogeneousCostModel:
+    """HeterPS's cost model of ``model`` on the resource types of ``cluster`` for ``workload``.
+
+    Per-layer, per-type costs are precomputed once (arrays of shape (L, T)); a stage's profile is
+    a sum over its layers plus its boundary transfer, which depends only on the stage's layers,
+    its type and the next stage's type. Thread safe after construction (read-only).
+    """
+
+    def __init__(self, model: ModelSpec, cluster: ClusterSpec, workload: Workload) -> None:
+        if not cluster.resource_types:
+            raise ValueError(f"cluster: {cluster.name!r} declares no resource_types")
+        self.model = model
+        self.cluster = cluster
+        self.workload = workload
+        self.types: tuple[ResourceType, ...] = cluster.resource_types
+        self.type_index = {t.name: i for i, t in enumerate(self.types)}
+        #: p_t in USD per unit and second.
+        self.price_per_s = np.array([t.price_per_hour / 3600.0 for t in self.types])
+        self.count = np.array([t.count for t in self.types], dtype=np.int64)
+        self._layer_costs()
+
+    @property
+    def num_layers(self) -> int:
+        return len(self.model.layers)
+
+    @property
+    def num_types(self) -> int:
+        return len(self.types)
+
+    def _layer_costs(self) -> None:
+        b_o = self.workload.b_o
+        n, nt = self.num_layers, self.num_types
+        comp_par = np.zeros((n, nt))
+        comp_ser = np.zeros((n, nt))
+        comm_par = np.zeros((n, nt))
+        comm_ser = np.zeros((n, nt))
+        table = np.zeros(n)
+        dense = np.zeros(n)
+        for li, layer in enumerate(self.model.layers):
+            sparse_rows = layer.activation_bytes if any(v.sparse for v in layer.variables) else 0.0
+            dense[li] = sum(v.bytes for v in layer.variables if not v.sparse)
+            table[li] = sum(v.bytes for v in layer.variables if v.sparse)
+            traffic = MEMORY_PASSES * (layer.activation_bytes + sparse_rows + dense[li] / b_o)
+            for ti, t in enumerate(self.types):
+                flops_s = TRAIN_FLOPS_PER_FWD * layer.fwd_flops / (t.tflops * 1e12 * t.efficiency)
+                mem_s = traffic / (t.memory_bw_gbs * 1e9)
+                comp_par[li, ti] = b_o * max(flops_s, mem_s)
+                comp_ser[li, ti] = 3 * t.overhead_us * 1e-6
+                if t.host_link_gbps is not None and sparse_rows:
+                    comm_par[li, ti] = b_o * 2 * sparse_rows / (t.host_link_gbps * GBPS)
+                if dense[li]:
+                    comm_ser[li, ti] = 2 * dense[li] / (link_gbps(self.cluster, t.name, t.name) * GBPS)
+        # Prefix sums over layers: a stage's totals are differences of two rows.
+        self._p_comp_par = _prefix(comp_par)
+        self._p_comp_ser = _prefix(comp_ser)
+        self._p_comm_par = _prefix(comm_par)
+        self._p_comm_ser = _prefix(comm_ser)
+        self._p_table = np.concatenate([[0.0], np.cumsum(table)])
+        self._p_dense = np.concatenate([[0.0], np.cumsum(dense)])  # one unit holds its stage's weights
+        self.cut_bytes = _cut_bytes(self.model)
+        self.link_bytes_per_s = np.array(
+            [[link_gbps(self.cluster, a.name, b.name) * GBPS for b in self.types] for a in self.types]
+        )
+
+    @cached_property
+    def _lists(self) -> tuple[list[list[float]], ...]:
+        # Plain Python lists: stage profiles are built millions of times by brute force.
+        return (
+            self._p_comp_par.tolist(),
+            self._p_comp_ser.tolist(),
+            self._p_comm_par.tolist(),
+            self._p_comm_ser.tolist(),
+            self.link_bytes_per_s.tolist(),
+        )
+
+    def stage(self, first: int, last: int, rtype: int, next_type: int | None) -> StageProfile:
+        """The profile of layers [first, last) on type ``rtype``; ``next_type`` None for the last stage."""
+        cp, cs, mp, ms, link = self._lists
+        b_o = self.workload.b_o
+        comp_par = cp[last][rtype] - cp[first][rtype]
+        comp_ser = cs[last][rtype] - cs[first][rtype]
+        comm_par = mp[last][rtype] - mp[first][rtype]
+        comm_ser = ms[last][rtype] - ms[first][rtype]
+        if next_type is not None:
+            comm_par += b_o * 2 * self.cut_bytes[last] / link[rtype][next_type]
+        oct_ = comp_par + comp_ser
+        odt = comm_par + comm_ser
+        t = self.types[rtype]
+        tables = TABLE_STATE * (self._p_table[last] - self._p_table[first])
+        dense = float(self._p_dense[last] - self._p_dense[first])
+        return StageProfile(
+            first=first,
+            last=last,
+            rtype=rtype,
+            oct=oct_,
+            alpha=comp_par / oct_ if oct_ > 0 else 1.0,
+            odt=odt,
+            beta=comm_par / odt if odt > 0 else 1.0,
+            b_o=b_o,
+            min_units=max(1, math.ceil(tables / (t.host_memory_gb * 1e9) - 1e-9)),
+            fits=dense <= t.memory_gb * 1e9,
+        )
+
+    def segment_arrays(self) -> SegmentArrays:
+        """Every possible stage at once: ``stage(j, e, t, n)`` for all j < e, t, and n in T + [None].
+
+        The vectorised twin of ``stage`` (the exact solver's input); index n = T means "no next
+        stage". Entries with e <= j are meaningless (OCT = ODT = 0).
+        """
+        b_o = self.workload.b_o
+        n, nt = self.num_layers, self.num_types
+
+        def seg(p: np.ndarray) -> np.ndarray:  # (L+1, L+1, T): p[e] - p[j]
+            return p[None, :, :] - p[:, None, :]
+
+        comp_par, comp_ser = seg(self._p_comp_par), seg(self._p_comp_ser)
+        comm_ser = seg(self._p_comm_ser)
+        cut = np.asarray(self.cut_bytes)  # (L+1,)
+        inv_link = np.concatenate([1.0 / self.link_bytes_per_s, np.zeros((nt, 1))], axis=1)  # (T, T+1)
+        boundary = b_o * 2 * cut[None, :, None, None] * inv_link[None, None, :, :]  # (1, L+1, T, T+1)
+        comm_par = seg(self._p_comm_par)[..., None] + boundary
+        oct_ = np.broadcast_to((comp_par + comp_ser)[..., None], comm_par.shape)
+        odt = comm_par + comm_ser[..., None]
+        with np.errstate(invalid="ignore", divide="ignore"):
+            alpha = np.where(oct_ > 0, np.broadcast_to(comp_par[..., None], oct_.shape) / oct_, 1.0)
+            beta = np.where(odt > 0, comm_par / odt, 1.0)
+        tables = TABLE_STATE * (self._p_table[None, :] - self._p_table[:, None])  # (L+1, L+1)
+        host = np.array([t.host_memory_gb * 1e9 for t in self.types])
+        min_units = np.maximum(1, np.ceil(tables[..., None] / host - 1e-9)).astype(np.int64)
+        dense = self._p_dense[None, :] - self._p_dense[:, None]  # (L+1, L+1)
+        mem = np.array([t.memory_gb * 1e9 for t in self.types])
+        fits = dense[..., None] <= mem
+        shape = (n + 1, n + 1, nt, nt + 1)
+        return SegmentArrays(
+            oct=np.ascontiguousarray(oct_),
+            alpha=np.ascontiguousarray(alpha),
+            odt=odt,
+            beta=beta,
+            min_units=np.broadcast_to(min_units[..., None], shape),
+            fits=np.broadcast_to(fits[..., None], shape),
+            b_o=b_o,
+        )
+
+    def stages(self, assignment: Sequence[int]) -> tuple[StageProfile, ...]:
+        """Stage profiles of a per-layer assignment of type indices (maximal runs)."""
+        if len(assignment) != self.num_layers:
+            raise ValueError(f"assignment: {len(assignment)} entries for {self.num_layers} layers")
+        runs = stage_bounds(assignment)
+        out = []
+        for i, (a, b) in enumerate(runs):
+            nxt = assignment[runs[i + 1][0]] if i + 1 < len(runs) else None
+            out.append(self.stage(a, b, assignment[a], nxt))
+        return tuple(out)
+
+    def plan_stages(self, plan: ResourcePlan) -> tuple[StageProfile, ...]:
+        return self.stages([self.type_index[t] for t in plan.assignment])
+
+    def money_rate(self, stages: Sequence[StageProfile], units: Sequence[int]) -> float:
+        """Σ_i p_{t_i} k_i in USD per second."""
+        return float(sum(self.price_per_s[s.rtype] * k for s, k in zip(stages, units, strict=True)))
+
+    def report(self, stages: Sequence[StageProfile], units: Sequence[int]) -> CostReport:
+        """Formulas 2-8 for stages with ``units`` each."""
+        b = self.workload.batch_size
+        ct = tuple(s.ct(k) for s, k in zip(stages, units, strict=True))
+        dt = tuple(s.dt(k) for s, k in zip(stages, units, strict=True))
+        et = tuple(b * max(c, d) for c, d in zip(ct, dt, strict=True))
+        thr = tuple(s.throughput(k) for s, k in zip(stages, units, strict=True))
+        throughput = min(thr)
+        training_time = self.workload.samples / throughput
+        rate = self.money_rate(stages, units)
+        return CostReport(
+            stages=tuple(stages),
+            units=tuple(units),
+            ct=ct,
+            dt=dt,
+            et=et,
+            stage_throughput=thr,
+            throughput=throughput,
+            training_time=training_time,
+            money=training_time * rate,
+            price_per_hour=rate * 3600.0,
+        )
+
+    def evaluate(self, plan: ResourcePlan) -> CostReport:
+        """The cost report of a provisioned plan; SpecError if it does not fit the model or cluster."""
+        plan.check(self.model, self.cluster)
+        return self.report(self.plan_stages(plan), [st.units for st in plan.stages])
+
+    def plan_issues(self, plan: ResourcePlan) -> list[str]:
+        """Field-path reasons the plan is not valid here (Formula 11's counts included)."""
+        return [str(i) for i in resource_plan_issues(plan, self.model, self.cluster)]
+
+
+def _prefix(a: np.ndarray) -> np.ndarray:
+    return np.concatenate([np.zeros((1, a.shape[1])), np.cumsum(a, axis=0)], axis=0)
+
+
+def _cut_bytes(model: ModelSpec) -> list[float]:
+    """Bytes per sample live across the cut before layer c (c = 0..L): outputs read after the cut."""
+    n = len(model.layers)
+    last_use = [-1] * n
+    for src, dst in model.edges:
+        last_use[src] = max(last_use[src], dst)
+    cut = [0.0] * (n + 1)
+    for src, layer in enumerate(model.layers):
+        for c in range(src + 1, last_use[src] + 1):
+            cut[c] += layer.activation_bytes
+    return cut
