@@ -9,7 +9,7 @@ from typing import Any
 
 from sqlalchemy.orm import Session, sessionmaker
 
-from search.baselines import baseline_names, baseline_schedule
+from search.baselines import baseline_names, baseline_schedule, family_of
 from service.db import repository as repo
 from service.loop import LoopConfig, SearchLoop
 from service.loop_round import RoundConfig, strategy_key
@@ -139,3 +139,34 @@ def test_sweep_requeues_a_stale_trial(sessions: sessionmaker[Session], search_of
     time.sleep(0.05)
     changed = loop.sweep()
     assert [(t.id, t.state, t.attempt) for t in changed] == [(claim.trial.id, "queued", 1)]
+
+
+def test_lossy_opt_in_adds_lossy_baselines_and_lossy_candidates(
+    sessions: sessionmaker[Session], search_of: Any
+) -> None:
+    """compression='fp16': the Horovod+fp16 family is measured too, and candidates may use fp16;
+    the default search (above) never sees either."""
+    search = search_of(trial_budget=4, candidates_per_round=4, samples_per_round=60, compression="fp16")
+    loop = SearchLoop(sessions, config=CONFIG)
+    assert loop.advance(search.id, wait_s=WAIT) == "baselines queued"
+    assert loop.advance(search.id, wait_s=WAIT) == "round 1 planned"
+    with sessions() as s:
+        trials = repo.list_trials(s, search_id=search.id)
+    assert [t.baseline for t in trials if t.baseline] == list(baseline_names("fp16"))
+    assert any(family_of(t.baseline) == "horovod-fp16" for t in trials if t.baseline)
+    kinds = {
+        sync.get("compressor", {}).get("kind", "none")
+        for t in trials
+        if t.candidate_id is not None
+        for vs in t.strategy["variables"]
+        for sync in vs["shards"]
+    }
+    assert kinds == {"none", "fp16"}  # seeded: the opted-in space really offers fp16
+    run_queued(sessions)
+    with sessions() as s:
+        status = repo.search_status(s, search_id=search.id)
+    assert {f.family for f in status.families} == {"horovod", "ps", "horovod-fp16"}
+    lossy = [r for r in status.reports if r.space == "lossy"]
+    assert lossy and lossy[0].accuracy == "lossy, accuracy not verified"
+    assert lossy[0].winner is not None
+    assert [r.family for r in lossy[0].ratios] == ["horovod-fp16"]  # lossy only against lossy
