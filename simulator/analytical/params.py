@@ -37,6 +37,10 @@ class CostParams:
     # How PS and collective time combine into T_sync: "sum" (they contend for the same worker
     # NICs and serialise) or "max" (they overlap perfectly). See ``simulator.analytical.vectorised``.
     combine: Literal["sum", "max"] = "sum"
+    # How synchronisation overlaps back-propagation: "bucket" (a merge group or PS shard starts
+    # when its gradients are ready, channels run units one after another; Horovod/DDP and the
+    # executor) or "full" (the paper's Eq. 1, T = max(T_comp, T_sync)). See ``overlap``.
+    overlap: Literal["bucket", "full"] = "bucket"
 
     def __post_init__(self) -> None:
         if self.phi < 0 or self.delta < 0:
@@ -52,6 +56,8 @@ class CostParams:
             )
         if self.combine not in ("sum", "max"):
             raise ValueError(f"combine must be 'sum' or 'max', got {self.combine!r}")
+        if self.overlap not in ("bucket", "full"):
+            raise ValueError(f"overlap must be 'bucket' or 'full', got {self.overlap!r}")
 
     def efficiency_of(self, device_type: str) -> float:
         """The compute efficiency of one device type (its override, else the default)."""

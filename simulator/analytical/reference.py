@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from simulator.analytical import compute
 from simulator.analytical import formulas as f
 from simulator.analytical.params import CostParams
 from simulator.spec import DTYPE_BYTES, ClusterSpec, ModelSpec, PSSync, Strategy
@@ -31,6 +32,9 @@ def reference_cost(model: ModelSpec, cluster: ClusterSpec, s: Strategy, params: 
     """Eq. 1-3 for one strategy, shard by shard."""
     server_time: dict[int, float] = {}
     call_bytes: dict[tuple[int, str], float] = {}
+    ready = _layer_ready(model, cluster, params)
+    call_ready: dict[tuple[int, str], float] = {}
+    ps_units: list[tuple[int, float, float]] = []  # (server, ready, seconds) per PS shard
     for shard in s.shards(model):
         var = model.variables[shard.var_index]
         dtype_bytes = DTYPE_BYTES[var.dtype]
@@ -47,12 +51,15 @@ def reference_cost(model: ModelSpec, cluster: ClusterSpec, s: Strategy, params: 
             j = cluster.node_index[sync.server]
             terms = f.ps_terms(cluster, j, sync.local_replication, values + index)
             server_time[j] = server_time.get(j, 0.0) + terms.seconds(params)
+            ps_units.append((j, ready[model.variable_layer[shard.var_index]], terms.seconds(params)))
         else:
             comp = sync.compressor
             c = f.compressed_bytes(comp.kind, values, index, dtype_bytes, rows, cols, comp.rank or 0)
             op = "allgather" if shard.sparse else f"allreduce-{sync.algorithm}"
             key = (sync.group, op)
             call_bytes[key] = call_bytes.get(key, 0.0) + c
+            r = ready[model.variable_layer[shard.var_index]]
+            call_ready[key] = max(call_ready.get(key, 0.0), r)
     w = cluster.num_gpus
     ring = f.ring_bandwidth_gbps(cluster)
     call_time = {}
@@ -68,4 +75,38 @@ def reference_cost(model: ModelSpec, cluster: ClusterSpec, s: Strategy, params: 
     t_cc = sum(call_time.values())
     t_sync = t_ps + t_cc if params.combine == "sum" else max(t_ps, t_cc)
     t_comp = f.compute_time(model, cluster, params)
-    return ReferenceCost(t_comp, t_ps, t_cc, t_sync, f.iteration_time(t_comp, t_sync), server_time, call_time)
+    if params.overlap == "full":
+        t_iter = f.iteration_time(t_comp, t_sync)
+    else:
+        calls = [(call_ready[k], t) for k, t in call_time.items()]
+        if params.combine == "sum":
+            total = sum(server_time.values())
+            share = t_ps / total if total > 0 else 0.0
+            end = _channel_end(calls + [(r, t * share) for _, r, t in ps_units])
+        else:
+            ends = [_channel_end(calls)]
+            ends += [_channel_end([(r, t) for k, r, t in ps_units if k == j]) for j in server_time]
+            end = max(ends)
+        t_iter = max(t_comp, end)
+    return ReferenceCost(t_comp, t_ps, t_cc, t_sync, t_iter, server_time, call_time)
+
+
+def _layer_ready(model: ModelSpec, cluster: ClusterSpec, params: CostParams) -> list[float]:
+    """When each layer's gradients are final on the slowest worker node: T_fwd + Σ_{l' ≥ l} T_bwd."""
+    slowest = None
+    for k in cluster.worker_nodes:
+        t = compute.layer_times(model, cluster.device_type(k), model.batch_size, params)
+        if slowest is None or t.step > slowest.step:
+            slowest = t
+    assert slowest is not None
+    fwd = sum(float(x) for x in slowest.fwd)
+    bwd = [float(x) for x in slowest.bwd]
+    return [fwd + sum(bwd[layer:]) for layer in range(len(bwd))]
+
+
+def _channel_end(units: list[tuple[float, float]]) -> float:
+    """A serial channel taking (ready, seconds) units in order of readiness: when its last one ends."""
+    end = 0.0
+    for ready, seconds in sorted(units, key=lambda u: u[0]):
+        end = max(end, ready) + seconds
+    return end

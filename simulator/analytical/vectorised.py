@@ -6,7 +6,10 @@ How the pieces combine (supplementary §1-§3):
     T_sync^CC    = Σ_{collective calls} Eq. 3        (one call per merge group and op: φ and δ
                                                       paid per call, bytes add up)
     T_sync       = T_sync^PS + T_sync^CC   (params.combine == "sum", the default)
-    T            = max(T_comp, T_sync)               (Eq. 1)
+    T            = max(T_comp, E)                    (Eq. 1 per bucket, ``overlap``: E is when
+                                                      the last bucket's sync ends, each bucket
+                                                      starting once its gradients are ready)
+    T            = max(T_comp, T_sync)               (params.overlap == "full": the paper's Eq. 1)
 
 Why a sum by default: every collective call involves every worker's NIC, and every worker pushes
 to and pulls from every PS server, so the two kinds of traffic contend for the same links and
@@ -15,9 +18,7 @@ conservative choice and keeps T_sync linear in φ and δ for fitting. ``combine=
 perfect overlap instead (the lower bound), for clusters where servers sit on separate nodes.
 
 Not modelled (kept as raw features for the learned simulators): SSP staleness (a stale shard is
-costed as synchronous), the overlap of a bucket's collective with the rest of back-propagation
-(Eq. 1 assumes full overlap, so fewer, larger merge groups always cost less), and PS-side
-compression (the vocabulary's PSSync has no compressor; a row's compressor code would apply).
+costed as synchronous) and PS-side compression (the vocabulary's PSSync has no compressor; a row's compressor code would apply).
 Hybrid plans (``Strategy.plan``) are rejected by ``encode``.
 """
 
@@ -28,6 +29,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from simulator.analytical import formulas as f
+from simulator.analytical import overlap
 from simulator.analytical.arrays import ClusterArrays, ModelArrays
 from simulator.analytical.batch import StrategyBatch
 from simulator.analytical.params import CostParams
@@ -83,7 +85,25 @@ def score(
     t_cc = np.bincount(b.call_strategy, weights=call_time, minlength=n)
     t_sync = t_ps + t_cc if params.combine == "sum" else np.maximum(t_ps, t_cc)
     t_comp = np.full(n, f.compute_time(ma.model, ca.cluster, params))
-    t_iter = np.maximum(t_comp, t_sync)
+    if params.overlap == "bucket":
+        end = overlap.sync_end(
+            ma=ma,
+            ca=ca,
+            params=params,
+            n=n,
+            row_variable=b.variable,
+            row_is_ps=b.is_ps,
+            row_server=b.server,
+            row_strategy=b.strategy,
+            row_time=row_time,
+            row_call=b.call,
+            call_strategy=b.call_strategy,
+            call_time=call_time,
+            server_time=server_time,
+        )
+        t_iter = np.maximum(t_comp, end)
+    else:
+        t_iter = np.maximum(t_comp, t_sync)
     out: dict[str, np.ndarray] = dict(
         t_comp=t_comp,
         t_ps=t_ps,

@@ -6,6 +6,8 @@ Every expected value is written as the arithmetic a reader can redo. Common cons
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from simulator.analytical import CostParams, cost_breakdown
@@ -182,15 +184,21 @@ T_COMP_10 = 2 * (3.2e10 / 7e12 + 5e-6) / 0.5
 
 
 def test_compute_time_iteration_throughput_and_price() -> None:
-    # Sync (1.85e-3 s) is smaller than T_comp, so T = T_comp; throughput = 32 samples · 2 GPUs / T;
-    # two nodes at $3.6/h cost 2 · 3.6 / 3600 = $0.002 per second.
+    # Sync (1.85e-3 s) is smaller than T_comp. The only variable's gradient is ready when backward
+    # ends, so its sync cannot overlap anything (bucket overlap): T = T_comp + 1.85e-3;
+    # throughput = 32 samples · 2 GPUs / T; two nodes at $3.6/h cost 2 · 3.6 / 3600 = $0.002 per s.
+    # With the paper's full overlap (Eq. 1), T = max(T_comp, T_sync) = T_comp.
     cluster = make_cluster([1, 1], nic_gbps=10.0, fp32_tflops=10.0, price_per_hour=3.6)
     model = make_model([W], fwd_flops=1e9, batch_size=32)
-    r = both(model, cluster, Strategy(variables=(one("w", PSSync(server="n0")),)))
+    strategy = Strategy(variables=(one("w", PSSync(server="n0")),))
+    r = both(model, cluster, strategy)
+    t = T_COMP_10 + 1.85e-3
     assert r.t_comp == pytest.approx(T_COMP_10)
-    assert r.t_iter == r.t_comp
-    assert r.throughput == pytest.approx(64 / T_COMP_10)
-    assert r.cost_per_iteration == pytest.approx(0.002 * T_COMP_10)
+    assert r.t_iter == pytest.approx(t)
+    assert r.throughput == pytest.approx(64 / t)
+    assert r.cost_per_iteration == pytest.approx(0.002 * t)
+    full = cost_breakdown(model, cluster, strategy, replace(P, overlap="full"))
+    assert full.t_iter == full.t_comp == pytest.approx(T_COMP_10)
     assert r.compute_source == "roofline"
 
 
