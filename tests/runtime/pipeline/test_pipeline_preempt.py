@@ -1,0 +1,62 @@
+"""Preemption traces: validation, the on/off pattern, and background flows in testbed namespaces."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import pytest
+from pydantic import ValidationError
+
+from runtime.pipeline.preempt import Background, Flow, PreemptionTrace
+from runtime.testbed import Testbed, netns
+from simulator.spec import ClusterSpec, DeviceType, Node
+
+
+def test_trace_pattern_repeats_and_round_trips(tmp_path: Path) -> None:
+    tr = PreemptionTrace(
+        flows=(Flow(src=0, dst=1, start_s=0.5, end_s=1.0), Flow(src=1, dst=0, start_s=0.0, end_s=0.2)),
+        period_s=2.0,
+    )
+    assert [f.src for f in tr.active(0.1)] == [1]
+    assert [f.src for f in tr.active(0.7)] == [0]
+    assert tr.active(1.5) == []
+    assert [f.src for f in tr.active(4.7)] == [0]  # 4.7 = 2 periods + 0.7
+    path = tmp_path / "trace.json"
+    path.write_text(tr.model_dump_json())
+    assert PreemptionTrace.load(path) == tr
+    once = PreemptionTrace(flows=(Flow(src=0, dst=1, start_s=1.0, end_s=2.0),))
+    assert once.active(1.5) and not once.active(3.5)
+
+
+@pytest.mark.parametrize(
+    ("data", "field"),
+    [
+        ({"flows": [{"src": 0, "dst": 0, "start_s": 0, "end_s": 1}]}, "dst"),
+        ({"flows": [{"src": 0, "dst": 1, "start_s": 2, "end_s": 1}]}, "end_s"),
+        ({"flows": [{"src": 0, "dst": 1, "start_s": 0, "end_s": 3}], "period_s": 2}, "flows.0.end_s"),
+        ({"flows": []}, "flows"),
+    ],
+)
+def test_bad_traces_name_the_field(data: dict[str, object], field: str) -> None:
+    with pytest.raises(ValidationError, match=field.split(".")[-1]):
+        PreemptionTrace.model_validate_json(json.dumps(data))
+
+
+_NETNS = netns.namespaces_usable()
+
+
+@pytest.mark.netns
+@pytest.mark.skipif(_NETNS is not None, reason=f"no netns: {_NETNS}")
+def test_background_flows_run_inside_the_nodes_and_stop() -> None:
+    gpu = DeviceType(name="g", fp32_tflops=1.0, fp16_tflops=2.0, memory_gb=1.0, memory_bw_gbs=1.0)
+    cl = ClusterSpec(
+        name="two", device_types=(gpu,), nodes=tuple(Node(name=f"n{i}", device="g", gpus=1, nic_gbps=0.1) for i in range(2)),
+        intra_node_gbps=1.0,
+    )  # fmt: skip
+    tr = PreemptionTrace(flows=(Flow(src=0, dst=1, start_s=0.0, end_s=30.0),))
+    with Testbed(cl, scale=1.0) as tb, Background(tr, tb) as bg:
+        time.sleep(1.0)
+        assert len(bg.procs) == 2 and all(p.poll() is None for p in bg.procs)  # sink and sender alive
+    assert all(p.poll() is not None for p in bg.procs)
