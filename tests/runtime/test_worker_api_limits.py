@@ -1,0 +1,49 @@
+"""The worker parses a claimed trial through the same spec classes as the API and the CLI, so a spec
+stored before the limits existed (a node with 10**12 GPUs) is refused before anything runs."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from runtime.worker_api import ClaimedTrial
+from simulator import zoo
+from simulator.analytical import baseline
+from simulator.spec import SpecError, dump_json
+
+
+def _claim() -> dict[str, Any]:
+    model, cluster = zoo.model("NCF-dense"), zoo.cluster("B1")
+    strategy = json.loads(dump_json(baseline("horovod", model, cluster)))
+    return {
+        "trial": {"id": 7, "strategy": strategy},
+        "attempt": 1,
+        "claim_token": "t",
+        "model": json.loads(dump_json(model)),
+        "cluster": json.loads(dump_json(cluster)),
+    }
+
+
+def test_a_valid_claim_parses() -> None:
+    assert ClaimedTrial.from_json(_claim()).cluster.num_gpus == zoo.cluster("B1").num_gpus
+
+
+@pytest.mark.parametrize(
+    ("where", "path", "value"),
+    [
+        ("cluster", ("nodes", 0, "gpus"), 10**12),
+        ("model", ("layers", 0, "fwd_flops"), float("inf")),
+        ("model", ("batch_size",), 2**70),
+    ],
+)
+def test_a_poisoned_claim_is_refused_with_the_field(where: str, path: tuple[Any, ...], value: Any) -> None:
+    claim = _claim()
+    node = claim[where]
+    for p in path[:-1]:
+        node = node[p]
+    node[path[-1]] = value
+    with pytest.raises(SpecError) as e:
+        ClaimedTrial.from_json(claim)
+    assert e.value.issues[0].path == path
