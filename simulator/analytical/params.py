@@ -41,6 +41,14 @@ class CostParams:
     # when its gradients are ready, channels run units one after another; Horovod/DDP and the
     # executor) or "full" (the paper's Eq. 1, T = max(T_comp, T_sync)). See ``overlap``.
     overlap: Literal["bucket", "full"] = "bucket"
+    # Measured per-call costs α of the cluster the strategies run on (seconds), e.g. the testbed's
+    # probe (``per_call_overhead_s`` of every runtime record: a 1-element all-reduce over the
+    # workers and a 1-element PS push+pull round). When set, a collective call costs
+    # ``CALLS_PER_OP[op] × call_overhead_s`` instead of Eq. 3's w·φ + δ, and a PS shard costs
+    # ``ps_round_s`` instead of Eq. 2's messages·φ + δ: a calibration of α from the cluster, not a
+    # fit to iteration times. None keeps φ and δ.
+    call_overhead_s: float | None = None
+    ps_round_s: float | None = None
 
     def __post_init__(self) -> None:
         if self.phi < 0 or self.delta < 0:
@@ -56,6 +64,10 @@ class CostParams:
             )
         if self.combine not in ("sum", "max"):
             raise ValueError(f"combine must be 'sum' or 'max', got {self.combine!r}")
+        for name in ("call_overhead_s", "ps_round_s"):
+            v = getattr(self, name)
+            if v is not None and not 0 <= v < 10:
+                raise ValueError(f"{name} must be in [0, 10) seconds, got {v}")
         if self.overlap not in ("bucket", "full"):
             raise ValueError(f"overlap must be 'bucket' or 'full', got {self.overlap!r}")
 

@@ -50,8 +50,11 @@ def reference_cost(model: ModelSpec, cluster: ClusterSpec, s: Strategy, params: 
         if isinstance(sync, PSSync):
             j = cluster.node_index[sync.server]
             terms = f.ps_terms(cluster, j, sync.local_replication, values + index)
-            server_time[j] = server_time.get(j, 0.0) + terms.seconds(params)
-            ps_units.append((j, ready[model.variable_layer[shard.var_index]], terms.seconds(params)))
+            seconds = (
+                terms.seconds(params) if params.ps_round_s is None else terms.transfer + params.ps_round_s
+            )
+            server_time[j] = server_time.get(j, 0.0) + seconds
+            ps_units.append((j, ready[model.variable_layer[shard.var_index]], seconds))
         else:
             comp = sync.compressor
             c = f.compressed_bytes(comp.kind, values, index, dtype_bytes, rows, cols, comp.rank or 0)
@@ -70,7 +73,11 @@ def reference_cost(model: ModelSpec, cluster: ClusterSpec, s: Strategy, params: 
             terms = f.collective_terms("allreduce", nbytes, w, ring)
         else:
             terms = f.hierarchical_allreduce_terms(cluster, nbytes)
-        call_time[(group, op)] = terms.seconds(params)
+        if params.call_overhead_s is None:
+            call_time[(group, op)] = terms.seconds(params)
+        else:  # measured α per executor call: hierarchical and all-gather issue three
+            n_calls = 1.0 if op == "allreduce-ring" else 3.0
+            call_time[(group, op)] = terms.transfer + n_calls * params.call_overhead_s
     t_ps = max(server_time.values(), default=0.0)
     t_cc = sum(call_time.values())
     t_sync = t_ps + t_cc if params.combine == "sum" else max(t_ps, t_cc)

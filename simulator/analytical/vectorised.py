@@ -30,7 +30,7 @@ import numpy as np
 
 from simulator.analytical import formulas as f
 from simulator.analytical import overlap
-from simulator.analytical.arrays import ClusterArrays, ModelArrays
+from simulator.analytical.arrays import CALLS_PER_OP, ClusterArrays, ModelArrays
 from simulator.analytical.batch import StrategyBatch
 from simulator.analytical.params import CostParams
 
@@ -46,7 +46,8 @@ class Scores:
       detail only (else None):
         server_terms (N, J, 3), call_terms (G, 3): [transfer s, coef of φ, coef of δ];
         server_bytes (N, J), call_bytes (G,): c_i(m_i) summed; server_shards (N, J), call_shards (G,);
-        sync_terms (N, 3): the linear terms of T_sync on its active branch (busiest server + calls).
+        sync_terms (N, 3): the linear terms of T_sync on its active branch (busiest server + calls);
+            T_sync = sync_terms · (1, φ, δ) only without a measured α (``CostParams.call_overhead_s``).
     """
 
     t_comp: np.ndarray
@@ -77,11 +78,17 @@ def score(
     """
     n, j, g = b.size, len(ca.gpus), len(b.call_strategy)
     per_row_const = params.phi * ca.code_phi + params.delta * ca.code_delta
+    if params.ps_round_s is not None:  # a measured α per PS shard replaces messages·φ + δ
+        per_row_const = np.where(ca.code_delta > 0, params.ps_round_s, per_row_const)
     row_time = b.geo.sent_bytes * ca.code_transfer[b.code] + per_row_const[b.code]
     acc = np.bincount(b.bin, weights=row_time, minlength=n * j + g)
     server_time = acc[: n * j].reshape(n, j)
     t_ps = server_time.max(axis=1)
-    call_time = acc[n * j :] + (params.phi * ca.cc_phi + params.delta)[b.call_op]
+    if params.call_overhead_s is not None:  # a measured α per call replaces w·φ + δ
+        call_const = params.call_overhead_s * np.asarray(CALLS_PER_OP)
+    else:
+        call_const = params.phi * ca.cc_phi + params.delta
+    call_time = acc[n * j :] + call_const[b.call_op]
     t_cc = np.bincount(b.call_strategy, weights=call_time, minlength=n)
     t_sync = t_ps + t_cc if params.combine == "sum" else np.maximum(t_ps, t_cc)
     t_comp = np.full(n, f.compute_time(ma.model, ca.cluster, params))

@@ -231,3 +231,20 @@ def test_combine_max_overlaps_ps_and_collectives() -> None:
     maxed = cost_breakdown(model, cluster, s, CostParams(phi=1e-4, delta=5e-5, efficiency=0.5, combine="max"))
     assert summed.t_sync == pytest.approx(1.85e-3 + 1.05e-3)
     assert maxed.t_sync == pytest.approx(1.85e-3)
+
+
+def test_measured_per_call_cost_replaces_phi_and_delta() -> None:
+    # PS, 1 MB on two nodes: transfer 2 · 1e6 / 1.25e9 = 1.6e-3 s, plus the measured round 1e-3 s
+    # (instead of 2 messages · φ + δ = 2.5e-4). A ring all-reduce of 1 MB over 2 GPUs: transfer
+    # 2·(2-1)/2 · 1e6 / 1.25e9 = 8e-4 s plus one measured call 5e-4 s; hierarchical: three calls.
+    cluster = make_cluster([1, 1], nic_gbps=10.0)
+    model = make_model([W])
+    params = replace(P, call_overhead_s=5e-4, ps_round_s=1e-3)
+    ps = cost_breakdown(model, cluster, Strategy(variables=(one("w", PSSync(server="n0")),)), params)
+    assert ps.t_sync == pytest.approx(1.6e-3 + 1e-3)
+    ring = cost_breakdown(model, cluster, Strategy(variables=(one("w", CollectiveSync()),)), params)
+    assert ring.t_sync == pytest.approx(8e-4 + 5e-4)
+    hier = Strategy(variables=(one("w", CollectiveSync(algorithm="hierarchical")),))
+    h = cost_breakdown(model, cluster, hier, params)
+    plain = cost_breakdown(model, cluster, hier, P)
+    assert h.t_sync == pytest.approx(plain.t_sync - (P.phi * 2 + P.delta) + 3 * 5e-4)
