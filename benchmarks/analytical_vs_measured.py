@@ -11,6 +11,14 @@ speed-up of the best measured strategy over the measured Horovod and PS baseline
 (T_baseline / T_best, AutoSync's speed-up definition). "repeat." is the noise ceiling: Spearman's
 rho between the medians of the first and of the second half of every trial's measured iterations
 (a ranker cannot agree with the measurements much better than they agree with themselves).
+
+Issue 13's columns: "pairwise (α)" is the unfitted model with the per-call α measured in the same
+records (``per_call_overhead_s``, the testbed probe's 1-element all-reduce and PS round, median
+over the domain's trials: a calibration from the cluster, not a fit to iteration times; records
+without the probe fall back to the defaults); "counts-only" is a least-squares line on the number
+of collective calls and PS shards alone, fitted on one half of the records and scored on the other
+(both ways), the ranker that knows nothing about bytes; "baselines MedRE (α)" is the median
+relative error |T̂ - T| / T of the α-calibrated model over the domain's baseline strategies.
 """
 
 from __future__ import annotations
@@ -26,7 +34,15 @@ from scipy.stats import spearmanr
 
 from runtime.collect import load_records
 from simulator import zoo
-from simulator.analytical import CostParams, FitSample, fit, predict_samples
+from simulator.analytical import (
+    CostParams,
+    FitSample,
+    cluster_arrays,
+    encode,
+    fit,
+    model_arrays,
+    predict_samples,
+)
 from simulator.metrics import pairwise_accuracy
 from simulator.spec import Strategy
 
@@ -47,6 +63,9 @@ class DomainReport:
     speedup_horovod: float
     speedup_ps: float
     repeatability: float
+    pairwise_alpha: float
+    counts_only: float
+    baseline_medre_alpha: float
 
 
 def _mre(pred: np.ndarray, meas: np.ndarray) -> float:
@@ -65,6 +84,10 @@ def domain_report(domain: str, records: Sequence[dict[str, Any]]) -> DomainRepor
     half = fit(samples[0::2]).params
     heldout = predict_samples(samples[1::2], half)
     best = float(meas.min())
+    alpha = measured_alpha(ok)
+    calibrated = predict_samples(samples, alpha)
+    is_base = np.array([bool(r["baseline"]) for r in ok])
+    base_err = np.abs(calibrated - meas)[is_base] / meas[is_base]
 
     def base(name: str) -> float:
         ts = [r["median_s"] for r in ok if r["source"] == f"baseline:{name}"]
@@ -83,7 +106,43 @@ def domain_report(domain: str, records: Sequence[dict[str, Any]]) -> DomainRepor
         speedup_horovod=base("horovod"),
         speedup_ps=base("ps"),
         repeatability=_split_half(ok),
+        pairwise_alpha=pairwise_accuracy(calibrated, meas),
+        counts_only=_counts_only(samples, meas),
+        baseline_medre_alpha=float(np.median(base_err)) if base_err.size else float("nan"),
     )
+
+
+def measured_alpha(ok: Sequence[dict[str, Any]]) -> CostParams:
+    """CostParams with the per-call α the records measured (median over trials), else defaults."""
+    probes = [r.get("per_call_overhead_s") or {} for r in ok]
+    coll = [p["collective"] for p in probes if "collective" in p]
+    ps = [p["ps_round"] for p in probes if "ps_round" in p]
+    return CostParams(
+        call_overhead_s=float(np.median(coll)) if coll else None,
+        ps_round_s=float(np.median(ps)) if ps else None,
+    )
+
+
+def _counts_only(samples: Sequence[FitSample], meas: np.ndarray) -> float:
+    """Pairwise accuracy of T ≈ a + b·calls + c·PS shards, fitted on one half and scored on the other."""
+    model, cluster = samples[0].model, samples[0].cluster
+    ma, ca = model_arrays(model), cluster_arrays(cluster)
+    b = encode(ma, ca, [s.strategy for s in samples])
+    n = len(samples)
+    x = np.stack(
+        [
+            np.ones(n),
+            np.bincount(b.call_strategy, minlength=n),
+            np.bincount(b.strategy[b.is_ps], minlength=n),
+        ],
+        axis=1,
+    ).astype(np.float64)
+    pred = np.zeros(n)
+    idx = np.arange(n)
+    for train, test in ((idx % 2 == 0, idx % 2 == 1), (idx % 2 == 1, idx % 2 == 0)):
+        coef = np.linalg.lstsq(x[train], meas[train], rcond=None)[0]
+        pred[test] = x[test] @ coef
+    return pairwise_accuracy(pred, meas)
 
 
 def _split_half(ok: Sequence[dict[str, Any]]) -> float:
@@ -101,16 +160,18 @@ def main(argv: list[str] | None = None) -> None:
     args = sys.argv[1:] if argv is None else argv
     root = Path(args[0]) if args else zoo.datasets_dir() / "runtimes"
     domains = sorted(p for p in root.iterdir() if p.is_dir() and "__" in p.name)
-    print("| domain | measured | failed | pairwise acc. | Spearman | pairwise acc. (fitted) "
-          "| MRE default | MRE fitted | MRE fitted, held out | best vs Horovod | best vs PS | repeat. |")  # fmt: skip
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+    print("| domain | measured | failed | pairwise acc. | pairwise (α) | counts-only | Spearman "
+          "| pairwise acc. (fitted) | MRE default | MRE fitted | MRE fitted, held out | baselines MedRE (α) "
+          "| best vs Horovod | best vs PS | repeat. |")  # fmt: skip
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for d in domains:
         recs = list(load_records(d))
         if sum(r["ok"] for r in recs) < 4:
             continue
         r = domain_report(d.name, recs)
-        print(f"| {r.domain} | {r.measured} | {r.failed} | {r.pairwise:.3f} | {r.spearman:.3f} "
-              f"| {r.pairwise_fit:.3f} | {r.mre_default:.1%} | {r.mre_fit:.1%} | {r.mre_heldout:.1%} "
+        print(f"| {r.domain} | {r.measured} | {r.failed} | {r.pairwise:.3f} | {r.pairwise_alpha:.3f} "
+              f"| {r.counts_only:.3f} | {r.spearman:.3f} | {r.pairwise_fit:.3f} | {r.mre_default:.1%} "
+              f"| {r.mre_fit:.1%} | {r.mre_heldout:.1%} | {r.baseline_medre_alpha:.1%} "
               f"| {r.speedup_horovod:.2f}x | {r.speedup_ps:.2f}x | {r.repeatability:.3f} |", flush=True)  # fmt: skip
 
 
