@@ -278,7 +278,7 @@ class SearchLoop:
         out = self._job(search, "baselines", baselines_job, lambda: (*self._specs(search), missing), wait_s)
         if isinstance(out, str):
             return out
-        for name in missing:
+        for name in (n for n in missing if n in out.value):  # a job started when more were missing
             with self.sessions() as s:
                 trial = repo.enqueue_trial(s, search_id=search.id, strategy=out.value[name], baseline=name)
             self._nudge(trial, force=True)
