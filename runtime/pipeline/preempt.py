@@ -5,9 +5,9 @@ on during [start_s, end_s) seconds after the trace starts, repeating every ``per
 ``Background(trace, launcher)`` starts one sink process per destination node and one sender per
 flow *inside the nodes' namespaces* (the launcher's ``spawn``), so a flow crosses the same shaped
 links as the pipeline's messages and TCP shares them, as another job on a cloud network does.
-Senders write as fast as the link takes during their windows and sleep otherwise; every run of the
-same trace produces the same on/off pattern relative to its start (``time.monotonic()``, shared by
-all namespaces of the host).
+Senders write as fast as the link takes during their windows and sleep otherwise, reconnecting
+whenever the sink is not (yet) reachable; every run of the same trace produces the same on/off
+pattern relative to its start (``time.monotonic()``, shared by all namespaces of the host).
 
 Entry points: ``python -m runtime.pipeline.preempt sink --port P`` and
 ``python -m runtime.pipeline.preempt send --host H --port P --t0 T --windows JSON [--period S]``.
@@ -109,7 +109,7 @@ class Background:
     def __exit__(
         self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None
     ) -> None:
-        for p in self.procs:
+        for p in reversed(self.procs):  # senders first, then the sinks they write to
             if p.poll() is None:
                 p.kill()
             p.wait()
@@ -140,9 +140,16 @@ def _send(host: str, port: int, t0: float, start: float, end: float, period: flo
         if not period and now >= end:
             return
         if start <= u < end:
-            if sock is None:
-                sock = socket.create_connection((host, port))
-            sock.sendall(buf)
+            try:
+                if sock is None:
+                    sock = socket.create_connection((host, port), timeout=1.0)
+                sock.sendall(buf)
+            except OSError:  # the sink is not up yet (or went away): retry, never give up the trace
+                if sock is not None:
+                    with contextlib.suppress(OSError):
+                        sock.close()
+                sock = None
+                time.sleep(0.05)
         else:
             if sock is not None:
                 with contextlib.suppress(OSError):

@@ -1,13 +1,14 @@
 """Run a pipeline Plan for real: one process per (stage, replica) on the launcher's nodes, measured.
 
-``run_pipeline(model, cluster, plan, launcher, config)`` writes the job, starts P x D processes of
-``runtime.pipeline.worker`` (each on the node of its device, so with the testbed's ``Testbed``
-launcher adjacent stages on different nodes talk over shaped links), waits for all of them, and
-returns a ``PipelineRun``: the Measurement (iteration k ends when the last process finished step k;
-its time is end_k - end_{k-1}, the first from the latest start), every process's event log (for
-the Gantt picture and the transfer profile) and, in real mode, every step's gradients.
+``run_pipeline(model, cluster, plans, launcher, config[, tuner])`` writes the job, starts P x D
+processes of ``runtime.pipeline.worker`` (each on the node of its device, so with the testbed's
+``Testbed`` launcher adjacent stages on different nodes talk over shaped links), waits for all of
+them, and returns a ``PipelineRun``: one Measurement per plan (a phase: iteration k ends when the
+last process finished step k; its time is end_k - end_{k-1}, the first from the latest start of the
+phase), every process's event log (Gantt picture, transfer profile), the tuner's log and, in real
+mode, every step's gradients.
 
-Failures (a crash, a timeout) come back as a Measurement with ``failure`` set, like the executor's;
+Failures (a crash, a timeout) come back as Measurements with ``failure`` set, like the executor's;
 an invalid or unsupported plan raises ``ValueError`` naming the field before any process starts.
 """
 

@@ -55,8 +55,23 @@ def test_background_flows_run_inside_the_nodes_and_stop() -> None:
         name="two", device_types=(gpu,), nodes=tuple(Node(name=f"n{i}", device="g", gpus=1, nic_gbps=0.1) for i in range(2)),
         intra_node_gbps=1.0,
     )  # fmt: skip
-    tr = PreemptionTrace(flows=(Flow(src=0, dst=1, start_s=0.0, end_s=30.0),))
+    # on for the first 2 s of every 4 s: node 0 sends while on, and (nearly) nothing while off
+    tr = PreemptionTrace(flows=(Flow(src=0, dst=1, start_s=0.0, end_s=2.0),), period_s=4.0)
     with Testbed(cl, scale=1.0) as tb, Background(tr, tb) as bg:
+        time.sleep(max(0.0, bg.t0 + 0.5 - time.monotonic()))
+        on_0 = _tx_bytes(tb.node_ns[0])
         time.sleep(1.0)
+        on_1 = _tx_bytes(tb.node_ns[0])
+        time.sleep(max(0.0, bg.t0 + 2.5 - time.monotonic()))
+        off_0 = _tx_bytes(tb.node_ns[0])
+        time.sleep(1.0)
+        off_1 = _tx_bytes(tb.node_ns[0])
         assert len(bg.procs) == 2 and all(p.poll() is None for p in bg.procs)  # sink and sender alive
     assert all(p.poll() is not None for p in bg.procs)
+    assert on_1 - on_0 > 2_000_000  # 100 Mbit/s link: ~12 MB/s while on
+    assert off_1 - off_0 < 200_000
+
+
+def _tx_bytes(ns: str) -> int:
+    out = netns.run(["ip", "-n", ns, "-s", "-j", "link", "show", "eth0"]).stdout
+    return int(json.loads(out)[0]["stats64"]["tx"]["bytes"])
