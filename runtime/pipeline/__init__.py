@@ -31,7 +31,15 @@ _EXPORTS = {
     "unsupported_plan_reason": "runtime.pipeline.run",
 }
 
-__all__ = sorted(_EXPORTS)
+__all__ = [
+    "AutoTuner",
+    "PipelineConfig",
+    "PipelineRun",
+    "TunerConfig",
+    "TunerRun",
+    "run_pipeline",
+    "unsupported_plan_reason",
+]
 
 
 def __getattr__(name: str) -> Any:
