@@ -12,6 +12,7 @@ from service.db import repository as repo
 from service.db.engine import current_revision, head_revision, make_engine, session_factory, upgrade
 from service.domain import ROLES, Conflict, NotFound, Role
 from service.settings import Settings
+from simulator.spec.limits import printable_issue
 
 token_app = typer.Typer(help="API tokens (stored hashed; the secret is printed once).", no_args_is_help=True)
 db_app = typer.Typer(help="The service database (URL from STRATEGIST_DATABASE_URL).", no_args_is_help=True)
@@ -38,6 +39,8 @@ def token_create(
     """Create an API token and print its secret (shown this once; only its hash is stored)."""
     if role not in ROLES:
         raise _fail(f"--role: must be one of {', '.join(ROLES)}, not {role!r}")
+    if name and (issue := printable_issue(name)):
+        raise _fail(f"--name: {issue}")
     settings = Settings()
     engine, sessions = _sessions(settings)
     try:

@@ -107,3 +107,16 @@ def test_zoo_names_in_any_case_on_the_command_line() -> None:
     )
     assert res.exit_code == 0, res.output
     assert json.loads(res.stdout)["model"] == "NCF-dense"
+
+
+@pytest.mark.parametrize("name", ["a\x00b", "tab\there", "x" * 201])
+def test_token_create_refuses_a_bad_name_before_the_database(name: str, tmp_path: Path) -> None:
+    res = runner.invoke(
+        app,
+        ["token", "create", "--role", "user", "--name", name],
+        env={
+            "STRATEGIST_DATA_DIR": str(tmp_path),
+            "STRATEGIST_DATABASE_URL": "postgresql+psycopg://nowhere:1/x",
+        },
+    )
+    assert res.exit_code == 2 and res.stderr.startswith("error: --name: "), res.output
