@@ -22,7 +22,7 @@ from service.db import repository as repo
 from service.settings import Settings
 
 API = "/api/v1"
-HUGE = [2**31, 2**63, 2**64, 10**30]
+HUGE = [2**31, 2**63]  # past PostgreSQL int4; past SQLite int64
 
 
 def _post_raw(client: TestClient, path: str, text: str, headers: dict[str, str]) -> Any:
