@@ -1,0 +1,133 @@
+"""HeterPS cost model (Formulas 2-8): a worked example checked by hand, and the vectorised twin."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from simulator.analytical.heterogeneous import HeterogeneousCostModel, Workload
+from simulator.spec import (
+    ClusterSpec,
+    DeviceType,
+    Layer,
+    ModelSpec,
+    Node,
+    ResourcePlan,
+    ResourceType,
+    Variable,
+)
+from simulator.spec.errors import SpecError
+
+
+def tiny_model() -> ModelSpec:
+    return ModelSpec(
+        name="tiny",
+        batch_size=100,
+        layers=(
+            Layer(name="a", kind="linear", fwd_flops=1e6, activation_bytes=1000.0,
+                  variables=(Variable(name="a.w", shape=(250,)),)),
+            Layer(name="b", kind="linear", fwd_flops=2e6, activation_bytes=4.0,
+                  variables=(Variable(name="b.w", shape=(500,)),), inputs=("a",)),
+        ),
+    )  # fmt: skip
+
+
+def tiny_cluster(cpu_count: int = 100, gpu_count: int = 8) -> ClusterSpec:
+    cpu = ResourceType(
+        name="cpu",
+        kind="cpu",
+        count=cpu_count,
+        price_per_hour=0.36,
+        tflops=0.1,
+        memory_gb=100,
+        memory_bw_gbs=10,
+        host_memory_gb=10,
+        nic_gbps=1,
+        overhead_us=5,
+    )
+    gpu = ResourceType(name="gpu", kind="gpu", count=gpu_count, price_per_hour=3.6, tflops=10,
+                       memory_gb=16, memory_bw_gbs=500, host_memory_gb=64, host_link_gbps=100,
+                       nic_gbps=10, overhead_us=10)  # fmt: skip
+    return ClusterSpec(
+        name="tiny-pool",
+        device_types=(DeviceType(name="g", fp32_tflops=10, fp16_tflops=10, memory_gb=16, memory_bw_gbs=500),),
+        nodes=(Node(name="n0", device="g", gpus=1, nic_gbps=10),),
+        intra_node_gbps=100,
+        resource_types=(cpu, gpu),
+    )
+
+
+def test_worked_example_by_hand() -> None:
+    # Layer a on 4 CPU cores, layer b on 2 GPUs; B = B_o = 100, M = 1e6 samples, one epoch.
+    cm = HeterogeneousCostModel(
+        tiny_model(), tiny_cluster(), Workload(5e4, batch_size=100, samples_per_epoch=1e6)
+    )
+    plan = ResourcePlan.from_assignment(["cpu", "gpu"], [4, 2])
+    r = cm.evaluate(plan)
+    s0, s1 = r.stages
+    # Stage 0: compute 3·1e6 FLOPs / (0.1e12 · 0.5) = 6e-5 s/sample (> memory 3·1010 B / 10 GB/s),
+    # x B_o = 6e-3 s, plus the serial 3 · 5 us.
+    assert s0.oct == pytest.approx(6e-3 + 1.5e-5)
+    assert s0.alpha == pytest.approx(6e-3 / 6.015e-3)
+    # Communication: boundary 100 · 2 · 1000 B over 1 Gbit/s (parallel) + all-reduce 2 · 1000 B (serial).
+    assert s0.odt == pytest.approx(1.6e-3 + 1.6e-5)
+    assert s0.beta == pytest.approx(1.6e-3 / 1.616e-3)
+    # Stage 1: 3·2e6 / (10e12 · 0.5) = 1.2e-6 s/sample -> 1.2e-4 s, + 3 · 10 us; sync 2 · 2000 B / 10 Gbit/s.
+    assert s1.oct == pytest.approx(1.2e-4 + 3e-5)
+    assert s1.odt == pytest.approx(3.2e-6) and s1.beta == pytest.approx(0.0)
+    # Formulas 2-6: CT_0 = (1.5e-5 + 6e-3 / 4) / 100, DT_0 = (1.6e-5 + 1.6e-3 / 4) / 100.
+    assert r.ct[0] == pytest.approx(1.515e-5) and r.dt[0] == pytest.approx(4.16e-6)
+    assert r.et[0] == pytest.approx(1.515e-3)  # B · max(CT, DT)
+    assert r.ct[1] == pytest.approx(9e-7) and r.dt[1] == pytest.approx(3.2e-8)
+    assert r.stage_throughput[0] == pytest.approx(1 / 1.515e-5)
+    assert r.throughput == pytest.approx(66006.6, rel=1e-5)
+    # Formulas 7-8: ET = 1e6 / 66006.6 = 15.15 s; Σ p k = 4 · 1e-4 + 2 · 1e-3 = 2.4e-3 USD/s.
+    assert r.training_time == pytest.approx(15.15, rel=1e-6)
+    assert r.price_per_hour == pytest.approx(8.64)
+    assert r.money == pytest.approx(15.15 * 2.4e-3, rel=1e-6)
+
+
+def test_segment_arrays_equal_the_stage_by_stage_profiles() -> None:
+    from simulator import zoo
+
+    cm = HeterogeneousCostModel(
+        zoo.model("MATCHNET"), zoo.cluster("HeterPS-4GPU"), Workload(1e5, batch_size=2048)
+    )
+    seg = cm.segment_arrays()
+    n, nt = cm.num_layers, cm.num_types
+    rng = np.random.default_rng(0)
+    for _ in range(200):
+        j = int(rng.integers(0, n))
+        e = int(rng.integers(j + 1, n + 1))
+        t = int(rng.integers(0, nt))
+        nx = None if e == n else int(rng.integers(0, nt))
+        s = cm.stage(j, e, t, nx)
+        idx = (j, e, t, nt if nx is None else nx)
+        got = (seg.oct[idx], seg.alpha[idx], seg.odt[idx], seg.beta[idx])
+        np.testing.assert_allclose(got, (s.oct, s.alpha, s.odt, s.beta), rtol=1e-12)
+        assert seg.min_units[idx] == s.min_units and seg.fits[idx] == s.fits
+
+
+def test_sparse_tables_set_a_memory_floor_and_cross_the_host_link_on_gpus() -> None:
+    from simulator import zoo
+
+    model = zoo.model("CTRDNN")
+    cm = HeterogeneousCostModel(model, zoo.cluster("HeterPS-2GPU"), Workload(1e5, batch_size=2048))
+    table = sum(v.bytes for v in model.layers[0].variables)
+    for t, rtype in enumerate(cm.types):
+        s = cm.stage(0, 1, t, None)
+        assert s.min_units == int(np.ceil(2 * table / (rtype.host_memory_gb * 1e9)))
+        if rtype.kind == "gpu":  # rows in and gradients out over PCIe, B_o samples
+            want = 2048 * 2 * model.layers[0].activation_bytes / (rtype.host_link_gbps * 1e9 / 8)
+            assert s.odt == pytest.approx(want)
+
+
+def test_a_plan_that_does_not_fit_is_rejected_with_field_paths() -> None:
+    cm = HeterogeneousCostModel(tiny_model(), tiny_cluster(gpu_count=2), Workload(5e4, batch_size=100))
+    with pytest.raises(SpecError) as err:
+        cm.evaluate(ResourcePlan.from_assignment(["cpu", "gpu"], [4, 3]))
+    assert str(err.value) == "stages.1.units: 'gpu' has 2 units, the plan uses 3"
+    with pytest.raises(SpecError, match="stages.0.last_layer: is 1, the model has 2 layers"):
+        cm.evaluate(ResourcePlan.from_assignment(["gpu"], [1]))
+    with pytest.raises(ValueError, match="throughput_limit: must be > 0"):
+        Workload(0)
