@@ -181,8 +181,18 @@ def printable_issue(value: str) -> str | None:
     return None
 
 
+def _text_issue(value: str) -> str | None:
+    if "\x00" in value:
+        return "must not contain NUL characters"
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:  # a lone surrogate ("\\ud800" in JSON) cannot be stored as UTF-8
+        return "must be valid Unicode (no lone surrogates)"
+    return None
+
+
 def json_issues(value: Any, path: tuple[str | int, ...] = ()) -> Iterator[tuple[tuple[str | int, ...], str]]:
-    """(path, reason) for every non-finite number, NUL-bearing string or too-deep nesting in JSON data.
+    """(path, reason) for every non-finite number, NUL or lone surrogate, or too-deep nesting in JSON data.
 
     For free-form JSON (a measurement's ``environment``) that no schema describes: it must still
     serialise as strict JSON and store in PostgreSQL.
@@ -192,12 +202,12 @@ def json_issues(value: Any, path: tuple[str | int, ...] = ()) -> Iterator[tuple[
         return
     if isinstance(value, float) and not math.isfinite(value):
         yield path, f"must be a finite number, got {value}"
-    elif isinstance(value, str) and "\x00" in value:
-        yield path, "must not contain NUL characters"
+    elif isinstance(value, str) and (reason := _text_issue(value)):
+        yield path, reason
     elif isinstance(value, dict):
         for k, v in value.items():
-            if "\x00" in str(k):
-                yield (*path, str(k)), "key must not contain NUL characters"
+            if reason := _text_issue(str(k)):
+                yield (*path, str(k)), f"key {reason}"
             yield from json_issues(v, (*path, str(k)))
     elif isinstance(value, list | tuple):
         for i, v in enumerate(value):

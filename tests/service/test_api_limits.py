@@ -219,6 +219,8 @@ def test_a_report_with_nan_is_422(
     for bad in (
         '{"iteration_times": [NaN]}',
         '{"iteration_times": [0.1], "environment": {"load": Infinity}}',
+        '{"iteration_times": [0.1], "environment": {"host": "\\ud800"}}',  # a lone surrogate
+        '{"iteration_times": [0.1], "environment": {"host": "a\\u0000b"}}',
     ):
         text = json.dumps(report).replace('{"iteration_times": [1]}', bad)
         r = _post_raw(client, f"{API}/trials/{claim['trial']['id']}/report", text, tokens["worker"])

@@ -184,10 +184,12 @@ def test_measurement_failure_text_is_cleaned_not_refused() -> None:
 
 
 def test_json_issues_finds_every_bad_leaf() -> None:
-    data = {"a": [1.0, math.inf], "b": {"c": "x\x00"}, "ok": [1, "s", None]}
+    data = {"a": [1.0, math.inf], "b": {"c": "x\x00"}, "ok": [1, "s", None], "d": "\ud800", "\ud800": 1}
     assert sorted(json_issues(data)) == [
         (("a", 1), "must be a finite number, got inf"),
         (("b", "c"), "must not contain NUL characters"),
+        (("d",), "must be valid Unicode (no lone surrogates)"),
+        (("\ud800",), "key must be valid Unicode (no lone surrogates)"),
     ]
     deep: Any = 1
     for _ in range(LIMITS.json_depth + 2):
