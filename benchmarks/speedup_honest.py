@@ -13,6 +13,8 @@ simulated) and prints:
   threshold); PS family = ``ps`` (partition threshold tuned by TPE on the analytical model) and
   ``ps-naive``. The measured grids of ``search.baselines`` (fusion 1/4/16/64 MiB, PS variants)
   were not part of these collections, so "tuned" here is weaker than a search's tuned baseline;
+- the best lossless strategy may itself be a baseline (then "vs tuned horovod" is 1.00x, "the
+  baseline itself", and "vs tuned ps" is what choosing that Horovod member gains over PS);
 - the ratio tuned-baseline median / best median with its 95 % bootstrap interval over the two
   trials' iteration times (``search.speedup.bootstrap_ratio``), and the speed-up strategist offers:
   max(1, ratio), i.e. 1.00x where nothing measured beats the baseline (you keep the baseline);
@@ -122,7 +124,8 @@ def main() -> None:
                 "tuned ps", "vs tuned ps", "best lossy s", "lossy vs lossy", "lossy accuracy"):  # fmt: skip
         table.add_column(col, overflow="fold")
     old = []
-    notes = []
+    notes: list[str] = []
+    summary: list[str] = []
     for folder in sorted(p for p in args.data.iterdir() if p.is_dir()):
         baselines, lossless, lossy, new_protocol = domain_runs(folder)
         if not new_protocol:
@@ -162,6 +165,7 @@ def main() -> None:
         else:
             cells += ["-", "-", "-"]
         table.add_row(*cells)
+        summary.append(f"{folder.name}: " + " | ".join(c.replace("\n", " ") for c in cells[2:]))
     if old:
         console.print(
             f"[bold]Records are the old dataset[/] ({', '.join(old)}): measured before the issue-13 "
@@ -171,6 +175,10 @@ def main() -> None:
     console.print(table)
     for n in notes:
         console.print(f"  note: {n}")
+    console.print("\nper domain, one line (best lossless | tuned horovod | vs it | tuned ps | vs it | best lossy | "
+                  "lossy vs lossy | lossy accuracy):")  # fmt: skip
+    for line in summary:
+        console.print(f"  {line}", soft_wrap=True)
 
 
 def _accuracy(domain: str, winner: Run, tuned: list[Run], steps: int) -> str:

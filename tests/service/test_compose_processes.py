@@ -24,6 +24,8 @@ import yaml
 from sqlalchemy import create_engine, text
 from sqlalchemy.engine import make_url
 
+from search.baselines import baseline_names
+
 ROOT = Path(__file__).resolve().parents[2]
 PG = os.environ.get("STRATEGIST_TEST_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
 REDIS = os.environ.get("STRATEGIST_TEST_REDIS_URL", "redis://127.0.0.1:6379/15")
@@ -134,7 +136,7 @@ def test_compose_processes_round_trip(
         worker_argv += ["--clusters", "two-node", "--iterations", "3", "--warmup", "1", "--heartbeat", "0.5"]
         procs.append(subprocess.Popen(worker_argv, env=env_of("worker")))
 
-        # 4. a trial round-trip: a one-trial search (plus its two baselines) completes
+        # 4. a trial round-trip: a one-trial search (plus its measured baseline members) completes
         admin = {"Authorization": f"Bearer {secrets['STRATEGIST_ADMIN_TOKEN']}"}
         r = httpx.post(
             f"{api}/api/v1/searches",
@@ -158,10 +160,12 @@ def test_compose_processes_round_trip(
                 return None
             return st["search"]["state"] in ("completed", "failed") and st
 
-        final = wait_for(finished, 240, "the search to finish")
+        final = wait_for(finished, 420, "the search to finish")
         assert final["search"]["state"] == "completed", final["search"]["failure_reason"]
         trials = httpx.get(f"{api}/api/v1/searches/{sid}/trials", headers=admin, timeout=60).json()["data"]
-        assert len(trials) == 3 and all(t["state"] == "succeeded" and t["attempt"] == 1 for t in trials)
+        assert len(trials) == 1 + len(baseline_names()) and all(
+            t["state"] == "succeeded" and t["attempt"] == 1 for t in trials
+        )
         assert all(t["claimed_by"] for t in trials)
         assert set(final["speedups"]) == {"horovod", "ps"}
     finally:
