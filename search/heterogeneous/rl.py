@@ -83,10 +83,15 @@ class LayerPolicy(nn.Module):
         return torch.log_softmax(self.head(out) + self.stay * prev, dim=2)
 
     @torch.no_grad()
-    def sample(self, feats: torch.Tensor, n: int, generator: torch.Generator, greedy: bool = False) -> torch.Tensor:
+    def sample(
+        self, feats: torch.Tensor, n: int, generator: torch.Generator, greedy: bool = False
+    ) -> torch.Tensor:
         """n schedules (n, L), drawn layer by layer (or the most likely one when ``greedy``)."""
         lstm = self.lstm
-        weights = (lstm.weight_ih_l0, lstm.weight_hh_l0, lstm.bias_ih_l0, lstm.bias_hh_l0)
+        w_ih, w_hh = lstm.weight_ih_l0, lstm.weight_hh_l0
+        b_ih, b_hh = lstm.bias_ih_l0, lstm.bias_hh_l0
+        assert isinstance(w_ih, torch.Tensor) and isinstance(w_hh, torch.Tensor)
+        assert isinstance(b_ih, torch.Tensor) and isinstance(b_hh, torch.Tensor)
         h = torch.zeros(n, lstm.hidden_size)
         c = torch.zeros(n, lstm.hidden_size)
         prev = torch.zeros(n, self.types)
@@ -94,7 +99,7 @@ class LayerPolicy(nn.Module):
         actions = []
         for layer in range(feats.shape[0]):
             x = torch.cat([feats[layer].expand(n, -1), prev], dim=1)
-            h, c = torch.lstm_cell(x, (h, c), *weights)  # one step of self.lstm
+            h, c = torch.lstm_cell(x, (h, c), w_ih, w_hh, b_ih, b_hh)  # one step of self.lstm
             p = torch.softmax(self.head(h) + self.stay * prev, dim=1)
             a = p.argmax(dim=1) if greedy else torch.multinomial(p, 1, generator=generator).squeeze(1)
             actions.append(a)

@@ -45,7 +45,7 @@ def test_resource_plan_round_trips_and_gives_back_its_assignment() -> None:
 
 
 def test_resource_plan_errors_name_the_field() -> None:
-    base = {"kind": "resource_plan", "stages": [
+    base: dict = {"kind": "resource_plan", "stages": [
         {"first_layer": 0, "last_layer": 2, "resource_type": "cpu", "units": 1},
         {"first_layer": 2, "last_layer": 3, "resource_type": "cpu", "units": 1},
     ]}  # fmt: skip
