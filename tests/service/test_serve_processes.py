@@ -10,7 +10,9 @@ starts inherits ``STRATEGIST_TEST_MARK``, so the test lists exactly its own proc
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
+import random
 import signal
 import subprocess
 import sys
@@ -22,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from sqlalchemy import text
 
 from service.db import repository as repo
 from service.db.engine import make_engine, session_factory
@@ -208,3 +211,102 @@ def test_a_second_worker_waits_for_the_lock(tmp_path: Path) -> None:
             holder.wait()
         for fd in got:
             os.close(fd)
+
+
+@pytest.mark.slow
+def test_chaos_kill_9_of_api_worker_or_trial_process(
+    tmp_path: Path,
+    zoo_dir: Path,
+    mark: str,
+    marked: Callable[[str], dict[int, str]],
+    wait_for: Callable[..., Any],
+) -> None:
+    """20 rounds of kill -9 on a random one of {API (serve), worker, trial process}, restarting serve
+    when it was the one: every search completes, every trial has exactly one measurement, and no
+    process or namespace is left over. (A killed worker is restarted by serve; a killed trial
+    process fails its trial, which is measured once, as failed.)"""
+    rng = random.Random(20)
+    data = tmp_path / "data"
+    env = {
+        "STRATEGIST_HEARTBEAT_TIMEOUT_S": "8",  # four missed beats: a killed worker's trial is requeued
+        "STRATEGIST_MAX_TRIAL_ATTEMPTS": "50",  # kills are not the strategy's fault
+    }
+    serve = Serve(data, mark, env)
+    serve.start()
+    engine = make_engine(f"sqlite:///{data / 'strategist.db'}")
+    sessions = session_factory(engine)
+    with sessions() as s:
+        owner = repo.create_token(s, name="alice", role="user").info
+        model = repo.zoo_spec(s, kind="model", name="tiny-mlp")
+        cluster = repo.zoo_spec(s, kind="cluster", name="two-node")
+
+    def new_search(seed: int) -> int:
+        with sessions() as s:
+            return repo.create_search(
+                s, owner_id=owner.user_id, model=model, cluster=cluster, trial_budget=4,
+                candidates_per_round=2, samples_per_round=20, seed=seed,
+            ).id  # fmt: skip
+
+    def active() -> list[Any]:
+        with sessions() as s:
+            return repo.list_searches(s, states=["pending", "running", "awaiting_approval"])
+
+    searches = [new_search(seed) for seed in range(3)]
+    trial_pids: set[int] = set()
+
+    def targets(kind: str) -> list[int]:
+        """The live processes of ``kind`` (noting every trial process seen, for the namespace check)."""
+        procs = marked(mark)
+        trials = [p for p, c in procs.items() if TRIAL in c]
+        trial_pids.update(trials)
+        return {"api": [serve.pid], "worker": workers(procs), "trial": trials}[kind]
+
+    kills: list[str] = []
+    try:
+        while len(kills) < 20:
+            time.sleep(rng.uniform(1.0, 5.0))
+            kind = rng.choice(["api", "worker", "trial"])
+            if not active():
+                searches.append(new_search(len(searches)))
+            pids = wait_for(functools.partial(targets, kind), 120, f"a {kind} process to kill")
+            if kind == "api":
+                old = workers(marked(mark))
+                serve.kill9()
+                # the old worker (and its trial process) go with serve before the new one starts
+                wait_for(lambda: not set(old) & set(marked(mark)), 30, "the killed serve's worker to exit")  # noqa: B023
+                serve = Serve(data, mark, env)
+                serve.start()
+            else:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(rng.choice(pids), signal.SIGKILL)
+            kills.append(kind)
+
+        def all_done() -> bool:
+            with sessions() as s:
+                return all(repo.get_search(s, search_id=i).state in ("completed", "failed") for i in searches)
+
+        wait_for(all_done, 900, f"every search to finish after the kills {kills}")
+        with sessions() as s:
+            finals = {i: repo.get_search(s, search_id=i) for i in searches}
+            trials = [t for i in searches for t in repo.list_trials(s, search_id=i)]
+        with engine.connect() as conn:
+            per_trial = dict(
+                conn.execute(text("SELECT trial_id, count(*) FROM measurements GROUP BY trial_id")).all()
+            )
+        trial_pids |= {p for p, c in marked(mark).items() if TRIAL in c}
+    finally:
+        serve.stop()
+        engine.dispose()
+    print(  # the figures of a run (pytest -s)
+        f"kills: {kills}; searches: {len(searches)}; trials: {len(trials)} "
+        f"({sum(t.state == 'succeeded' for t in trials)} succeeded, attempts {[t.attempt for t in trials]})"
+    )
+    assert set(kills) == {"api", "worker", "trial"}, kills
+    assert all(f.state == "completed" for f in finals.values()), {
+        i: f.failure_reason for i, f in finals.items()
+    }
+    assert all(t.state in ("succeeded", "failed") for t in trials)
+    assert per_trial == {t.id: 1 for t in trials}  # exactly one measurement per trial, none lost
+    assert sum(t.state == "succeeded" for t in trials) > len(trials) // 2
+    wait_for(lambda: not marked(mark), 60, f"serve's processes to exit: {marked(mark)}")
+    wait_for(lambda: not namespaces_of(trial_pids), 30, "the trials' namespaces to be deleted")

@@ -21,23 +21,6 @@ from service.loop_stack import Stack, StackConfig, embedded_worker_argv, worker_
 from service.settings import Settings
 
 
-def processes_marked(mark: str) -> list[int]:
-    """Pids of live processes whose environment carries ``STRATEGIST_TEST_MARK=mark``."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            env = (entry / "environ").read_bytes()
-            stat = (entry / "stat").read_text()
-        except OSError:
-            continue
-        zombie = stat.rsplit(")", 1)[-1].split()[0] == "Z"
-        if f"STRATEGIST_TEST_MARK={mark}".encode() in env.split(b"\0") and not zombie:
-            found.append(int(entry.name))
-    return found
-
-
 @pytest.fixture
 def stack(tmp_path: Path, zoo_dir: Path) -> Iterator[Stack]:
     settings = Settings(
@@ -66,7 +49,7 @@ def start_worker(stack: Stack, token: str, name: str, mark: str) -> subprocess.P
 
 
 def test_killed_worker_trial_is_requeued_and_measured_once(
-    stack: Stack, wait_for: Callable[..., Any]
+    stack: Stack, wait_for: Callable[..., Any], marked: Callable[[str], dict[int, str]]
 ) -> None:
     with stack.sessions() as s:
         owner = repo.create_token(s, name="alice", role="user").info
@@ -90,11 +73,11 @@ def test_killed_worker_trial_is_requeued_and_measured_once(
         t = wait_for(lambda: (t := first_trial()) and t.state == "running" and t, 60, "w1 to claim a trial")
         assert t.claimed_by == "w1" and t.attempt == 1
         time.sleep(1.0)  # the trial is under way (its emulated cluster is starting)
-        assert len(processes_marked(mark1)) >= 2  # the worker and its trial process
+        assert len(marked(mark1)) >= 2  # the worker and its trial process
         os.kill(w1.pid, signal.SIGKILL)
         w1.wait()
         # the trial process and everything it started die with the worker
-        wait_for(lambda: not processes_marked(mark1), 20, "the killed worker's processes to exit")
+        wait_for(lambda: not marked(mark1), 20, "the killed worker's processes to exit")
         requeued = wait_for(
             lambda: (x := first_trial()) and x.state == "queued" and x, 20, "the sweep to requeue the trial"
         )
