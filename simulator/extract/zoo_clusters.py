@@ -18,17 +18,54 @@ from simulator.spec import ClusterSpec, DeviceType, Node
 
 GIB_IN_GB = 1.073741824  # AWS publishes host memory in GiB; ClusterSpec wants GB
 
+# Roofline figures (issue 15): dense tensor-core peaks per dtype (None: no such path, the FP32
+# rate applies), and the host cost of one kernel launch: "a few microseconds" per launch (NVIDIA
+# developer blog, "Getting Started with CUDA Graphs", 2019); 5 us, the DeviceType default.
+_LAUNCH = "launch overhead: NVIDIA blog 'Getting Started with CUDA Graphs' (2019), a few us per kernel"
 TITAN_X = DeviceType(
     name="TITAN-X-Maxwell-12GB",
     fp32_tflops=6.6,
     fp16_tflops=6.6,  # Maxwell has no fast FP16 path: FP16 math runs at the FP32 rate
     memory_gb=12,
     memory_bw_gbs=336.5,
+    source="NVIDIA GeForce GTX TITAN X specifications (Maxwell, 2015); " + _LAUNCH,
 )
-M60 = DeviceType(name="M60-8GB", fp32_tflops=4.8, fp16_tflops=4.8, memory_gb=8, memory_bw_gbs=160)
-T4 = DeviceType(name="T4-16GB", fp32_tflops=8.1, fp16_tflops=65, memory_gb=16, memory_bw_gbs=320)
-A100 = DeviceType(name="A100-SXM4-80GB", fp32_tflops=19.5, fp16_tflops=312, memory_gb=80, memory_bw_gbs=2039)
-H100 = DeviceType(name="H100-SXM5-80GB", fp32_tflops=67, fp16_tflops=989, memory_gb=80, memory_bw_gbs=3350)
+M60 = DeviceType(
+    name="M60-8GB",
+    fp32_tflops=4.8,
+    fp16_tflops=4.8,
+    memory_gb=8,
+    memory_bw_gbs=160,
+    source="NVIDIA Tesla M60 datasheet (per GPU of the board); " + _LAUNCH,
+)
+T4 = DeviceType(
+    name="T4-16GB",
+    fp32_tflops=8.1,
+    fp16_tflops=65,  # Turing tensor cores; no TF32 or BF16 path
+    memory_gb=16,
+    memory_bw_gbs=320,
+    source="NVIDIA T4 Tensor Core GPU datasheet; " + _LAUNCH,
+)
+A100 = DeviceType(
+    name="A100-SXM4-80GB",
+    fp32_tflops=19.5,
+    fp16_tflops=312,
+    tf32_tflops=156,
+    bf16_tflops=312,
+    memory_gb=80,
+    memory_bw_gbs=2039,
+    source="NVIDIA A100 Tensor Core GPU datasheet (SXM4 80GB, dense); " + _LAUNCH,
+)
+H100 = DeviceType(
+    name="H100-SXM5-80GB",
+    fp32_tflops=67,
+    fp16_tflops=989,
+    tf32_tflops=494.5,
+    bf16_tflops=989,
+    memory_gb=80,
+    memory_bw_gbs=3350,
+    source="NVIDIA H100 Tensor Core GPU datasheet (SXM5, dense: half the sparsity figures); " + _LAUNCH,
+)
 
 PCIE3_X16_GBPS = 126.0  # 15.75 GB/s per direction
 
