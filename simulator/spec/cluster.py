@@ -99,8 +99,8 @@ class ClusterSpec(BaseModel):
 
     kind: Literal["cluster"] = "cluster"
     name: Name
-    device_types: tuple[DeviceType, ...] = Field(min_length=1, max_length=LIMITS.device_types)
-    nodes: tuple[Node, ...] = Field(min_length=1, max_length=LIMITS.nodes)
+    device_types: tuple[DeviceType, ...] = Field(min_length=1, max_length=LIMITS.device_types, fail_fast=True)
+    nodes: tuple[Node, ...] = Field(min_length=1, max_length=LIMITS.nodes, fail_fast=True)
     intra_node_gbps: float = Field(
         ge=LIMITS.min_rate, le=LIMITS.link_gbps, description="Default GPU-to-GPU bandwidth inside a node."
     )

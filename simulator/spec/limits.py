@@ -7,6 +7,10 @@ spec classes read these bounds, so the API (422), the CLI (exit 2) and the worke
 parse through them, enforce the same limits. Floats are finite everywhere (pydantic's
 ``allow_inf_nan=False`` on every spec class).
 
+Long lists (layers, variables, nodes, shards, iteration times) stop at their first invalid item
+(pydantic's ``fail_fast``): a 10 MB body of 10**6 bad items is one error, not a million-entry 422
+that takes seconds to build.
+
 Names (of models, layers, variables, nodes, device types, searches, users) are 1-200 printable
 characters: no control characters (NUL cannot be stored in PostgreSQL text; tabs and newlines in a
 name break tables and logs) and, as every ``str`` pydantic validates, no lone surrogates.

@@ -32,14 +32,15 @@ class Measurement(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
     iteration_times: tuple[Seconds, ...] = Field(
-        (), max_length=LIMITS.iterations, description="Measured seconds per iteration."
+        (), max_length=LIMITS.iterations, fail_fast=True, description="Measured seconds per iteration."
     )
     compute_times: tuple[Seconds, ...] = Field(
-        (), max_length=LIMITS.iterations, description="Per iteration: seconds in compute."
+        (), max_length=LIMITS.iterations, fail_fast=True, description="Per iteration: seconds in compute."
     )
     sync_wait_times: tuple[Seconds, ...] = Field(
         (),
         max_length=LIMITS.iterations,
+        fail_fast=True,
         description="Per iteration: seconds waiting on synchronisation after compute ended.",
     )
     warmup: int = Field(0, ge=0, le=LIMITS.iterations, description="Iterations run before measuring.")

@@ -92,10 +92,13 @@ class Layer(BaseModel):
         ge=0.0, le=LIMITS.activation_bytes, description="Bytes of this layer's output per sample."
     )
     variables: tuple[Variable, ...] = Field(
-        (), max_length=LIMITS.variables, description="Parameters owned by this layer."
+        (), max_length=LIMITS.variables, fail_fast=True, description="Parameters owned by this layer."
     )
     inputs: tuple[Name, ...] = Field(
-        (), max_length=LIMITS.layer_inputs, description="Names of the layers whose outputs feed this one."
+        (),
+        max_length=LIMITS.layer_inputs,
+        fail_fast=True,
+        description="Names of the layers whose outputs feed this one.",
     )
     fwd_bytes: float | None = Field(
         None,
@@ -127,7 +130,7 @@ class ModelSpec(BaseModel):
     name: Name
     family: Label = Field("", description="Task family: IC, MT, CF, LM, ...")
     batch_size: int = Field(ge=1, le=LIMITS.batch_size, description="Default per-GPU batch size (samples).")
-    layers: tuple[Layer, ...] = Field(min_length=1, max_length=LIMITS.layers)
+    layers: tuple[Layer, ...] = Field(min_length=1, max_length=LIMITS.layers, fail_fast=True)
     source: Text = Field("", description="Where the spec came from (extractor, module, variant).")
     compute_dtype: ComputeDType | None = Field(
         None,

@@ -74,7 +74,7 @@ class Plan(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    stages: tuple[Stage, ...] = Field(min_length=1, max_length=LIMITS.layers)
+    stages: tuple[Stage, ...] = Field(min_length=1, max_length=LIMITS.layers, fail_fast=True)
     global_batch: int = Field(
         ge=1, le=LIMITS.global_batch, description="Samples per training step over the whole cluster."
     )

@@ -101,7 +101,9 @@ class VariableStrategy(BaseModel):
 
     variable: Name
     partition: Partition = Field(default_factory=Partition)
-    shards: tuple[Synchronizer, ...] = Field(min_length=1, max_length=LIMITS.shards_per_variable)
+    shards: tuple[Synchronizer, ...] = Field(
+        min_length=1, max_length=LIMITS.shards_per_variable, fail_fast=True
+    )
 
     @model_validator(mode="after")
     def _check(self) -> VariableStrategy:
@@ -146,7 +148,7 @@ class Strategy(BaseModel):
     name: Label = Field("", description="Optional label, e.g. 'horovod'.")
     model: Name | None = Field(None, description="Zoo name of the model this strategy is for.")
     cluster: Name | None = Field(None, description="Zoo name of the cluster this strategy is for.")
-    variables: tuple[VariableStrategy, ...] = Field(min_length=1, max_length=LIMITS.variables)
+    variables: tuple[VariableStrategy, ...] = Field(min_length=1, max_length=LIMITS.variables, fail_fast=True)
     plan: Plan | None = Field(None, description="Hybrid (pipeline/tensor) parallel plan, roadmap 2.")
 
     @model_validator(mode="after")

@@ -210,3 +210,14 @@ def test_load_spec_turns_every_bad_file_into_a_spec_error(tmp_path: Path) -> Non
     nan.write_text(json.dumps(_with(_model(), "layers.0.fwd_flops", math.nan)))  # json writes NaN
     with pytest.raises(SpecError, match=r"layers\.0\.fwd_flops"):
         load_spec(nan)
+
+
+def test_a_long_list_of_bad_items_stops_at_the_first() -> None:
+    with pytest.raises(SpecError) as e:
+        parse_spec({"kind": "model", "name": "m", "batch_size": 1, "layers": [1] * 90_000})
+    assert [i.path for i in e.value.issues] == [("layers", 0)]  # (was 90,000 issues)
+    model = _model()
+    model["layers"][0]["variables"] = [{"name": 1}] * 50_000
+    with pytest.raises(SpecError) as e:
+        parse_spec(model)
+    assert {i.path[:4] for i in e.value.issues} == {("layers", 0, "variables", 0)}

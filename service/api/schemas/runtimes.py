@@ -38,7 +38,7 @@ class RuntimeCreate(BaseModel):
     cluster: SpecRef = Field(description="Cluster name (yours, else the zoo's, any case) or id.")
     strategy: dict[str, Any] = Field(description="A Strategy JSON valid for the model on the cluster.")
     iteration_times: list[Annotated[float, Field(gt=0, le=LIMITS.seconds, allow_inf_nan=False)]] = Field(
-        min_length=1, max_length=LIMITS.iterations, description="Seconds."
+        min_length=1, max_length=LIMITS.iterations, fail_fast=True, description="Seconds."
     )
 
 

@@ -73,7 +73,7 @@ class ClaimCreate(BaseModel):
     )
 
     clusters: list[Name] = Field(
-        min_length=1, max_length=1000, description="Cluster names this worker can run."
+        min_length=1, max_length=1000, fail_fast=True, description="Cluster names this worker can run."
     )
     worker: Label = Field("", description="Worker name; default: the token's user name.")
     pool: Label = Field("", max_length=64, description="'testbed' or 'gpu' (informational).")
