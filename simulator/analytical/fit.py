@@ -51,8 +51,16 @@ class FitResult:
 
 
 def predict_samples(samples: Sequence[FitSample], params: CostParams) -> np.ndarray:
-    """Predicted T per sample, shape (S,), in input order (batched per (model, cluster))."""
-    return _branches(samples, params)[0]
+    """Predicted T per sample, shape (S,), in input order (batched per (model, cluster)), with
+    ``params`` as given (bucket overlap by default; the fit itself works on full overlap)."""
+    out = np.zeros(len(samples))
+    groups: dict[tuple[int, int], list[int]] = {}
+    for i, s in enumerate(samples):
+        groups.setdefault((id(s.model), id(s.cluster)), []).append(i)
+    for idx in groups.values():
+        ma, ca = model_arrays(samples[idx[0]].model), cluster_arrays(samples[idx[0]].cluster)
+        out[idx] = score(ma, ca, encode(ma, ca, [samples[i].strategy for i in idx]), params).t_iter
+    return out
 
 
 def fit(samples: Sequence[FitSample], initial: CostParams | None = None, max_iter: int = 20) -> FitResult:
@@ -62,7 +70,9 @@ def fit(samples: Sequence[FitSample], initial: CostParams | None = None, max_ite
     for i, s in enumerate(samples):
         if not s.seconds > 0:
             raise ValueError(f"samples.{i}.seconds: must be > 0, got {s.seconds}")
-    params = initial or CostParams()
+    # The fit is linear on one branch of the paper's Eq. 1 (full overlap); the bucket model's max
+    # over units is not, so the fitted constants come with overlap="full", the model they fit.
+    params = replace(initial or CostParams(), overlap="full")
     measured = np.array([s.seconds for s in samples])
     before = _rms_rel(predict_samples(samples, params), measured)
     branch_key: tuple[int, ...] | None = None
@@ -132,10 +142,7 @@ def _branches(
     for idx in groups.values():
         model, cluster = samples[idx[0]].model, samples[idx[0]].cluster
         ma, ca = model_arrays(model), cluster_arrays(cluster)
-        # The fit is linear on one branch of Eq. 1 with full overlap; the bucket model's max over
-        # units is not, so branches are chosen (and φ, δ, efficiency fitted) on the paper's Eq. 1.
-        full = replace(params, overlap="full")
-        sc = score(ma, ca, encode(ma, ca, [samples[i].strategy for i in idx]), full, detail=True)
+        sc = score(ma, ca, encode(ma, ca, [samples[i].strategy for i in idx]), params, detail=True)
         assert sc.sync_terms is not None
         node_t = f.node_compute_times(model, cluster, params)
         slowest = max(node_t, key=lambda k: node_t[k])

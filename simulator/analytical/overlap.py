@@ -18,6 +18,13 @@ and the step takes T = max(T_comp, E). A single bucket ready at the end of backw
 T = T_comp + T_sync (no overlap); many small buckets ready early give T → max(T_comp, T_sync),
 the paper's Eq. 1, which this model contains as its limit.
 
+A PS shard's time (Eq. 2 counts both directions: push to the server, pull back) is split in its
+two halves: the push occupies the channel, and only the *last* unit's pull adds to the channel's
+end. A NIC is full duplex, so while the server answers one shard the next shard's pushes already
+flow the other way (the executor pushes and pulls on separate threads and process groups, as a PS
+does): n pipelined shards take n pushes and one pull, a single shard push + pull. This is the
+two-stage flow shop's makespan when pushes run back to back.
+
 Channels follow ``CostParams.combine`` (the same contention assumption as T_sync):
   - ``"sum"`` (default): one channel holds every collective call and every PS shard, a shard's
     time scaled by T_sync^PS / Σ_j T_server(j) (the servers work in parallel, so the PS part of
@@ -56,11 +63,19 @@ def layer_ready_times(ma: ModelArrays, ca: ClusterArrays, params: CostParams) ->
     return float(times.fwd.sum()) + suffix
 
 
-def channel_end(ready: np.ndarray, duration: np.ndarray, channel: np.ndarray, channels: int) -> np.ndarray:
-    """(channels,) end time of each serial channel: max_u (r_u + Σ_{u' ≥ u in its channel} d_u').
+def channel_end(
+    ready: np.ndarray,
+    duration: np.ndarray,
+    channel: np.ndarray,
+    channels: int,
+    tail: np.ndarray | None = None,
+) -> np.ndarray:
+    """(channels,) end time of each serial channel: max_u (r_u + Σ_{u' ≥ u in its channel} d_u'),
+    plus the ``tail`` of the channel's last unit (a PS shard's pull; 0 for a collective).
 
-    ``ready``, ``duration``, ``channel`` (U,): each unit's ready time, duration and channel index.
-    A channel with no unit ends at 0. Units of a channel are taken in order of readiness.
+    ``ready``, ``duration``, ``channel``, ``tail`` (U,): each unit's ready time, duration in the
+    channel, channel index and tail. A channel with no unit ends at 0. Units of a channel are
+    taken in order of readiness (ties: input order).
     """
     end = np.zeros(channels)
     if ready.size == 0:
@@ -73,6 +88,9 @@ def channel_end(ready: np.ndarray, duration: np.ndarray, channel: np.ndarray, ch
     done_in_channel = before - before[start_of[c]]
     suffix = total[c] - done_in_channel  # Σ_{u' ≥ u, same channel} d
     np.maximum.at(end, c, r + suffix)
+    if tail is not None:
+        last = np.flatnonzero(np.r_[c[1:] != c[:-1], True])  # the last unit of each channel
+        end[c[last]] += tail[order][last]
     return end
 
 
@@ -105,14 +123,17 @@ def sync_end(
     np.maximum.at(call_ready, row_call[cc], row_ready[cc])
     j = server_time.shape[1]
     ps_rows = np.flatnonzero(row_is_ps)
+    half = row_time[ps_rows] / 2  # push and pull (Eq. 2 counts both directions alike)
     if params.combine == "sum":
         total = server_time.sum(axis=1)
         share = np.divide(server_time.max(axis=1), total, out=np.zeros(n), where=total > 0)
+        scaled = half * share[row_strategy[ps_rows]]
         ready = np.concatenate([call_ready, row_ready[ps_rows]])
-        duration = np.concatenate([call_time, row_time[ps_rows] * share[row_strategy[ps_rows]]])
+        duration = np.concatenate([call_time, scaled])
         channel = np.concatenate([call_strategy, row_strategy[ps_rows]])
-        return channel_end(ready, duration, channel, n)
+        tail = np.concatenate([np.zeros(g), scaled])
+        return channel_end(ready, duration, channel, n, tail)
     cc_end = channel_end(call_ready, call_time, call_strategy, n)
     ps_channel = row_strategy[ps_rows] * j + row_server[ps_rows]
-    ps_end = channel_end(row_ready[ps_rows], row_time[ps_rows], ps_channel, n * j).reshape(n, j)
+    ps_end = channel_end(row_ready[ps_rows], half, ps_channel, n * j, half).reshape(n, j)
     return np.maximum(cc_end, ps_end.max(axis=1) if j else 0.0)

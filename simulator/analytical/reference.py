@@ -85,14 +85,14 @@ def reference_cost(model: ModelSpec, cluster: ClusterSpec, s: Strategy, params: 
     if params.overlap == "full":
         t_iter = f.iteration_time(t_comp, t_sync)
     else:
-        calls = [(call_ready[k], t) for k, t in call_time.items()]
+        calls = [(call_ready[k], t, 0.0) for k, t in call_time.items()]
         if params.combine == "sum":
             total = sum(server_time.values())
             share = t_ps / total if total > 0 else 0.0
-            end = _channel_end(calls + [(r, t * share) for _, r, t in ps_units])
+            end = _channel_end(calls + [(r, t / 2 * share, t / 2 * share) for _, r, t in ps_units])
         else:
             ends = [_channel_end(calls)]
-            ends += [_channel_end([(r, t) for k, r, t in ps_units if k == j]) for j in server_time]
+            ends += [_channel_end([(r, t / 2, t / 2) for k, r, t in ps_units if k == j]) for j in server_time]
             end = max(ends)
         t_iter = max(t_comp, end)
     return ReferenceCost(t_comp, t_ps, t_cc, t_sync, t_iter, server_time, call_time)
@@ -111,9 +111,10 @@ def _layer_ready(model: ModelSpec, cluster: ClusterSpec, params: CostParams) -> 
     return [fwd + sum(bwd[layer:]) for layer in range(len(bwd))]
 
 
-def _channel_end(units: list[tuple[float, float]]) -> float:
-    """A serial channel taking (ready, seconds) units in order of readiness: when its last one ends."""
-    end = 0.0
-    for ready, seconds in sorted(units, key=lambda u: u[0]):
-        end = max(end, ready) + seconds
-    return end
+def _channel_end(units: list[tuple[float, float, float]]) -> float:
+    """A serial channel taking (ready, seconds, tail) units in order of readiness: when its last
+    unit ends, plus that unit's tail (a PS shard's pull after its push)."""
+    end, tail = 0.0, 0.0
+    for ready, seconds, after in sorted(units, key=lambda u: u[0]):
+        end, tail = max(end, ready) + seconds, after
+    return end + tail

@@ -25,8 +25,9 @@ def test_cost_json_for_each_baseline(name: str) -> None:
     out = json.loads(res.output)
     for key in ("t_comp", "t_sync", "t_iter", "throughput", "ps", "collective"):
         assert key in out
-    # Eq. 1 per bucket: between full overlap and none (simulator.analytical.overlap)
-    assert max(out["t_comp"], out["t_sync"]) - 1e-12 <= out["t_iter"] <= out["t_comp"] + out["t_sync"] + 1e-12
+    # Eq. 1 per bucket: never below compute, never above no overlap at all (a PS shard's push and
+    # pull overlap on a full-duplex link, so T can be below Eq. 2's T_sync; see analytical.overlap)
+    assert out["t_comp"] - 1e-12 <= out["t_iter"] <= out["t_comp"] + out["t_sync"] + 1e-12
     gpus, batch = zoo.cluster("B7").num_gpus, zoo.model("BERT-3L").batch_size
     assert out["throughput"] == pytest.approx(batch * gpus / out["t_iter"])
     if name.startswith("ps"):
