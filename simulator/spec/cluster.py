@@ -8,7 +8,7 @@ from typing import Literal, NamedTuple
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from simulator.spec.errors import Issue, structural
-from simulator.spec.limits import LIMITS, Name, Text
+from simulator.spec.limits import LIMITS, Name, SpecName, Text
 from simulator.spec.resources import ResourceLink, ResourceType, resource_issues
 
 GBPS = 1e9 / 8  # bytes per second in one gigabit per second
@@ -98,7 +98,7 @@ class ClusterSpec(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
     kind: Literal["cluster"] = "cluster"
-    name: Name
+    name: SpecName
     device_types: tuple[DeviceType, ...] = Field(min_length=1, max_length=LIMITS.device_types, fail_fast=True)
     nodes: tuple[Node, ...] = Field(min_length=1, max_length=LIMITS.nodes, fail_fast=True)
     intra_node_gbps: float = Field(

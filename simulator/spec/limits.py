@@ -36,6 +36,9 @@ class Limits:
     # --- names and text ---
     # Characters in a name; the database stores names in VARCHAR(200) columns.
     name_chars: int = 200
+    # Characters in a model's or a cluster's name: their domain '<model>__<cluster>' is stored in
+    # VARCHAR(401) columns (199 + 2 + 199 fits; 200 + 2 + 200 would not).
+    spec_name_chars: int = 199
     # Characters in a free-text field (a cluster's description, a model's source, a failure reason).
     text_chars: int = 10_000
     # Bytes of a spec file the CLI reads (the zoo's largest is ~0.2 MB; 100,000 layers ~30 MB).
@@ -156,6 +159,12 @@ def _no_nul(value: str) -> str:
 Name = Annotated[
     str,
     Field(min_length=1, max_length=LIMITS.name_chars, json_schema_extra={"pattern": NAME_PATTERN}),
+    AfterValidator(_printable),
+]
+#: A model's or a cluster's name: 1-199 printable characters (see ``Limits.spec_name_chars``).
+SpecName = Annotated[
+    str,
+    Field(min_length=1, max_length=LIMITS.spec_name_chars, json_schema_extra={"pattern": NAME_PATTERN}),
     AfterValidator(_printable),
 ]
 #: An optional label (may be empty): at most 200 printable characters.

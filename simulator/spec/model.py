@@ -9,7 +9,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, computed_field, model_validator
 
 from simulator.spec.errors import Issue, structural
-from simulator.spec.limits import LIMITS, Label, Name, Text
+from simulator.spec.limits import LIMITS, Label, Name, SpecName, Text
 
 DType = Literal["float32", "float16", "bfloat16", "int64", "int32"]
 DTYPE_BYTES: dict[str, int] = {"float32": 4, "float16": 2, "bfloat16": 2, "int64": 8, "int32": 4}
@@ -127,7 +127,7 @@ class ModelSpec(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
     kind: Literal["model"] = "model"
-    name: Name
+    name: SpecName
     family: Label = Field("", description="Task family: IC, MT, CF, LM, ...")
     batch_size: int = Field(ge=1, le=LIMITS.batch_size, description="Default per-GPU batch size (samples).")
     layers: tuple[Layer, ...] = Field(min_length=1, max_length=LIMITS.layers, fail_fast=True)

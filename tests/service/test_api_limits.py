@@ -374,3 +374,18 @@ def test_non_finite_spec_float_in_api_never_reaches_storage(
     text = json.dumps(body).replace('"intra_node_gbps": 100', '"intra_node_gbps": NaN')
     assert math.isnan(json.loads(text)["intra_node_gbps"])
     assert _loc(_post_raw(client, f"{API}/clusters", text, tokens["alice"])) == ["body", "intra_node_gbps"]
+
+
+def test_longest_names_still_fit_their_domain_column(
+    client: TestClient, tokens: dict[str, Any], specs: Any
+) -> None:
+    """A domain '<model>__<cluster>' is stored in VARCHAR(401): spec names stop at 199 characters."""
+    user = tokens["alice"]
+    assert _loc(client.post(f"{API}/models", json=specs.model("m" * 200), headers=user)) == ["body", "name"]
+    assert client.post(f"{API}/models", json=specs.model("m" * 199), headers=user).status_code == 201
+    assert client.post(f"{API}/clusters", json=specs.cluster("c" * 199), headers=user).status_code == 201
+    body = {"model": "m" * 199, "cluster": "c" * 199, "strategy": specs.strategy(), "iteration_times": [0.5]}
+    r = client.post(f"{API}/runtimes", json=body, headers=user)
+    assert r.status_code == 201 and len(r.json()["domain"]) == 400
+    r = client.post(f"{API}/simulators/retrain", json={"domain": r.json()["domain"]}, headers=user)
+    assert r.status_code == 202

@@ -83,7 +83,7 @@ class RetrainCreate(BaseModel):
 
     domain: str = Field(
         min_length=3,
-        max_length=2 * LIMITS.name_chars + 2,
+        max_length=2 * LIMITS.spec_name_chars + 2,
         pattern=r"^[^\x00-\x1f\x7f-\x9f]+__[^\x00-\x1f\x7f-\x9f]+$",
         description="'<model>__<cluster>': a model and a cluster you can use (your uploads or the zoo).",
     )
