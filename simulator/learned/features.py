@@ -31,12 +31,14 @@ from simulator.analytical import (
     model_arrays,
     score,
 )
-from simulator.analytical.formulas import TRAIN_FLOPS_PER_FWD
+from simulator.analytical.compute import layer_times
+from simulator.analytical.formulas import node_compute_times
 from simulator.learned.graph import shard_edges, variable_edges
 from simulator.spec import ClusterSpec, ModelSpec, Strategy
 
 #: Bumped whenever the meaning or order of a feature changes; checkpoints record it.
-FEATURE_SCHEMA_VERSION = 2
+#: 3: T_comp and the per-layer compute feature come from the roofline compute model (issue 15).
+FEATURE_SCHEMA_VERSION = 3
 
 _LOG_BYTES = {"param_bytes", "message_bytes", "sent_bytes", "group_sent_bytes"}
 _LOG1P = {"powersgd_rank", "staleness", "group_shards", "messages", "server_latency_us", "z_phi"}
@@ -137,9 +139,12 @@ class FeatureExtractor:
                 math.log(max(cluster.nodes[n].gpus for n in workers)),
             ]
         )
-        tflops = min(cluster.device_type(n).fp32_tflops for n in workers) * 1e12 * self.params.efficiency
-        flops = np.array([layer.fwd_flops for layer in model.layers])
-        self._layer_ms = _log_ms(TRAIN_FLOPS_PER_FWD * flops * model.batch_size / tflops)
+        # Each layer's forward + backward on the slowest worker's device: the compute model's
+        # per-layer times (``simulator.analytical.compute``), the same ones T_comp sums.
+        node_t = node_compute_times(model, cluster, self.params)
+        slowest = cluster.device_type(max(node_t, key=lambda k: node_t[k]))
+        per_layer = layer_times(model, slowest, model.batch_size, self.params)
+        self._layer_ms = _log_ms(per_layer.fwd + per_layer.bwd)
         self._var_edges = variable_edges(model)
 
     def __call__(self, strategy: Strategy) -> StrategyGraph:
