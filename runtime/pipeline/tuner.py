@@ -13,7 +13,13 @@ The estimate for candidate c (a decision where the paper is vague; it profiles e
   any, else the current plan's average scaled by b_c / b (bytes are linear in b; the paper notes
   this is only approximate, which is why measured samples win as soon as they exist); links with no
   sample at all use 0, i.e. no delay was observed;
-- pipeline length of c's action lists by event simulation (``simulator.pipeline.cost``).
+- pipeline length of c's action lists by event simulation (``simulator.pipeline.cost``);
+- plus a per-micro-batch overhead calibrated on the current plan: when the measured step time
+  (median over the interval of the slowest process) exceeds the simulated length of the current
+  plan, the excess divided by the current plan's micro-batches per replica is charged to every
+  micro-batch of every candidate. Per-message costs (runtime, p2p calls, kernel launches) scale
+  with the number of micro-batches, not with b, and without this term small-b candidates look
+  cheaper than they are.
 
 The tuner switches when the best candidate's length is below the current plan's by more than
 ``margin`` (hysteresis against noise), and logs every evaluation and switch with its reason.
@@ -21,6 +27,7 @@ The tuner switches when the best candidate's length is below the current plan's 
 
 from __future__ import annotations
 
+import statistics
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -59,6 +66,7 @@ class AutoTuner:
     log: list[dict[str, Any]] = field(default_factory=list)
     _windows: dict[int, TransferWindow] = field(default_factory=dict)  # by micro-batch size
     _compute: dict[int, tuple[list[float], list[float]]] = field(default_factory=dict)
+    _overhead_per_mb: float = 0.0
 
     def __post_init__(self) -> None:
         if not self.candidates:
@@ -66,16 +74,29 @@ class AutoTuner:
         if not 0 <= self.current < len(self.candidates):
             raise ValueError(f"current: {self.current} is not a candidate index")
 
-    def observe(self, profile: Profile) -> None:
-        """Add what the current plan measured since the last observation."""
-        b = self.candidates[self.current].micro_batch_size
+    def observe(self, profile: Profile, step_seconds: list[float] | None = None) -> None:
+        """Add what the current plan measured since the last observation (and its step times)."""
+        plan = self.candidates[self.current]
+        b = plan.micro_batch_size
         window = self._windows.setdefault(b, TransferWindow(self.config.window))
         profile.feed(window)
         if any(profile.fwd):
             self._compute[b] = (profile.fwd, profile.bwd)
+        if step_seconds:
+            model = self._length(self.current)
+            if model is not None:
+                excess = statistics.median(step_seconds) - model
+                self._overhead_per_mb = max(0.0, excess) / plan.replica_micro_batches(0)
 
     def estimate(self, index: int) -> float | None:
         """Predicted step seconds of candidate ``index`` (None before any compute was measured)."""
+        length = self._length(index)
+        if length is None:
+            return None
+        return length + self._overhead_per_mb * self.candidates[index].replica_micro_batches(0)
+
+    def _length(self, index: int) -> float | None:
+        """The event-simulated step of candidate ``index`` from the profiles (no overhead term)."""
         cur_b = self.candidates[self.current].micro_batch_size
         plan = self.candidates[index]
         b = plan.micro_batch_size

@@ -144,15 +144,17 @@ def run(job: dict[str, Any], rank: int, master: str, port: int, out: Path) -> No
     else:
         tcfg = TunerConfig(**job["tuner"]["config"])
         tuner = AutoTuner(plans, job["tuner"]["start"], tcfg)
-        seen = 0
+        seen = seen_steps = 0
         dist.barrier()
         for it in range(job["tuner"]["steps"]):
             if it and it % tcfg.interval == 0:
-                mine = {"replica": d, "stage": s, "events": log.events[seen:]}
-                seen = len(log.events)
+                durations = [t1 - t0 for _, t0, t1 in step_times[seen_steps:]]
+                mine = {"replica": d, "stage": s, "events": log.events[seen:], "durations": durations}
+                seen, seen_steps = len(log.events), len(step_times)
                 gathered: list[Any] = [None] * (P * D)
                 dist.all_gather_object(gathered, mine)
-                tuner.observe(profile_records(dict(enumerate(gathered))))
+                slowest = [max(g["durations"][i] for g in gathered) for i in range(len(durations))]
+                tuner.observe(profile_records(dict(enumerate(gathered))), slowest)
                 tuner.decide(it)
             train_step(tuner.current, it)
         tuner_log = tuner.log

@@ -112,3 +112,18 @@ def test_online_switches_keep_gradients_exact() -> None:
         current = switches.get(step, current)
         chosen.append(current)
     assert [st[0] for st in run.records[0]["steps"]] == chosen
+
+
+def test_measured_excess_is_charged_per_micro_batch() -> None:
+    # b = 4 (2 micro-batches) runs; the simulation says L but a step took L + 1 s: 0.5 s per micro-batch.
+    cands = [plan(1, 4), plan(1, 1)]
+    t = AutoTuner(cands, current=0, config=TunerConfig(margin=0.0))
+    t.observe(profile(transfer=0.0, fwd=4.0))
+    bare_0, bare_1 = t.estimate(0), t.estimate(1)
+    assert bare_0 is not None and bare_1 is not None
+    t.observe(profile(transfer=0.0, fwd=4.0), step_seconds=[bare_0 + 1.0, bare_0 + 1.0, bare_0 + 5.0])
+    assert t.estimate(0) == pytest.approx(bare_0 + 1.0)  # the median step
+    assert t.estimate(1) == pytest.approx(bare_1 + 0.5 * 8)  # 8 micro-batches of b = 1
+    # a faster-than-simulated step charges nothing
+    t.observe(profile(transfer=0.0, fwd=4.0), step_seconds=[0.0])
+    assert t.estimate(1) == pytest.approx(bare_1)
