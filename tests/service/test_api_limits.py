@@ -389,3 +389,18 @@ def test_longest_names_still_fit_their_domain_column(
     assert r.status_code == 201 and len(r.json()["domain"]) == 400
     r = client.post(f"{API}/simulators/retrain", json={"domain": r.json()["domain"]}, headers=user)
     assert r.status_code == 202
+
+
+def test_the_token_is_verified_once_per_request(
+    client: TestClient, tokens: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    calls = []
+    verify = repo.verify_token
+
+    def counting(*args: Any, **kwargs: Any) -> Any:
+        calls.append(1)
+        return verify(*args, **kwargs)
+
+    monkeypatch.setattr(repo, "verify_token", counting)
+    assert client.get(f"{API}/me", headers=tokens["alice"]).json()["name"] == "alice"
+    assert len(calls) == 1  # by the guard, before the body; the route reuses its principal
