@@ -5,7 +5,8 @@
                        [--compute replay] [--warmup W] [--iterations I] [--out DIR]
 
 Records are appended to ``DIR/<model>__<cluster>/<sampler>-seed<S>-<compression>.jsonl``
-(default DIR: datasets/runtimes; lossless and lossy collections land in different files); see
+(default DIR: datasets/runtimes-v2, the re-collection with the issue-13 protocol that will replace
+datasets/runtimes once complete; lossless and lossy collections land in different files); see
 datasets/README.md, "Runtime records". Running the same command again continues the collection:
 strategies already in the file are skipped. The measurement protocol (interleaved baselines,
 clean tree, noisy trials measured again) is ``runtime.collect``'s.
@@ -22,6 +23,11 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from service.cli.spec_commands import fail, resolve_cluster, resolve_model
 from simulator.zoo import datasets_dir
+
+
+#: Where new collections go: format-2 records (time dilation, probe, protocol) kept apart from the
+#: format-1 dataset in datasets/runtimes until the re-collection is complete (datasets/README.md).
+NEW_RUNTIMES = "runtimes-v2"
 
 
 def register(app: typer.Typer) -> None:
@@ -64,7 +70,7 @@ def collect_command(
     fallback: bool = typer.Option(
         False, "--allow-unshaped", help="Run on unshaped loopback if namespaces are unavailable."
     ),
-    out: Path | None = typer.Option(None, "--out", help="Dataset folder (default datasets/runtimes)."),
+    out: Path | None = typer.Option(None, "--out", help="Dataset folder (default datasets/runtimes-v2)."),
 ) -> None:
     """Run N sampled strategies plus the baselines on the testbed and append their measurements."""
     # Imported here: torch and the executor cost seconds, which no other command should pay.
@@ -102,7 +108,7 @@ def collect_command(
         raise fail(f"--model: nothing fits in memory on {c.name}: {e}") from None
     sampled = [Trial(s, f"sampler:{sampler}", i) for i, s in enumerate(strategies)]
     trials = interleave(baseline_trials(m, c) if baselines else [], sampled, seed)
-    path = output_path(out or datasets_dir() / "runtimes", m, c, f"{sampler}-seed{seed}-{compression}")
+    path = output_path(out or datasets_dir() / NEW_RUNTIMES, m, c, f"{sampler}-seed{seed}-{compression}")
     console = Console(stderr=True)
     console.print(
         f"{m.name} on {c.name}: {len(trials)} trials at scale {sc:g}, dilation {d:g} "
