@@ -24,7 +24,6 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from service.cli.spec_commands import fail, resolve_cluster, resolve_model
 from simulator.zoo import datasets_dir
 
-
 #: Where new collections go: format-2 records (time dilation, probe, protocol) kept apart from the
 #: format-1 dataset in datasets/runtimes until the re-collection is complete (datasets/README.md).
 NEW_RUNTIMES = "runtimes-v2"
