@@ -13,6 +13,7 @@ from service.cli.spec_commands import fail, resolve_cluster, resolve_model
 from simulator.analytical import CostBreakdown, CostParams, cost_breakdown
 from simulator.analytical.baselines import BASELINES, baseline
 from simulator.spec import ClusterSpec, ModelSpec, SpecError, Strategy, load_spec
+from simulator.spec.limits import LIMITS
 
 
 def register(app: typer.Typer) -> None:
@@ -27,8 +28,10 @@ def cost(
         ..., "--strategy", help=f"A baseline ({', '.join(BASELINES)}) or a strategy JSON file."
     ),
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
-    trials: int = typer.Option(24, "--trials", min=1, help="Optuna trials for the tuned baselines."),
-    seed: int = typer.Option(0, "--seed", help="Seed of the baselines' tuning."),
+    trials: int = typer.Option(
+        24, "--trials", min=1, max=LIMITS.trial_budget, help="Optuna trials for the tuned baselines."
+    ),
+    seed: int = typer.Option(0, "--seed", min=0, max=LIMITS.seed, help="Seed of the baselines' tuning."),
     profiles: Path | None = typer.Option(
         None,
         "--profiles",

@@ -22,6 +22,7 @@ from search.similarity import FactorSimilarity, HiddenSimilarity, Similarity
 from service.cli.spec_commands import fail, resolve_cluster, resolve_model
 from simulator.analytical import AnalyticalSimulator
 from simulator.spec import ClusterSpec, ModelSpec, PSSync, Strategy
+from simulator.spec.limits import LIMITS
 
 
 def register(app: typer.Typer) -> None:
@@ -55,8 +56,10 @@ def _summary(s: Strategy) -> dict[str, Any]:
 def sample(
     model: str = typer.Option(..., "--model", help="Zoo model name or model JSON file."),
     cluster: str = typer.Option(..., "--cluster", help="Zoo cluster name or cluster JSON file."),
-    n: int = typer.Option(10, "-n", min=1, help="How many strategies."),
-    seed: int = typer.Option(0, "--seed", help="Sampler seed (same seed, same strategies)."),
+    n: int = typer.Option(10, "-n", min=1, max=LIMITS.samples_per_round, help="How many strategies."),
+    seed: int = typer.Option(
+        0, "--seed", min=0, max=LIMITS.seed, help="Sampler seed (same seed, same strategies)."
+    ),
     no_constraints: bool = typer.Option(
         False, "--no-constraints", help="Uniform placement and groups (no c_lb, no c_am)."
     ),
@@ -82,10 +85,12 @@ def sample(
 def select(
     model: str = typer.Option(..., "--model", help="Zoo model name or model JSON file."),
     cluster: str = typer.Option(..., "--cluster", help="Zoo cluster name or cluster JSON file."),
-    m: int = typer.Option(100, "-n", min=1, help="Candidates M sampled and scored."),
-    k: int = typer.Option(5, "-k", min=1, help="Strategies K chosen."),
+    m: int = typer.Option(
+        100, "-n", min=1, max=LIMITS.samples_per_round, help="Candidates M sampled and scored."
+    ),
+    k: int = typer.Option(5, "-k", min=1, max=LIMITS.candidates_per_round, help="Strategies K chosen."),
     alpha: float = typer.Option(0.1, "--alpha", min=0.0, help="Eq. 11 similarity weight (normalised)."),
-    seed: int = typer.Option(0, "--seed", help="Sampler seed."),
+    seed: int = typer.Option(0, "--seed", min=0, max=LIMITS.seed, help="Sampler seed."),
     similarity: str = typer.Option("factor", "--similarity", help="'factor' or 'hidden' (cosine)."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:

@@ -120,3 +120,17 @@ def test_token_create_refuses_a_bad_name_before_the_database(name: str, tmp_path
         },
     )
     assert res.exit_code == 2 and res.stderr.startswith("error: --name: "), res.output
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["sample", "--model", "NCF-dense", "--cluster", "B1", "--seed", "-1"],
+        ["sample", "--model", "NCF-dense", "--cluster", "B1", "-n", str(10**9)],
+        ["select", "--model", "NCF-dense", "--cluster", "B1", "-n", "8", "-k", str(10**6)],
+        ["cost", "--model", "NCF-dense", "--cluster", "B1", "--strategy", "ps", "--seed", str(2**64)],
+    ],
+)
+def test_counts_and_seeds_out_of_range_are_usage_errors(args: list[str]) -> None:
+    res = runner.invoke(app, args)
+    assert res.exit_code == 2 and "Invalid value" in res.stderr, res.output
