@@ -12,7 +12,7 @@ from rich.console import Console
 from rich.table import Table
 
 from simulator import zoo
-from simulator.spec import ClusterSpec, ModelSpec, SpecError, Strategy, dump_json, load_spec
+from simulator.spec import ClusterSpec, ModelSpec, ResourcePlan, SpecError, Strategy, dump_json, load_spec
 
 _S = TypeVar("_S", ModelSpec, ClusterSpec)
 
@@ -119,6 +119,11 @@ def validate(
             )
         try:
             spec.check(resolve_model(model_ref), resolve_cluster(cluster_ref))
+        except SpecError as e:
+            raise fail(f"{file}: {e}") from None
+    elif isinstance(spec, ResourcePlan) and (model or spec.model) and (cluster or spec.cluster):
+        try:  # a HeterPS plan: its layers, resource types and units against the model and pool
+            spec.check(resolve_model(model or spec.model), resolve_cluster(cluster or spec.cluster))
         except SpecError as e:
             raise fail(f"{file}: {e}") from None
     typer.echo(f"{file}: valid {spec.kind}")

@@ -68,3 +68,27 @@ def test_cluster_resource_errors_name_the_field() -> None:
     assert _errors(data) == "resource_types.1.host_link_gbps: a GPU type needs its link to host memory"
     data["resource_types"][1]["count"] = 0
     assert "resource_types.1.count: Input should be greater than or equal to 1" in _errors(data)
+
+
+def test_validate_checks_a_resource_plan_against_its_model_and_pool(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from typer.testing import CliRunner
+
+    from service.cli import app
+
+    plan = ResourcePlan.from_assignment(
+        ["c5.24xlarge-core"] + ["p3.16xlarge-V100"] * 4, [64, 17], model="NCE", cluster="HeterPS-2GPU"
+    )
+    path = tmp_path / "plan.json"
+    path.write_text(dump_json(plan))
+    out = CliRunner().invoke(app, ["validate", str(path)])
+    assert out.exit_code == 2
+    assert "stages.1.units: 'p3.16xlarge-V100' has 16 units, the plan uses 17" in out.output
+    path.write_text(
+        dump_json(
+            plan.model_copy(
+                update={"stages": (plan.stages[0], plan.stages[1].model_copy(update={"units": 2}))}
+            )
+        )
+    )
+    out = CliRunner().invoke(app, ["validate", str(path)])
+    assert out.exit_code == 0 and "valid resource_plan" in out.output
