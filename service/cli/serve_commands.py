@@ -178,7 +178,7 @@ def accuracy_line(final: dict[str, Any], trials: list[dict[str, Any]], lossy: di
     from simulator.spec import Strategy
 
     label = lossy["winner"]["label"]
-    winner = next((t for t in trials if f"candidate:{t.get('candidate_id')}" == label), None)
+    winner = next((t for t in trials if f"trial:{t['id']}" == label), None)
     base = [f["tuned"] for f in final.get("families", []) if not f["lossy"] and f.get("tuned")]
     if winner is None or not base:
         return f"{label}: lossy, accuracy not verified (no lossless baseline measured)"

@@ -96,6 +96,6 @@ def _honest(rows: Sequence[Row[Any]]) -> tuple[tuple[FamilyResult, ...], tuple[S
 
     base = [m for r in rows if r.baseline is not None and (m := measured(r, str(r.baseline)))]
     failed = [str(r.baseline) for r in rows if r.baseline is not None and r.state in ("failed", "cancelled")]
-    cands = [m for r in rows if r.baseline is None and (m := measured(r, f"candidate:{r.candidate_id}"))]
+    cands = [m for r in rows if r.baseline is None and (m := measured(r, f"trial:{r.id}"))]
     families = family_results(base, failed)
     return families, space_reports(cands, families)

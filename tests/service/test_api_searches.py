@@ -192,7 +192,7 @@ def test_status_reports_best_and_speedups(
         "reports": [
             {
                 "space": "lossless",
-                "winner": _run("candidate:1", 0.4),
+                "winner": _run("trial:3", 0.4),
                 "ratios": [  # constant iteration times: the interval is the point
                     {
                         "family": "horovod",

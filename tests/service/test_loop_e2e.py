@@ -94,7 +94,7 @@ def test_search_runs_two_rounds_and_measures_each_trial_once(
         tuned = min(b["median_time"] for name, b in baselines.items() if family_of(name) == family)
         assert final["speedups"][family] == pytest.approx(tuned / best["median_time"])
     (report,) = final["reports"]
-    assert report["space"] == "lossless" and report["winner"]["label"] == f"candidate:{best['candidate_id']}"
+    assert report["space"] == "lossless" and report["winner"]["label"] == f"trial:{best['id']}"
     for r in report["ratios"]:
         assert r["low"] <= r["ratio"] <= r["high"]
     assert final["candidate_trials_done"] == 4

@@ -93,7 +93,10 @@ class SearchesPublic(Public):
 
 
 class MeasuredPublic(Public):
-    label: str = Field(examples=["candidate:12", "horovod@16MiB"])
+    label: str = Field(
+        examples=["trial:12", "horovod@16MiB"],
+        description="A candidate trial ('trial:<id>') or a baseline member.",
+    )
     space: Literal["lossless", "lossy"]
     median: float = Field(description="Median iteration time, s.")
 
