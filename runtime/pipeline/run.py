@@ -126,23 +126,27 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _replay_job(model: ModelSpec, cluster: ClusterSpec, plan: Plan, cfg: PipelineConfig) -> dict[str, Any]:
-    fwd, out, par = [], [], []
-    for st in plan.stages:
-        node = st.devices[0].rpartition(":")[0]
-        device = cluster.device_type(node)
-        fwd.append(
-            stage_compute_seconds(
+def _replay_job(
+    model: ModelSpec, cluster: ClusterSpec, plans: Sequence[Plan], cfg: PipelineConfig
+) -> dict[str, Any]:
+    """Per plan and stage: (forward, backward) seconds of one micro-batch; per stage: tensor sizes."""
+    stages = plans[0].stages
+    fwd = [[0.0] * len(stages) for _ in plans]
+    bwd = [[0.0] * len(stages) for _ in plans]
+    out, par = [], []
+    for s, st in enumerate(stages):
+        device = cluster.device_type(st.devices[0].rpartition(":")[0])
+        for i, plan in enumerate(plans):
+            fwd[i][s], bwd[i][s] = stage_compute_seconds(
                 model, device, st.first_layer, st.last_layer, plan.micro_batch_size, cfg.efficiency
-            )[0]
-        )
+            )
         out_bytes = model.layers[st.last_layer - 1].activation_bytes
         out.append(max(1, math.ceil(out_bytes / 4 / cfg.scale)))
         pbytes = sum(
             v.bytes for layer in model.layers[st.first_layer : st.last_layer] for v in layer.variables
         )
         par.append(max(1, math.ceil(pbytes / 4 / cfg.scale)))
-    return {"fwd_seconds": fwd, "out_numel": out, "param_numel": par}
+    return {"fwd_seconds": fwd, "bwd_seconds": bwd, "out_numel": out, "param_numel": par}
 
 
 def run_pipeline(
@@ -188,7 +192,7 @@ def run_pipeline(
             raise ValueError(f"tuner.steps: must be >= 1, got {tuner.steps}")
         job["tuner"] = {"config": asdict(tuner.config), "start": tuner.start, "steps": tuner.steps}
     if config.compute == "replay":
-        job["replay"] = _replay_job(model, cluster, plan, config)
+        job["replay"] = _replay_job(model, cluster, phases, config)
     nodes = [
         cluster.node_index[plan.stages[rank % P].devices[rank // P].rpartition(":")[0]]
         for rank in range(P * D)

@@ -10,8 +10,8 @@ Every variable is initialised from its own generator seeded by (seed, its index 
 any split into stages holds exactly the values of the unsplit model, which is what the
 single-process reference (``reference_step``) runs.
 
-Replay compute (timing, big models): the stage's forward sleeps its layers' forward seconds for a
-micro-batch and its backward twice that, and the boundary tensor has the stage's output activation
+Replay compute (timing, big models): the stage's forward and backward sleep its layers' forward
+and backward seconds for a micro-batch (the compute model's, ``simulator.pipeline.cost``), and the boundary tensor has the stage's output activation
 bytes divided by ``scale`` (communication is real). Parameters: one flat buffer of the stage's
 parameter bytes / scale, so the data-parallel all-reduce moves scaled real bytes.
 """
@@ -119,14 +119,15 @@ class _Sleep(torch.autograd.Function):
 class ReplayStageNet(nn.Module):
     """A stage that replays its compute time and ships tensors of its scaled activation size."""
 
-    def __init__(self, fwd_seconds: float, out_numel: int, param_numel: int) -> None:
+    def __init__(self, fwd_seconds: float, bwd_seconds: float, out_numel: int, param_numel: int) -> None:
         super().__init__()
         self.fwd_seconds = fwd_seconds
+        self.bwd_seconds = bwd_seconds
         self.out_numel = out_numel
         self.flat = nn.Parameter(torch.zeros(max(1, param_numel)))
 
     def forward(self, h: torch.Tensor) -> torch.Tensor:
-        return _Sleep.apply(h, self.flat, self.fwd_seconds, 2.0 * self.fwd_seconds, self.out_numel)
+        return _Sleep.apply(h, self.flat, self.fwd_seconds, self.bwd_seconds, self.out_numel)
 
 
 def synthetic_batch(

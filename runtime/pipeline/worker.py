@@ -67,7 +67,9 @@ def run(job: dict[str, Any], rank: int, master: str, port: int, out: Path) -> No
         width_out = output_width(model, stage.last_layer)
     else:
         rp = job["replay"]
-        module = ReplayStageNet(rp["fwd_seconds"][s], rp["out_numel"][s], rp["param_numel"][s])
+        module = ReplayStageNet(
+            rp["fwd_seconds"][0][s], rp["bwd_seconds"][0][s], rp["out_numel"][s], rp["param_numel"][s]
+        )
         width_in = rp["out_numel"][s - 1] if s > 0 else 1
         width_out = rp["out_numel"][s]
     params = list(module.parameters())
@@ -113,6 +115,9 @@ def run(job: dict[str, Any], rank: int, master: str, port: int, out: Path) -> No
         runner, n, offset = runner_for(index)
         b = plan.micro_batch_size
         grad_scale[0] = b / plan.global_batch
+        if isinstance(module, ReplayStageNet):  # this plan's micro-batch takes its own time
+            module.fwd_seconds = job["replay"]["fwd_seconds"][index][s]
+            module.bwd_seconds = job["replay"]["bwd_seconds"][index][s]
         t0 = time.monotonic()
         if real:
             x, y = synthetic_batch(model, it, cfg["seed"], plan.global_batch, dtype)

@@ -3,9 +3,10 @@
 The length of one training step of a kFkB plan is the event simulation (``simulator.pipeline.events``)
 of its action lists, with
 
-- per-stage compute from the compute model (``stage_compute_seconds``, the only call into it, so
-  a better per-layer model replaces one function): forward = Σ_layers fwd_flops · b /
-  (peak FP32 · efficiency), backward = (TRAIN_FLOPS_PER_FWD - 1) × forward;
+- per-stage compute from the compute model (``stage_compute_seconds``, the only call into it):
+  the sums over the stage's layers of ``simulator.analytical.compute.layer_times`` (roofline per
+  layer, class-dependent backward) for one micro-batch of b samples, with ``efficiency`` as the
+  device correction, exactly as the executor's replay calls it;
 - per-link transfer seconds *measured end to end* (not derived from bandwidth: §4.3 explains that
   preemption and tensor shapes make bytes/bandwidth unreliable), smoothed by a moving average over
   the last ``window`` samples (``TransferWindow``); links without samples fall back to
@@ -21,7 +22,8 @@ from collections import deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from simulator.analytical.formulas import TRAIN_FLOPS_PER_FWD
+from simulator.analytical.compute import layer_times
+from simulator.analytical.params import CostParams
 from simulator.pipeline.events import simulate
 from simulator.pipeline.schedule import kfkb
 from simulator.spec import GBPS, ClusterSpec, DeviceType, ModelSpec, Plan
@@ -31,9 +33,8 @@ def stage_compute_seconds(
     model: ModelSpec, device: DeviceType, first: int, last: int, micro_batch: int, efficiency: float
 ) -> tuple[float, float]:
     """(forward, backward) seconds of layers [first, last) for one micro-batch of ``micro_batch``."""
-    flops = sum(layer.fwd_flops for layer in model.layers[first:last]) * micro_batch
-    fwd = flops / (device.fp32_tflops * 1e12 * efficiency)
-    return fwd, (TRAIN_FLOPS_PER_FWD - 1.0) * fwd
+    t = layer_times(model, device, micro_batch, CostParams(efficiency=efficiency))
+    return float(t.fwd[first:last].sum()), float(t.bwd[first:last].sum())
 
 
 @dataclass

@@ -60,3 +60,17 @@ def test_a_pipeline_plan_runs_as_a_trial() -> None:
         m = session.run(strategy(two_stage()))
     assert m.failure is None
     assert len(m.iteration_times) == 2 and m.warmup == 1
+
+
+def test_replay_times_follow_each_plans_micro_batch() -> None:
+    from runtime.pipeline.run import PipelineConfig, _replay_job
+    from simulator.pipeline.cost import stage_compute_seconds
+
+    big, small = two_stage(), two_stage().model_copy(update={"micro_batch_size": 1, "num_micro_batches": 8})
+    job = _replay_job(model(), two_by_two(), [big, small], PipelineConfig(compute="replay", efficiency=0.5))
+    gpu = two_by_two().device_type("n1")
+    for i, p in enumerate((big, small)):
+        want = stage_compute_seconds(model(), gpu, 2, 4, p.micro_batch_size, 0.5)
+        assert (job["fwd_seconds"][i][1], job["bwd_seconds"][i][1]) == pytest.approx(want)
+    assert job["fwd_seconds"][0][1] > job["fwd_seconds"][1][1]
+    assert job["out_numel"] == [6, 6]  # 4 bytes x 6 outputs per sample, scale 1

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from simulator.analytical.compute import layer_times
+from simulator.analytical.params import CostParams
 from simulator.pipeline.cost import (
     TransferWindow,
     pipeline_length,
@@ -53,14 +55,16 @@ def plan(schedule: str = "1f1b", k: int = 1) -> Plan:
     )
 
 
-def test_stage_compute_hand_worked() -> None:
-    # 3 layers x 1 GFLOP x 2 samples / (10 TFLOPS x 0.5) = 1.2 ms forward, backward twice that
+def test_stage_compute_is_the_compute_models_layer_times() -> None:
+    # one call into the compute model: the stage's sums of layer_times for one micro-batch
+    t = layer_times(model(), GPU, 2, CostParams(efficiency=0.5))
     f, b = stage_compute_seconds(model(), GPU, 1, 4, 2, 0.5)
-    assert f == pytest.approx(1.2e-3)
-    assert b == pytest.approx(2.4e-3)
+    assert f == pytest.approx(float(t.fwd[1:4].sum()))
+    assert b == pytest.approx(float(t.bwd[1:4].sum()))
+    assert f > 0 and b > 0
     fwd, bwd = plan_stage_times(model(), cluster(), plan(), 0.5)
-    assert fwd == pytest.approx([0.4e-3, 1.2e-3])
-    assert bwd == pytest.approx([0.8e-3, 2.4e-3])
+    assert fwd == pytest.approx([float(t.fwd[0]), f])
+    assert bwd == pytest.approx([float(t.bwd[0]), b])
 
 
 def test_prior_transfer_is_bytes_over_bandwidth() -> None:
