@@ -90,7 +90,9 @@ class ClusterArrays:
         cc_phi (3,): coefficient of φ per op (w for ring ops; 2·g_max + n hierarchical).
         gpus (J,), worker (J,) bool, nic_gbps (J,), intra_gbps (J,), latency_us (J,),
         server_bw (J,): mean bandwidth from node j to the other worker nodes, Gbit/s (0 if none).
-        code_transfer, code_phi, code_delta (2J + 3,): the same coefficients per row code, the
+        ps_latency (J,), cc_latency (3,): network latency of one PS shard on node j and of one
+            call of each op, seconds (``formulas.ps_latency_s`` etc., from ``Node.latency_us``).
+        code_transfer, code_phi, code_delta, code_latency (2J + 3,): the same per row code, the
             index a batch row carries (``StrategyBatch.code``): 2·j + I_p for a PS row served
             on node j, 2·J + op for a collective row. Collective rows have no φ/δ of their own
             (their call pays them), so their code_phi and code_delta are 0.
@@ -110,6 +112,9 @@ class ClusterArrays:
     code_transfer: np.ndarray
     code_phi: np.ndarray
     code_delta: np.ndarray
+    ps_latency: np.ndarray
+    cc_latency: np.ndarray
+    code_latency: np.ndarray
     ring_gbps: float
     world: int
     price_per_s: float
@@ -133,7 +138,17 @@ class ClusterArrays:
             [np.mean([cluster.link_gbps(s, k) for k in workers if k != s] or [0.0]) for s in range(j)]
         )
         cc_transfer = np.array([ar.transfer, hier.transfer, ag.transfer])
+        ps_latency = np.array([f.ps_latency_s(cluster, s) for s in range(j)])
         return cls(
+            ps_latency=ps_latency,
+            cc_latency=np.array(
+                [
+                    f.collective_latency_s("allreduce", cluster),
+                    f.hierarchical_latency_s(cluster),
+                    f.collective_latency_s("allgather", cluster),
+                ]
+            ),
+            code_latency=np.concatenate([np.repeat(ps_latency, 2), np.zeros(3)]),
             cluster=cluster,
             code_transfer=np.concatenate([ps_transfer.ravel(), cc_transfer]),
             code_phi=np.concatenate([ps_phi.ravel(), np.zeros(3)]),

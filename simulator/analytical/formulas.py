@@ -154,6 +154,47 @@ def hierarchical_allreduce_terms(cluster: ClusterSpec, message_bytes: float) -> 
     return Terms(transfer, phi_coef, 1.0)
 
 
+def one_way_latency_s(cluster: ClusterSpec, a: int, b: int) -> float:
+    """One-way network latency between nodes a and b, seconds: (L_a + L_b) / 2 of the nodes'
+    ``latency_us`` (each node's link adds its half in each direction, as the testbed's netem
+    does); 0 inside a node (NVLink/PCIe latency, ~1-3 µs, is below this model's resolution)."""
+    if a == b:
+        return 0.0
+    return (cluster.nodes[a].latency_us + cluster.nodes[b].latency_us) / 2 * 1e-6
+
+
+def ps_latency_s(cluster: ClusterSpec, server: int) -> float:
+    """Latency of one PS shard on ``server``: a push and then a pull, each one way over the
+    slowest (highest-latency) path from a worker node. Workers' messages travel concurrently, so
+    latency is paid once per direction, not per message (φ, the per-message CPU cost, is per message)."""
+    return 2.0 * max((one_way_latency_s(cluster, server, k) for k in cluster.worker_nodes), default=0.0)
+
+
+def collective_latency_s(primitive: Primitive, cluster: ClusterSpec) -> float:
+    """Latency of one ring collective over every GPU: its sequential hops times the worst hop.
+
+    AllReduce 2(w-1) hops (reduce-scatter then all-gather), AllGather and ReduceScatter w-1.
+    """
+    devs = cluster.devices
+    w = len(devs)
+    if w <= 1:
+        return 0.0
+    hop = max(one_way_latency_s(cluster, devs[i].node, devs[(i + 1) % w].node) for i in range(w))
+    hops = 2 * (w - 1) if primitive == "allreduce" else w - 1
+    return hops * hop
+
+
+def hierarchical_latency_s(cluster: ClusterSpec) -> float:
+    """Latency of a hierarchical all-reduce: only the inter-node all-reduce's 2(n-1) hops cross
+    the network (the intra-node phases are on NVLink/PCIe)."""
+    workers = cluster.worker_nodes
+    n = len(workers)
+    if n <= 1:
+        return 0.0
+    hop = max(one_way_latency_s(cluster, workers[i], workers[(i + 1) % n]) for i in range(n))
+    return 2 * (n - 1) * hop
+
+
 def node_compute_times(model: ModelSpec, cluster: ClusterSpec, params: CostParams) -> dict[int, float]:
     """T_comp of one step on each worker node's GPUs: forward + backward of every layer.
 

@@ -50,9 +50,10 @@ def reference_cost(model: ModelSpec, cluster: ClusterSpec, s: Strategy, params: 
         if isinstance(sync, PSSync):
             j = cluster.node_index[sync.server]
             terms = f.ps_terms(cluster, j, sync.local_replication, values + index)
-            seconds = (
-                terms.seconds(params) if params.ps_round_s is None else terms.transfer + params.ps_round_s
-            )
+            if params.ps_round_s is None:
+                seconds = terms.seconds(params) + f.ps_latency_s(cluster, j)
+            else:
+                seconds = terms.transfer + params.ps_round_s
             server_time[j] = server_time.get(j, 0.0) + seconds
             ps_units.append((j, ready[model.variable_layer[shard.var_index]], seconds))
         else:
@@ -74,7 +75,13 @@ def reference_cost(model: ModelSpec, cluster: ClusterSpec, s: Strategy, params: 
         else:
             terms = f.hierarchical_allreduce_terms(cluster, nbytes)
         if params.call_overhead_s is None:
-            call_time[(group, op)] = terms.seconds(params)
+            if op == "allgather":
+                latency = f.collective_latency_s("allgather", cluster)
+            elif op == "allreduce-ring":
+                latency = f.collective_latency_s("allreduce", cluster)
+            else:
+                latency = f.hierarchical_latency_s(cluster)
+            call_time[(group, op)] = terms.seconds(params) + latency
         else:  # measured α per executor call: hierarchical and all-gather issue three
             n_calls = 1.0 if op == "allreduce-ring" else 3.0
             call_time[(group, op)] = terms.transfer + n_calls * params.call_overhead_s

@@ -77,8 +77,8 @@ def score(
     summed into their server (PS) or collective call with one bincount.
     """
     n, j, g = b.size, len(ca.gpus), len(b.call_strategy)
-    per_row_const = params.phi * ca.code_phi + params.delta * ca.code_delta
-    if params.ps_round_s is not None:  # a measured α per PS shard replaces messages·φ + δ
+    per_row_const = params.phi * ca.code_phi + params.delta * ca.code_delta + ca.code_latency
+    if params.ps_round_s is not None:  # a measured α per PS shard replaces messages·φ + δ + latency
         per_row_const = np.where(ca.code_delta > 0, params.ps_round_s, per_row_const)
     row_time = b.geo.sent_bytes * ca.code_transfer[b.code] + per_row_const[b.code]
     acc = np.bincount(b.bin, weights=row_time, minlength=n * j + g)
@@ -87,7 +87,7 @@ def score(
     if params.call_overhead_s is not None:  # a measured α per call replaces w·φ + δ
         call_const = params.call_overhead_s * np.asarray(CALLS_PER_OP)
     else:
-        call_const = params.phi * ca.cc_phi + params.delta
+        call_const = params.phi * ca.cc_phi + params.delta + ca.cc_latency
     call_time = acc[n * j :] + call_const[b.call_op]
     t_cc = np.bincount(b.call_strategy, weights=call_time, minlength=n)
     t_sync = t_ps + t_cc if params.combine == "sum" else np.maximum(t_ps, t_cc)
@@ -143,7 +143,7 @@ def _detail(ca: ClusterArrays, b: StrategyBatch, n: int, j: int, g: int) -> dict
     def acc(w: np.ndarray) -> np.ndarray:
         return np.bincount(b.bin, weights=w, minlength=size)
 
-    transfer = acc(c * ca.code_transfer[b.code])
+    transfer = acc(c * ca.code_transfer[b.code] + ca.code_latency[b.code])  # latency: known, not fitted
     phi = acc(ca.code_phi[b.code])
     delta = acc(ca.code_delta[b.code])
     nbytes = acc(c)
@@ -151,7 +151,9 @@ def _detail(ca: ClusterArrays, b: StrategyBatch, n: int, j: int, g: int) -> dict
     cut = n * j
     return dict(
         server_terms=np.stack([transfer[:cut], phi[:cut], delta[:cut]], -1).reshape(n, j, 3),
-        call_terms=np.stack([transfer[cut:], ca.cc_phi[b.call_op], np.ones(g)], -1),
+        call_terms=np.stack(
+            [transfer[cut:] + ca.cc_latency[b.call_op], ca.cc_phi[b.call_op], np.ones(g)], -1
+        ),
         server_bytes=nbytes[:cut].reshape(n, j),
         call_bytes=nbytes[cut:],
         server_shards=shards[:cut].reshape(n, j),

@@ -248,3 +248,29 @@ def test_measured_per_call_cost_replaces_phi_and_delta() -> None:
     h = cost_breakdown(model, cluster, hier, params)
     plain = cost_breakdown(model, cluster, hier, P)
     assert h.t_sync == pytest.approx(plain.t_sync - (P.phi * 2 + P.delta) + 3 * 5e-4)
+
+
+def test_node_latency_is_paid_per_hop_of_a_collective_and_once_per_direction_of_a_ps_shard() -> None:
+    # Nodes with latency_us 50 and 30: one way (50 + 30) / 2 = 40 us. PS on n0: push + pull =
+    # 2 · 40 us on top of Eq. 2; a ring all-reduce over 2 GPUs: 2 (w - 1) = 2 hops · 40 us.
+    base = make_cluster([1, 1], nic_gbps=10.0)
+    cluster = base.model_copy(
+        update={
+            "nodes": (
+                base.nodes[0].model_copy(update={"latency_us": 50.0}),
+                base.nodes[1].model_copy(update={"latency_us": 30.0}),
+            )
+        }
+    )
+    model = make_model([W])
+    for sync in (PSSync(server="n0"), CollectiveSync()):
+        s = Strategy(variables=(one("w", sync),))
+        with_latency = both(model, cluster, s).t_sync
+        without = both(model, base, s).t_sync
+        assert with_latency - without == pytest.approx(80e-6)
+    # A measured per-call α already contains whatever latency the cluster has: nothing is added.
+    params = replace(P, call_overhead_s=5e-4, ps_round_s=1e-3)
+    s = Strategy(variables=(one("w", CollectiveSync()),))
+    assert cost_breakdown(model, cluster, s, params).t_sync == pytest.approx(
+        cost_breakdown(model, base, s, params).t_sync
+    )
