@@ -356,3 +356,32 @@ def test_every_check_fails_under_a_mutation(mutation, tmp_path, monkeypatch) -> 
                 check(session, tmp_path, name, "real")
             caught.append(name)
     assert caught == list(MUTATED_CASES)
+
+
+@pytest.mark.slow  # two pytest runs of the older suite in subprocesses (~1 min)
+@pytest.mark.parametrize("mutation", ["swap_shards", "drop_rank"])
+def test_the_older_suite_fails_under_a_mutation_too(mutation: str) -> None:
+    """tests/runtime/test_executor_correctness.py (single-process SGD references) fails as well."""
+    import os
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[2]
+    run = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "tests/runtime/test_executor_correctness.py",
+        ],
+        cwd=root,
+        env={**os.environ, ENV: mutation},
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert run.returncode == 1, run.stdout[-2000:]  # 1: tests failed (not a collection error)
+    assert " failed" in run.stdout.splitlines()[-1]
