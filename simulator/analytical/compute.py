@@ -13,7 +13,9 @@ F: FLOPs per sample; A: activation bytes read + written per sample; P: parameter
 written once per step; K: kernels launched; peak: the device's TFLOPS for the layer's dtype on
 tensor cores (gemm, conv, attention; fp32 / tf32 / fp16 / bf16) or on the vector units (norm,
 element-wise, embedding: the FP32 rate); BW: memory bandwidth; launch: the device's per-kernel
-host cost. The whole is divided by ``CostParams.efficiency_of(device)``, a per-device
+host cost; eff: ``OpEfficiency`` per op class (``layer_class``: a parameter-free attention core
+is "attention", else ``op_class`` of the kind), eff_mem its ``norm`` for normalisations and
+``memory`` for the rest. The whole is divided by ``CostParams.efficiency_of(device)``, a per-device
 correction the fit estimates from measured runtimes (1.0: the roofline as is).
 
 Backward is derived from the layer's op class, not a blanket 2x:
@@ -105,9 +107,12 @@ class OpEfficiency:
     vector: float = 0.50
     # Fraction of memory bandwidth streaming kernels reach.
     memory: float = 0.80
+    # Fraction of memory bandwidth normalisations reach (batch norm's statistics reductions
+    # stream less well than an element-wise op; on GPUs about as well).
+    norm: float = 0.80
 
     def __post_init__(self) -> None:
-        for name in ("gemm", "conv", "attention", "vector", "memory"):
+        for name in ("gemm", "conv", "attention", "vector", "memory", "norm"):
             v = getattr(self, name)
             if not 0 < v <= 1:
                 raise ValueError(f"op_efficiency.{name}: must be in (0, 1], got {v}")
@@ -201,7 +206,7 @@ def _layer_work(model: ModelSpec, batch: int, override: str | None) -> LayerWork
     dtypes: list[str] = []
     classes: list[OpClass] = []
     for i, layer in enumerate(model.layers):
-        cls = op_class(layer.kind)
+        cls: OpClass = "attention" if looks_like_attention(layer) else op_class(layer.kind)
         dt = override or model.compute_dtype or _layer_param_dtype(layer) or _param_dtype(model)
         scale = COMPUTE_BYTES[dt] / traced
         given = layer.fwd_bytes
@@ -248,7 +253,7 @@ def _fallback_bytes(layer: Layer, cls: OpClass, by_name: dict[str, Layer], elem:
     model input). The folded ops the extractor merged away are added where the zoo's models put
     them: the ReLU after every batch norm (read + write), and the softmax + dropout on the
     attention scores (heads·S² elements, heads = width / HEAD_DIM, S from the attention FLOPs
-    4·S²·width) of a parameter-free ``matmul`` (the attention core).
+    4·S²·width) of an attention core (``looks_like_attention``).
         gemm / conv / attention: in + out        norm: in + out (+2·out batch norm: ReLU)
         element-wise: in + out                   embedding: 2·out (gather rows, write them)
     """
@@ -260,17 +265,27 @@ def _fallback_bytes(layer: Layer, cls: OpClass, by_name: dict[str, Layer], elem:
     kind = layer.kind.lower()
     if cls == "norm" and kind.startswith("batchnorm"):
         total += 2.0 * out + inp  # statistics pass over the input, then the ReLU after it
-    if kind == "matmul" and not layer.variables and out > 0 and layer.fwd_flops > 0:
+    if looks_like_attention(layer) and out > 0 and layer.fwd_flops > 0:
         seq = layer.fwd_flops / (4.0 * out / elem)  # FLOPs = 4·S·(S·width); out = S·width·elem bytes
         scores = seq * out / HEAD_DIM  # heads·S²·elem bytes = S·out/HEAD_DIM
         total += 7.0 * scores  # written and read by both matmuls, softmax r+w, dropout r+w+mask
     return total
 
 
+def looks_like_attention(layer: Layer) -> bool:
+    """A parameter-free ``matmul`` layer that is an attention core (QK^T, softmax, AV), not a plain
+    product such as an output projection onto tied embeddings: it reads two or more layers (query,
+    key, value) or its name says attention ('attn', 'attention')."""
+    if layer.kind.lower() != "matmul" or layer.variables:
+        return False
+    name = layer.name.lower()
+    return len(layer.inputs) >= 2 or "attn" in name or "attention" in name
+
+
 def _fallback_kernels(layer: Layer, cls: OpClass) -> int:
     """Forward kernels by kind: one per op, plus the folded ReLU / softmax / dropout noted above."""
     kind = layer.kind.lower()
-    if kind == "matmul" and not layer.variables:
+    if looks_like_attention(layer):
         return 4  # QK^T, softmax, dropout, AV
     if cls == "attention":
         return 10  # in-projection, split, QK^T, softmax, dropout, AV, out-projection, reshapes
@@ -303,7 +318,8 @@ def roofline(work: LayerWork, device: DeviceType, params: CostParams) -> np.ndar
         ]
     )
     t_flops = work.flops / ceiling
-    t_bytes = work.bytes / (device.memory_bw_gbs * 1e9 * eff.memory)
+    bw_eff = np.array([eff.norm if cls == "norm" else eff.memory for cls in work.op_class])
+    t_bytes = work.bytes / (device.memory_bw_gbs * 1e9 * bw_eff)
     t = np.maximum(t_flops, t_bytes) + work.kernels * device.launch_overhead_us * 1e-6
     return t / params.efficiency_of(device.name)
 

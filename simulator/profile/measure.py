@@ -3,8 +3,9 @@
 ``profile_model`` is what ``strategist profile`` runs:
 
 1. every layer's replica (``replica.build_replicas``) is timed alone, forward then backward,
-   median of ``repeats`` after one warm-up (``perf_counter``; on CUDA with a synchronise around
-   each pass, so the time is the kernels' and not the launch queue's);
+   median of ``repeats`` after one warm-up (``clock_for``: the thread's CPU time on a CPU with
+   one torch thread; on CUDA the wall clock with a synchronise around each pass, so the time is
+   the kernels' and not the launch queue's);
 2. when the model's real implementation can be built here (the zoo's reference implementation
    where it imports — ``reference_models`` for NCF and the WMT Transformer, transformers for
    BERT/GPT when installed, never torchvision beside torch 2.13 — or the user's
@@ -53,6 +54,16 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
+def clock_for(device: torch.device) -> Callable[[], float]:
+    """The calling thread's CPU time on a CPU with one torch thread; else the wall clock.
+
+    With more torch threads, work runs on a pool the thread clock does not see: wall clock then.
+    """
+    if device.type == "cpu" and torch.get_num_threads() == 1:
+        return time.thread_time
+    return time.perf_counter
+
+
 def _first_tensor(out: Any) -> torch.Tensor:
     if isinstance(out, torch.Tensor):
         return out
@@ -73,44 +84,62 @@ def time_passes(
     leaves: Sequence[torch.Tensor],
     device: torch.device,
     repeats: int = 3,
+    stat: Callable[[list[float]], float] = statistics.median,
 ) -> Timing:
-    """Median seconds of ``forward()`` and of the backward of its (first) output.
+    """Seconds of ``forward()`` and of the backward of its (first) output: ``stat`` over runs.
+
+    ``stat`` is the median by default; ``min`` gives the least-disturbed run on a shared machine.
+    The clock (``clock_for``) is the calling thread's CPU time on a CPU device, so time the
+    scheduler gives other processes is not counted (torch runs single-threaded CPU work,
+    backward included, on the calling thread), and the wall clock around a synchronise on CUDA.
 
     The output's gradient is all ones, made before the clock starts; gradients of ``leaves``
     (parameters and leaf inputs) are reset between runs, outside the clock.
     """
+    clock = clock_for(device)
     fwd: list[float] = []
     bwd: list[float] = []
     for i in range(repeats + 1):
         for t in leaves:
             t.grad = None
         _sync(device)
-        t0 = time.perf_counter()
+        t0 = clock()
         out = _first_tensor(forward())
         _sync(device)
-        t1 = time.perf_counter()
+        t1 = clock()
         grad = torch.ones_like(out)
         _sync(device)
-        t2 = time.perf_counter()
+        t2 = clock()
         if out.requires_grad:  # a parameter-free layer reading only the model input has no backward
             out.backward(grad)
         _sync(device)
-        t3 = time.perf_counter()
+        t3 = clock()
         if i:  # the first run warms up allocators and kernel caches
             fwd.append(t1 - t0)
             bwd.append(t3 - t2)
-    return Timing(statistics.median(fwd), statistics.median(bwd))
+    return Timing(stat(fwd), stat(bwd))
 
 
 def time_replicas(
-    model: ModelSpec, batch: int, device: torch.device, dtype: str = "float32", repeats: int = 3
+    model: ModelSpec,
+    batch: int,
+    device: torch.device,
+    dtype: str = "float32",
+    repeats: int = 3,
+    stat: Callable[[list[float]], float] = statistics.median,
 ) -> list[Timing]:
     """Forward and backward seconds of every layer's replica (``replica`` module docstring)."""
     replicas = build_replicas(model, batch, device, TORCH_DTYPES[dtype])
-    return [time_passes(r.run, r.leaves, device, repeats) for r in replicas]
+    return [time_passes(r.run, r.leaves, device, repeats, stat) for r in replicas]
 
 
-def time_module(module: nn.Module, inputs: Any, device: torch.device, repeats: int = 3) -> Timing:
+def time_module(
+    module: nn.Module,
+    inputs: Any,
+    device: torch.device,
+    repeats: int = 3,
+    stat: Callable[[list[float]], float] = statistics.median,
+) -> Timing:
     """Forward and backward seconds of a whole module on ``inputs`` (tensor, tuple or mapping)."""
     module.train()
     params = list(module.parameters())
@@ -122,7 +151,7 @@ def time_module(module: nn.Module, inputs: Any, device: torch.device, repeats: i
             return module(**inputs)
         return module(*inputs)
 
-    return time_passes(forward, params, device, repeats)
+    return time_passes(forward, params, device, repeats, stat)
 
 
 def reference_module(

@@ -12,8 +12,11 @@ DESIGN.md). Shapes come from the spec alone:
                  pattern, which the extractor folds into the norm layer)
     *norm        weight (D,); rows = activation / (elem·D); layer norm
     embedding    table (V, D); lookups per sample = activation / (elem·D); sparse if the variable is
-    matmul       no parameters: the attention core, heads = width / 64, S from F = 4·S²·width:
-                 QK^T / 8, softmax, dropout 0.1, ·V
+    linear (tied) only a bias (its weight belongs to an earlier layer): out = bias size,
+                 rows = activation / (elem·out), in from F = 2·rows·in·out
+    matmul       no parameters, an attention core (``compute.looks_like_attention``): heads =
+                 width / 64, S from F = 4·S²·width: QK^T / 8, softmax, dropout 0.1, ·V;
+                 otherwise a plain product with the same FLOPs and output size
     multiheadattention  nn.MultiheadAttention(E, E / 64 heads); tokens = activation / (elem·E)
     add/mul/sub  two inputs of the output's size; cat: the inputs' sizes, concatenated
     anything else  one element-wise op over the output's size
@@ -35,6 +38,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from simulator.analytical.compute import looks_like_attention
 from simulator.spec import DTYPE_BYTES, Layer, ModelSpec
 
 HEAD_DIM = 64
@@ -97,6 +101,16 @@ def _replica(
     out_elems = max(1, round(layer.activation_bytes / elem))
     flops = layer.fwd_flops
 
+    if kind == "linear" and shapes and len(shapes[0]) == 1 and flops > 0:
+        # A linear whose weight is tied to (owned by) an earlier layer, e.g. an LM head on the
+        # word embeddings: only its bias is here. out = bias size; rows from the output size.
+        out_f = shapes[0][0]
+        rows = max(1, round(out_elems / out_f))
+        in_f = max(1, round(flops / (2.0 * rows * out_f)))
+        tied = nn.Linear(in_f, out_f).to(device, dtype)
+        x = _leaf((batch * rows, in_f))
+        return _made(layer.name, lambda: tied(x), tied, x)
+
     if kind == "linear" and shapes and len(shapes[0]) == 2:
         out_f, in_f = shapes[0]
         rows = max(1, round(flops / (2.0 * in_f * out_f))) if flops else 1
@@ -140,6 +154,14 @@ def _replica(
         mha = nn.MultiheadAttention(e, max(1, e // HEAD_DIM), dropout=0.1, batch_first=True).to(device, dtype)
         x = _leaf((batch, tokens, e))
         return _made(layer.name, lambda: mha(x, x, x, need_weights=False)[0], mha, x)
+
+    if kind == "matmul" and not shapes and flops > 0 and not looks_like_attention(layer):
+        # A plain product with the same FLOPs and output: (B·M, K) @ (K, N) with M·N = out.
+        k_dim = max(1, round(flops / (2.0 * out_elems)))
+        n_dim = max(1, min(out_elems, 4096))
+        m_dim = max(1, round(out_elems / n_dim))
+        a_in, b_in = _leaf((batch * m_dim, k_dim)), _leaf((k_dim, n_dim))
+        return _made(layer.name, lambda: a_in @ b_in, None, a_in, b_in)
 
     if kind == "matmul" and not shapes and flops > 0:
         seq = max(1, round(flops / (4.0 * out_elems)))

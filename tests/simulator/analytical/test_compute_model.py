@@ -31,7 +31,7 @@ GPU = DeviceType(
     memory_bw_gbs=1000.0,
     launch_overhead_us=4.0,
 )
-ONE = OpEfficiency(gemm=1.0, conv=0.5, attention=1.0, vector=1.0, memory=1.0)
+ONE = OpEfficiency(gemm=1.0, conv=0.5, attention=1.0, vector=1.0, memory=1.0, norm=1.0)
 
 
 def _conv_bn_model(dtype: str = "float32") -> ModelSpec:
@@ -226,3 +226,21 @@ def test_op_classes() -> None:
         OpEfficiency(conv=0.0)
     with pytest.raises(ValueError, match="compute_dtype"):
         CostParams(compute_dtype="int8")  # type: ignore[arg-type]
+
+
+def test_norm_bandwidth_and_attention_cores_have_their_own_efficiency() -> None:
+    model = _conv_bn_model()
+    base = c.layer_times(model, GPU, 8, CostParams(op_efficiency=ONE))
+    half = c.layer_times(
+        model, GPU, 8, CostParams(op_efficiency=OpEfficiency(gemm=1.0, conv=0.5, memory=1.0, norm=0.5))
+    )
+    # Only the (memory-bound) batch norm slows down, by its bandwidth share: (t - 2 kernels) x 2.
+    assert half.fwd[1] - 8e-6 == pytest.approx(2 * (base.fwd[1] - 8e-6))
+    assert half.fwd[0] == base.fwd[0] and half.fwd[2] == base.fwd[2]
+    # A parameter-free matmul reading query, key and value is an attention core; one reading a
+    # single layer (a projection onto tied embeddings) is a plain gemm.
+    q, k, v = (Layer(name=n, kind="linear", fwd_flops=1.0, activation_bytes=4.0, variables=(Variable(name=f"{n}.w", shape=(1, 1)),)) for n in "qkv")  # fmt: skip
+    core = Layer(name="self", kind="matmul", fwd_flops=1e6, activation_bytes=4096.0, inputs=("q", "k", "v"))
+    proj = Layer(name="head", kind="matmul", fwd_flops=1e6, activation_bytes=4096.0, inputs=("self",))
+    m = ModelSpec(name="att", batch_size=1, layers=(q, k, v, core, proj))
+    assert c.layer_work(m, 1).op_class[3:] == ("attention", "gemm")
