@@ -278,11 +278,12 @@ class SearchLoop:
         out = self._job(search, "baselines", baselines_job, lambda: (*self._specs(search), missing), wait_s)
         if isinstance(out, str):
             return out
-        for name in (n for n in missing if n in out.value):  # a job started when more were missing
+        queued = [n for n in missing if n in out.value]  # the job may have started when fewer were due
+        for name in queued:
             with self.sessions() as s:
                 trial = repo.enqueue_trial(s, search_id=search.id, strategy=out.value[name], baseline=name)
             self._nudge(trial, force=True)
-        log.info("search %s: baselines %s queued", search.id, ", ".join(missing))
+        log.info("search %s: baselines %s queued", search.id, ", ".join(queued))
         return "baselines queued"
 
     def _next_round(self, search: d.Search, trials: list[d.Trial], k: int, wait_s: float) -> str:
