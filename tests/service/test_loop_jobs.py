@@ -113,7 +113,7 @@ def test_round_past_its_time_budget_fails_its_search_within_the_budget(
         elapsed = time.monotonic() - started
     finally:
         loop.stop()
-    assert 1.0 <= elapsed < 6.0  # the budget, plus a tick and the kill
+    assert 1.0 <= elapsed < 10.0  # the budget, plus a tick and the kill (the round alone takes minutes)
     assert failed.failure_reason == (
         f"round 1 of search {search.id} exceeded its time budget of 1 s "
         "(settings: round_time_budget_s; or sample fewer strategies per round)"
