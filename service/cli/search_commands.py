@@ -19,10 +19,13 @@ from rich.table import Table
 from search import InfeasibleSpaceError, Sampler, make_sampler
 from search.selection import select_diverse
 from search.similarity import FactorSimilarity, HiddenSimilarity, Similarity
+from search.space import COMPRESSIONS, SpaceConfig, compressor_kinds
 from service.cli.spec_commands import fail, resolve_cluster, resolve_model
 from simulator.analytical import AnalyticalSimulator
 from simulator.spec import ClusterSpec, ModelSpec, PSSync, Strategy
 from simulator.spec.limits import LIMITS
+
+COMPRESSION_HELP = "none (lossless, default) | fp16 | powersgd | all: lossy compressors on offer."
 
 
 def register(app: typer.Typer) -> None:
@@ -31,8 +34,13 @@ def register(app: typer.Typer) -> None:
     app.command("select")(select)
 
 
-def _draw(kind: str, model: ModelSpec, cluster: ClusterSpec, n: int, seed: int) -> list[Strategy]:
-    sampler: Sampler = make_sampler(kind, model, cluster, seed)  # type: ignore[arg-type]
+def _draw(
+    kind: str, model: ModelSpec, cluster: ClusterSpec, n: int, seed: int, compression: str = "none"
+) -> list[Strategy]:
+    if compression not in COMPRESSIONS:
+        raise fail(f"--compression: must be one of {', '.join(COMPRESSIONS)}, got {compression!r}")
+    space = SpaceConfig(compressors=compressor_kinds(compression))
+    sampler: Sampler = make_sampler(kind, model, cluster, seed, space=space)  # type: ignore[arg-type]
     try:
         return sampler.sample(n)
     except InfeasibleSpaceError as e:
@@ -60,6 +68,7 @@ def sample(
     seed: int = typer.Option(
         0, "--seed", min=0, max=LIMITS.seed, help="Sampler seed (same seed, same strategies)."
     ),
+    compression: str = typer.Option("none", "--compression", help=COMPRESSION_HELP),
     no_constraints: bool = typer.Option(
         False, "--no-constraints", help="Uniform placement and groups (no c_lb, no c_am)."
     ),
@@ -67,7 +76,7 @@ def sample(
 ) -> None:
     """Sample strategies that fit in memory, under AutoSync's constraints unless told otherwise."""
     m, c = resolve_model(model), resolve_cluster(cluster)
-    strategies = _draw("random" if no_constraints else "constrained", m, c, n, seed)
+    strategies = _draw("random" if no_constraints else "constrained", m, c, n, seed, compression)
     if as_json:
         typer.echo(json.dumps([s.model_dump(mode="json") for s in strategies], indent=1))
         return
@@ -91,6 +100,7 @@ def select(
     k: int = typer.Option(5, "-k", min=1, max=LIMITS.candidates_per_round, help="Strategies K chosen."),
     alpha: float = typer.Option(0.1, "--alpha", min=0.0, help="Eq. 11 similarity weight (normalised)."),
     seed: int = typer.Option(0, "--seed", min=0, max=LIMITS.seed, help="Sampler seed."),
+    compression: str = typer.Option("none", "--compression", help=COMPRESSION_HELP),
     similarity: str = typer.Option("factor", "--similarity", help="'factor' or 'hidden' (cosine)."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
@@ -100,7 +110,7 @@ def select(
     if similarity not in ("factor", "hidden"):
         raise fail(f"--similarity: unknown {similarity!r}; expected 'factor' or 'hidden'")
     model_spec, cluster_spec = resolve_model(model), resolve_cluster(cluster)
-    candidates = _draw("constrained", model_spec, cluster_spec, m, seed)
+    candidates = _draw("constrained", model_spec, cluster_spec, m, seed, compression)
     simulator = AnalyticalSimulator()
     scores = simulator.predict(model_spec, cluster_spec, candidates)
     sim: Similarity = (

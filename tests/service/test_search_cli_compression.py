@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -36,3 +37,25 @@ def test_unknown_compression_is_one_line_exit_2(sent: list[dict[str, Any]]) -> N
                                  "--compression", "int8"])  # fmt: skip
     assert r.exit_code == 2 and "--compression" in r.output and "int8" in r.output
     assert sent == []
+
+
+def _kinds(output: str) -> set[str]:
+    strategies = json.loads(output)
+    return {
+        sh.get("compressor", {}).get("kind", "none")
+        for s in strategies
+        for v in s["variables"]
+        for sh in v["shards"]
+        if sh["kind"] == "collective"
+    }
+
+
+def test_sample_is_lossless_unless_asked() -> None:
+    base = ["sample", "--model", "BERT-3L", "--cluster", "B5", "-n", "20", "--seed", "1", "--json"]
+    assert _kinds(CliRunner().invoke(app, base).stdout) == {"none"}
+    assert _kinds(CliRunner().invoke(app, [*base, "--compression", "powersgd"]).stdout) == {
+        "none",
+        "powersgd",
+    }
+    r = CliRunner().invoke(app, [*base, "--compression", "bogus"])
+    assert r.exit_code == 2 and r.output.strip().startswith("error: --compression:")
