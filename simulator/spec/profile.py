@@ -18,34 +18,38 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from simulator.spec.errors import Issue, SpecError, structural
+from simulator.spec.limits import LIMITS, Name, SpecName, Text
 from simulator.spec.model import ComputeDType
 
 
 class LayerTime(BaseModel):
     """One layer's measured seconds for the profile's whole batch (not per sample)."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
-    name: str = Field(min_length=1, description="The model's layer name.")
-    fwd_s: float = Field(ge=0.0, description="Forward seconds for the batch.")
-    bwd_s: float = Field(ge=0.0, description="Backward seconds for the batch.")
+    name: Name = Field(description="The model's layer name.")
+    fwd_s: float = Field(ge=0.0, le=LIMITS.seconds, description="Forward seconds for the batch.")
+    bwd_s: float = Field(ge=0.0, le=LIMITS.seconds, description="Backward seconds for the batch.")
 
 
 class Profile(BaseModel):
     """Measured per-layer times of ``model`` on ``device`` in ``dtype`` at per-device ``batch``."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
     kind: Literal["profile"] = "profile"
-    model: str = Field(min_length=1, description="ModelSpec.name.")
-    device: str = Field(min_length=1, description="DeviceType.name the times were measured on.")
+    model: SpecName = Field(description="ModelSpec.name.")
+    device: Name = Field(description="DeviceType.name the times were measured on.")
     dtype: ComputeDType = Field("float32", description="Arithmetic the model ran in.")
-    batch: int = Field(ge=1, description="Samples per forward/backward pass.")
-    layers: tuple[LayerTime, ...] = Field(min_length=1)
+    batch: int = Field(ge=1, le=LIMITS.batch_size, description="Samples per forward/backward pass.")
+    layers: tuple[LayerTime, ...] = Field(min_length=1, max_length=LIMITS.layers, fail_fast=True)
     step_s: float | None = Field(
-        None, gt=0.0, description="Measured whole fwd+bwd seconds, when taken without per-layer hooks."
+        None,
+        gt=0.0,
+        le=LIMITS.seconds,
+        description="Measured whole fwd+bwd seconds, when taken without per-layer hooks.",
     )
-    source: str = Field("", description="How the times were taken (tool, host, threads, date).")
+    source: Text = Field("", description="How the times were taken (tool, host, threads, date).")
 
     @model_validator(mode="after")
     def _check(self) -> Profile:

@@ -404,3 +404,32 @@ def test_the_token_is_verified_once_per_request(
     monkeypatch.setattr(repo, "verify_token", counting)
     assert client.get(f"{API}/me", headers=tokens["alice"]).json()["name"] == "alice"
     assert len(calls) == 1  # by the guard, before the body; the route reuses its principal
+
+
+@pytest.mark.parametrize(
+    ("field", "literal"),
+    [
+        ("fwd_s", "NaN"),
+        ("fwd_s", "Infinity"),
+        ("fwd_s", "1e308"),
+        ("batch", str(2**63)),
+        ("model", '"a\\u0000b"'),
+    ],
+)
+def test_profiles_are_bounded_too(
+    client: TestClient, tokens: dict[str, Any], field: str, literal: str
+) -> None:
+    body = {
+        "kind": "profile",
+        "model": "tiny-mlp",
+        "device": "T4",
+        "batch": 8,
+        "layers": [{"name": "fc1", "fwd_s": 0.001, "bwd_s": 0.002}],
+    }
+    text = json.dumps(body)
+    old = {"fwd_s": '"fwd_s": 0.001', "batch": '"batch": 8', "model": '"model": "tiny-mlp"'}[field]
+    text = text.replace(old, f'"{field}": {literal}')
+    r = _post_raw(client, f"{API}/profiles", text, tokens["alice"])
+    assert r.status_code == 422 and field in r.json()["detail"][0]["loc"], r.text
+    for query in ("/profiles?model=a%00b", "/profiles/compute?model=a%00b&cluster=two-node"):
+        assert client.get(API + query, headers=tokens["alice"]).status_code == 422, query

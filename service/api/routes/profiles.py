@@ -15,6 +15,7 @@ from service.db import repository as repo
 from service.domain import Principal
 from simulator.spec import SpecError
 from simulator.spec.io import parse_as
+from simulator.spec.limits import LIMITS, NAME_PATTERN
 from simulator.spec.profile import Profile
 
 router = APIRouter(prefix="/profiles", tags=["profiles"])
@@ -49,7 +50,9 @@ def upload_profile(
 
 @router.get("", response_model=ProfilesPublic)
 def list_profiles(
-    session: SessionDep, caller: CallerDep, model: Annotated[str | None, Query(max_length=200)] = None
+    session: SessionDep,
+    caller: CallerDep,
+    model: Annotated[str | None, Query(max_length=LIMITS.name_chars, pattern=NAME_PATTERN)] = None,
 ) -> ProfilesPublic:
     """Every stored profile (of ``model`` if given), newest first."""
     data = [ProfilePublic.of(r) for r in repo.list_profiles(session, model=model)]
@@ -60,8 +63,8 @@ def list_profiles(
 def compute(
     session: SessionDep,
     caller: CallerDep,
-    model: Annotated[str, Query(min_length=1, max_length=200)],
-    cluster: Annotated[str, Query(min_length=1, max_length=200)],
+    model: Annotated[str, Query(min_length=1, max_length=LIMITS.name_chars, pattern=NAME_PATTERN)],
+    cluster: Annotated[str, Query(min_length=1, max_length=LIMITS.name_chars, pattern=NAME_PATTERN)],
 ) -> ComputePublic:
     """T_comp of ``model`` on ``cluster``: the stored profile for its key, else the roofline."""
     est = estimate_compute(session, model=model, cluster=cluster, owner_id=caller.user_id)
