@@ -20,7 +20,7 @@ import numpy as np
 from search import make_sampler
 from search.selection import select_diverse
 from search.similarity import FactorSimilarity, HiddenSimilarity, Similarity
-from search.space import Compression, SpaceConfig, compressor_kinds
+from search.space import Compression, SpaceConfig, compressor_kinds, space_of
 from service.domain import CandidateDraft, Search, Trial
 from simulator.base import Simulator
 from simulator.spec import ClusterSpec, ModelSpec, Strategy
@@ -62,31 +62,64 @@ def plan_round(
 ) -> list[CandidateDraft]:
     """The K candidates of a round, rank 1 = fastest predicted, with their mean similarity to the others.
 
-    ``compression`` is the search's opt-in: 'none' samples the lossless space only."""
+    ``compression`` is the search's opt-in: 'none' samples the lossless space only. Decision for a
+    lossy opt-in: each round is split, half of the samples (and K // 2 picks) from the lossless space
+    and the rest from the opted-in space, selected separately. Almost every strategy drawn from a
+    space with compressors compresses some shard, so without the split a lossy search would never
+    measure a lossless candidate, and its lossless winner (the one comparable with the lossless
+    baselines, with no accuracy question) would be missing from its report.
+    """
     if k < 1 or samples < k:
         raise ValueError(f"samples/k: need samples >= k >= 1, got samples={samples}, k={k}")
     seen = set(exclude)
+    similarity = _similarity(config, simulator, model, cluster)
+    if compression == "none" or k < 2:
+        parts = [(compression, samples, k)]
+    else:
+        parts = [("none", samples // 2, k // 2), (compression, samples - samples // 2, k - k // 2)]
+    chosen: list[Strategy] = []
+    predicted: list[float] = []
+    for i, (comp, n, kk) in enumerate(parts):
+        picks, times = _pick(
+            model, cluster, simulator, similarity, n, kk, seed + 7919 * i, seen, config, comp
+        )
+        chosen += picks
+        predicted += times
+    if not chosen:
+        raise RuntimeError(f"all {samples} sampled strategies were already tried in this search")
+    return drafts(chosen, predicted, similarity.matrix(chosen).tolist())
+
+
+def _pick(
+    model: ModelSpec,
+    cluster: ClusterSpec,
+    simulator: Simulator,
+    similarity: Similarity,
+    samples: int,
+    k: int,
+    seed: int,
+    seen: set[str],
+    config: RoundConfig,
+    compression: Compression,
+) -> tuple[list[Strategy], list[float]]:
+    """Sample ``samples`` new strategies of one space, keep the best predicted, choose ``k`` by Eq. 11."""
     pool: list[Strategy] = []
     space = SpaceConfig(compressors=compressor_kinds(compression))
     for s in make_sampler(config.sampler, model, cluster, seed, space=space).sample(samples):
+        if compression != "none" and space_of(s) == "lossless":
+            continue  # the lossless half of the round has its own samples
         key = strategy_key(s)
         if key not in seen:
             seen.add(key)
             pool.append(s)
     if not pool:
-        raise RuntimeError(f"all {samples} sampled strategies were already tried in this search")
+        return [], []
     k = min(k, len(pool))
     predicted = np.asarray(simulator.predict(model, cluster, pool), dtype=np.float64)
     n_qualified = max(k, math.ceil(config.qualified_fraction * len(pool)))
     qualified = np.argsort(predicted, kind="stable")[:n_qualified]
-    chosen = select_diverse(
-        [pool[i] for i in qualified],
-        predicted[qualified],
-        k,
-        config.alpha,
-        _similarity(config, simulator, model, cluster),
-    )
-    return drafts(chosen.strategies, chosen.predicted, chosen.similarity)
+    chosen = select_diverse([pool[i] for i in qualified], predicted[qualified], k, config.alpha, similarity)
+    return list(chosen.strategies), list(chosen.predicted)
 
 
 def drafts(

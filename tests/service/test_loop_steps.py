@@ -10,9 +10,11 @@ from typing import Any
 from sqlalchemy.orm import Session, sessionmaker
 
 from search.baselines import baseline_names, baseline_schedule, family_of
+from search.space import space_of
 from service.db import repository as repo
 from service.loop import LoopConfig, SearchLoop
 from service.loop_round import RoundConfig, strategy_key
+from simulator.spec import Strategy
 from simulator.spec.measurement import Measurement
 
 CONFIG = LoopConfig(round=RoundConfig(qualified_fraction=0.5))
@@ -169,4 +171,11 @@ def test_lossy_opt_in_adds_lossy_baselines_and_lossy_candidates(
     lossy = [r for r in status.reports if r.space == "lossy"]
     assert lossy and lossy[0].accuracy == "lossy, accuracy not verified"
     assert lossy[0].winner is not None
+    # a lossy search keeps half of each round lossless, so its lossless winner is reported too
+    spaces = sorted(
+        space_of(Strategy.model_validate(t.strategy)) for t in trials if t.candidate_id is not None
+    )
+    assert spaces == ["lossless", "lossless", "lossy", "lossy"]
+    (lossless,) = [r for r in status.reports if r.space == "lossless"]
+    assert lossless.winner is not None and {r.family for r in lossless.ratios} == {"horovod", "ps"}
     assert [r.family for r in lossy[0].ratios] == ["horovod-fp16"]  # lossy only against lossy
