@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from functools import cache
 
 import pytest
 
@@ -15,9 +16,15 @@ from search.heterogeneous import (
     RLConfig,
     RLScheduler,
     Scheduler,
+    ScheduleResult,
     SingleTypeScheduler,
 )
 from search.heterogeneous.testing import random_problem
+
+
+@cache
+def _brute_force(seed: int, layers: int = 5) -> ScheduleResult:
+    return BruteForceScheduler().schedule(random_problem(seed, layers=layers, gpu_types=2))
 
 
 def _schedulers() -> list[Scheduler]:
@@ -50,14 +57,13 @@ def test_every_scheduler_returns_a_valid_priced_plan(scheduler: Scheduler) -> No
     assert report.money == pytest.approx(r.money, rel=1e-9)
     assert report.throughput == pytest.approx(r.throughput, rel=1e-9)
     assert r.throughput >= cm.workload.throughput_limit
-    best = BruteForceScheduler().schedule(cm)
-    assert r.money >= best.money * (1 - 1e-9)  # nothing beats the exhaustive answer
+    assert r.money >= _brute_force(0).money * (1 - 1e-9)  # nothing beats the exhaustive answer
 
 
 @pytest.mark.parametrize("seed", range(10))
 def test_exact_dp_equals_brute_force(seed: int) -> None:
     cm = random_problem(seed, layers=5, gpu_types=2)
-    bf = BruteForceScheduler().schedule(cm)
+    bf = _brute_force(seed)
     dp = ExactScheduler().schedule(cm)
     assert bf.complete and bf.exact
     if not bf.feasible:
@@ -81,7 +87,7 @@ def test_seeded_schedulers_repeat_themselves() -> None:
 
 def test_rl_reaches_the_optimum_on_a_small_case() -> None:
     cm = random_problem(1, layers=5, gpu_types=2)
-    bf = BruteForceScheduler().schedule(cm)
+    bf = _brute_force(1)
     rl = RLScheduler(RLConfig(rounds=300, time_limit=30.0), seed=0).schedule(cm)
     assert bf.feasible and rl.money <= bf.money * 1.005
 
@@ -97,3 +103,17 @@ def test_an_impossible_limit_gives_no_plan_and_a_reason() -> None:
     for s in (ExactScheduler(), GreedyScheduler(), SingleTypeScheduler("gpu"), AIBoxScheduler()):
         r = s.schedule(cm)
         assert r.plan is None and math.isinf(r.money) and r.reason, s.name
+
+
+def test_aibox_keeps_one_gpu_to_six_cores_above_the_tables_floor() -> None:
+    cm = random_problem(0, layers=5, gpu_types=2)
+    r = AIBoxScheduler().schedule(cm)
+    assert r.plan is not None
+    cpu, gpu = r.plan.stages
+    assert cpu.resource_type == "cpu" and (cpu.first_layer, cpu.last_layer) == (0, 1)
+    floor = cm.stage(0, 1, 0, cm.type_index[gpu.resource_type]).min_units
+    assert cpu.units == max(6 * gpu.units, floor)
+    if gpu.units > 1:  # one GPU fewer (and its six cores) misses the limit
+        stages = cm.plan_stages(r.plan)
+        fewer = [max(6 * (gpu.units - 1), floor), gpu.units - 1]
+        assert cm.report(stages, fewer).throughput < cm.workload.throughput_limit
