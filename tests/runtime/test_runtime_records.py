@@ -1,4 +1,4 @@
-"""Every record of the re-collected dataset (datasets/runtimes-v2) can be traced and trusted.
+"""Every record of the re-collected dataset (datasets/runtimes-v2, retest-v2) can be traced and trusted.
 
 Each names a commit that exists in this repository's history (``collect`` refuses a dirty tree)
 and carries what the issue-13 protocol records: the time dilation, the per-call overhead probe,
@@ -15,12 +15,12 @@ import pytest
 from runtime.collect import load_records
 from simulator.zoo import datasets_dir
 
-ROOT = datasets_dir() / "runtimes-v2"
+ROOTS = (datasets_dir() / "runtimes-v2", datasets_dir() / "retest-v2")
 REPO = Path(__file__).resolve().parents[2]
 
 
 def _records() -> list[dict]:  # type: ignore[type-arg]
-    return list(load_records(ROOT)) if ROOT.is_dir() else []
+    return [r for root in ROOTS if root.is_dir() for r in load_records(root)]
 
 
 def _commit_exists(commit: str) -> bool:
@@ -31,7 +31,7 @@ def _commit_exists(commit: str) -> bool:
 @pytest.mark.skipif(not (REPO / ".git").exists(), reason="not a git checkout: commits cannot be looked up")
 def test_every_record_names_a_commit_of_this_history() -> None:
     recs = _records()
-    assert recs, f"no records under {ROOT}"
+    assert recs, f"no records under {ROOTS}"
     commits = {r["environment"]["git_commit"] for r in recs}
     for c in commits:
         assert c and not c.endswith("-dirty") and c != "unknown", c
