@@ -109,9 +109,17 @@ class ClusterSpec(BaseModel):
     )
     description: Text = ""
     resource_types: tuple[ResourceType, ...] = Field(
-        (), description="Rentable unit types with prices (HeterPS scheduling); empty: none declared."
+        (),
+        max_length=LIMITS.device_types,
+        fail_fast=True,
+        description="Rentable unit types with prices (HeterPS scheduling); empty: none declared.",
     )
-    resource_links: tuple[ResourceLink, ...] = Field((), description="Bandwidth per unit between types.")
+    resource_links: tuple[ResourceLink, ...] = Field(
+        (),
+        max_length=LIMITS.device_types**2,
+        fail_fast=True,
+        description="Bandwidth per unit between types.",
+    )
 
     @model_validator(mode="after")
     def _check(self) -> ClusterSpec:

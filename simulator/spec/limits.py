@@ -71,6 +71,9 @@ class Limits:
     host_memory_gb: float = 1e6
     # Price of one node, USD per hour (an 8-GPU H100 node rents for ~100).
     price_per_hour: float = 1e6
+    # Units (CPU cores or GPUs) of one HeterPS resource type, and units one stage provisions: the
+    # provisioning search walks unit counts one by one (zoo: 8-192).
+    resource_units: int = 131_072
 
     # --- models ---
     # Layers (ops) of one model: zoo models have 8-300, fine-grained traces of 100B+ models ~10^4.

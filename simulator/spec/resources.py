@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from simulator.spec.errors import Issue, structural
+from simulator.spec.limits import LIMITS, Label, Name, Text
 
 if TYPE_CHECKING:
     from simulator.spec.cluster import ClusterSpec
@@ -36,26 +37,50 @@ if TYPE_CHECKING:
 class ResourceType(BaseModel):
     """One type t of rentable unit (a CPU core of a server type, or a GPU of a GPU type)."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
-    name: str = Field(min_length=1, description="Unique type name, e.g. 'c5.24xlarge-core'.")
+    name: Name = Field(description="Unique type name, e.g. 'c5.24xlarge-core'.")
     kind: Literal["cpu", "gpu"] = Field(description="'cpu': a unit is one core; 'gpu': one GPU.")
-    count: int = Field(ge=1, description="Units available (N_{t,limit} of Formula 11).")
-    price_per_hour: float = Field(gt=0, description="USD per unit per hour (p_t of Formula 8).")
-    tflops: float = Field(gt=0, description="Peak FP32 TFLOPS of one unit.")
-    memory_gb: float = Field(gt=0, description="Memory of one unit that holds dense weights, GB.")
-    memory_bw_gbs: float = Field(gt=0, description="Memory bandwidth of one unit, GB/s.")
-    host_memory_gb: float = Field(gt=0, description="Host RAM per unit, GB (sparse tables live here).")
-    host_link_gbps: float | None = Field(
-        None, gt=0, description="Unit-to-host-memory link (a GPU's PCIe), Gbit/s; None for a CPU core."
+    count: int = Field(
+        ge=1, le=LIMITS.resource_units, description="Units available (N_{t,limit} of Formula 11)."
     )
-    nic_gbps: float = Field(gt=0, description="Network bandwidth per unit (server NIC / units), Gbit/s.")
+    price_per_hour: float = Field(
+        gt=0, le=LIMITS.price_per_hour, description="USD per unit per hour (p_t of Formula 8)."
+    )
+    tflops: float = Field(ge=LIMITS.min_rate, le=LIMITS.tflops, description="Peak FP32 TFLOPS of one unit.")
+    memory_gb: float = Field(
+        ge=LIMITS.min_rate,
+        le=LIMITS.memory_gb,
+        description="Memory of one unit that holds dense weights, GB.",
+    )
+    memory_bw_gbs: float = Field(
+        ge=LIMITS.min_rate, le=LIMITS.memory_bw_gbs, description="Memory bandwidth of one unit, GB/s."
+    )
+    host_memory_gb: float = Field(
+        ge=LIMITS.min_rate,
+        le=LIMITS.host_memory_gb,
+        description="Host RAM per unit, GB (sparse tables live here).",
+    )
+    host_link_gbps: float | None = Field(
+        None,
+        ge=LIMITS.min_rate,
+        le=LIMITS.link_gbps,
+        description="Unit-to-host-memory link (a GPU's PCIe), Gbit/s; None for a CPU core.",
+    )
+    nic_gbps: float = Field(
+        ge=LIMITS.min_rate,
+        le=LIMITS.link_gbps,
+        description="Network bandwidth per unit (server NIC / units), Gbit/s.",
+    )
     efficiency: float = Field(0.5, gt=0, le=1, description="Fraction of peak FLOPS a layer reaches.")
     overhead_us: float = Field(
-        10.0, ge=0, description="Fixed per-layer time per iteration that more units do not shorten, us."
+        10.0,
+        ge=0,
+        le=LIMITS.latency_us,
+        description="Fixed per-layer time per iteration that more units do not shorten, us.",
     )
-    instance_type: str = Field("", description="The server it comes from, e.g. 'AWS c5.24xlarge'.")
-    price_source: str = Field("", description="Where the price comes from (page and date).")
+    instance_type: Text = Field("", description="The server it comes from, e.g. 'AWS c5.24xlarge'.")
+    price_source: Text = Field("", description="Where the price comes from (page and date).")
 
     @model_validator(mode="after")
     def _check(self) -> ResourceType:
@@ -67,11 +92,13 @@ class ResourceType(BaseModel):
 class ResourceLink(BaseModel):
     """Bandwidth per unit between two resource types (either direction)."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
-    a: str = Field(min_length=1, description="A resource type name.")
-    b: str = Field(min_length=1, description="Another (or the same) resource type name.")
-    gbps: float = Field(gt=0, description="Bandwidth per sending unit, Gbit/s.")
+    a: Name = Field(description="A resource type name.")
+    b: Name = Field(description="Another (or the same) resource type name.")
+    gbps: float = Field(
+        ge=LIMITS.min_rate, le=LIMITS.link_gbps, description="Bandwidth per sending unit, Gbit/s."
+    )
 
 
 def resource_issues(cluster: ClusterSpec) -> list[Issue]:
@@ -109,10 +136,16 @@ class ResourceStage(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    first_layer: int = Field(ge=0, description="Index of the stage's first layer (inclusive).")
-    last_layer: int = Field(ge=1, description="Index one past the stage's last layer (exclusive).")
-    resource_type: str = Field(min_length=1, description="Name of one of the cluster's resource types.")
-    units: int = Field(ge=1, description="Units of that type provisioned for the stage (k_i).")
+    first_layer: int = Field(
+        ge=0, lt=LIMITS.layers, description="Index of the stage's first layer (inclusive)."
+    )
+    last_layer: int = Field(
+        ge=1, le=LIMITS.layers, description="Index one past the stage's last layer (exclusive)."
+    )
+    resource_type: Name = Field(description="Name of one of the cluster's resource types.")
+    units: int = Field(
+        ge=1, le=LIMITS.resource_units, description="Units of that type provisioned for the stage (k_i)."
+    )
 
     @model_validator(mode="after")
     def _check(self) -> ResourceStage:
@@ -132,9 +165,9 @@ class ResourcePlan(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     kind: Literal["resource_plan"] = "resource_plan"
-    model: str = Field("", description="Zoo name of the model the plan is for (checked if given).")
-    cluster: str = Field("", description="Zoo name of the cluster the plan is for (checked if given).")
-    stages: tuple[ResourceStage, ...] = Field(min_length=1)
+    model: Label = Field("", description="Zoo name of the model the plan is for (checked if given).")
+    cluster: Label = Field("", description="Zoo name of the cluster the plan is for (checked if given).")
+    stages: tuple[ResourceStage, ...] = Field(min_length=1, max_length=LIMITS.layers, fail_fast=True)
 
     @model_validator(mode="after")
     def _check(self) -> ResourcePlan:

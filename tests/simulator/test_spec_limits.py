@@ -221,3 +221,30 @@ def test_a_long_list_of_bad_items_stops_at_the_first() -> None:
     with pytest.raises(SpecError) as e:
         parse_spec(model)
     assert {i.path[:4] for i in e.value.issues} == {("layers", 0, "variables", 0)}
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("price_per_hour", math.nan),
+        ("count", 10**12),
+        ("tflops", math.inf),
+        ("name", "a\x00"),
+        ("nic_gbps", 0.0),
+    ],
+)
+def test_resource_types_of_a_cluster_are_bounded(field: str, value: Any) -> None:
+    cpu = {
+        "name": "core",
+        "kind": "cpu",
+        "count": 16,
+        "price_per_hour": 0.05,
+        "tflops": 0.1,
+        "memory_gb": 4,
+        "memory_bw_gbs": 10,
+        "host_memory_gb": 4,
+        "nic_gbps": 1,
+    }
+    assert parse_spec(_with(_cluster(), "resource_types", [cpu])).resource_types[0].count == 16
+    issues = _issues(_with(_cluster(), "resource_types", [cpu | {field: value}]))
+    assert issues[0].startswith(f"resource_types.0.{field}:"), issues
