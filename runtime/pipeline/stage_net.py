@@ -26,6 +26,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from runtime.executor.model import _fit  # one width adapter for both executors' linear layers
 from simulator.spec import Layer, ModelSpec
 
 DTYPES = {"float32": torch.float32, "float64": torch.float64}
@@ -33,14 +34,6 @@ DTYPES = {"float32": torch.float32, "float64": torch.float64}
 
 def _is_linear(layer: Layer) -> bool:
     return layer.kind == "linear" and len(layer.variables) in (1, 2) and len(layer.variables[0].shape) == 2
-
-
-def _fit(h: torch.Tensor, width: int) -> torch.Tensor:
-    if h.shape[1] == width:
-        return h
-    if h.shape[1] > width:
-        return h[:, :width]
-    return F.pad(h, (0, width - h.shape[1]))
 
 
 def unsupported_layers(model: ModelSpec) -> list[str]:
