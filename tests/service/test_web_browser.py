@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import time
 from collections.abc import Iterator
@@ -38,7 +39,7 @@ if not Path(CHROMIUM).is_file():
         raise RuntimeError(f"{CHROMIUM} is missing: scripts/install.sh installs Debian's chromium")
     pytest.skip(f"no chromium at {CHROMIUM} (apt-get install chromium)", allow_module_level=True)
 
-from playwright.sync_api import ConsoleMessage, Page, sync_playwright  # noqa: E402
+from playwright.sync_api import ConsoleMessage, Page, expect, sync_playwright  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -133,7 +134,7 @@ def page(stack: Stack) -> Iterator[tuple[Page, list[str]]]:
 
 def _login(pg: Page, stack: Stack, token: str) -> None:
     pg.goto(stack.url + "/ui/searches")
-    assert "/ui/login" in pg.url
+    expect(pg).to_have_url(re.compile(r"/ui/login"))
     pg.fill("[data-testid=token]", token)
     pg.click("[data-testid=login]")
     pg.wait_for_url("**/ui/searches")
@@ -148,25 +149,23 @@ def test_review_and_approve_a_candidate(
 ) -> None:
     pg, errors = page
     _login(pg, stack, seeded["alice"])
-    assert pg.inner_text("[data-testid=whoami]").startswith("alice")
-    assert pg.locator("[data-testid=search-link]").count() == 1
+    expect(pg.locator("[data-testid=whoami]")).to_have_text(re.compile(r"^\s*alice"))
+    expect(pg.locator("[data-testid=search-link]")).to_have_count(1)
     _shot(pg, "01-searches")
 
     pg.click("[data-testid=search-link]")
-    pg.wait_for_selector("[data-testid=best-chart] .main-svg")  # plotly drew the chart
-    assert pg.inner_text("[data-testid=search-state]") == "awaiting_approval"
-    assert "browser-search" in pg.inner_text("[data-testid=search-title]")
+    expect(pg.locator("[data-testid=best-chart] .main-svg").first).to_be_visible()  # plotly drew the chart
+    expect(pg.locator("[data-testid=search-state]")).to_have_text("awaiting_approval")
+    expect(pg.locator("[data-testid=search-title]")).to_contain_text("browser-search")
     _shot(pg, "02-search")
 
     pg.click("[data-testid=round-link]")
-    rows = pg.locator("[data-testid=candidate-row]")
-    assert rows.count() == 2
-    assert pg.locator("[data-testid=candidate-status]").all_inner_texts() == ["proposed", "proposed"]
+    expect(pg.locator("[data-testid=candidate-row]")).to_have_count(2)
+    expect(pg.locator("[data-testid=candidate-status]")).to_have_text(["proposed", "proposed"])
     _shot(pg, "03-round-before")
     pg.locator("[data-testid=approve]").first.click()
-    pg.wait_for_load_state()
-    assert pg.locator("[data-testid=candidate-status]").all_inner_texts()[0] == "approved"
-    assert pg.locator("[data-testid=candidate-trial-state]").all_inner_texts() == ["queued"]
+    expect(pg.locator("[data-testid=candidate-status]").first).to_have_text("approved")
+    expect(pg.locator("[data-testid=candidate-trial-state]")).to_have_text(["queued"])
     _shot(pg, "04-round-approved")
 
     api = httpx.Client(base_url=stack.url + "/api/v1", headers={"Authorization": f"Bearer {seeded['alice']}"})
@@ -174,20 +173,19 @@ def test_review_and_approve_a_candidate(
     assert [t["state"] for t in trials if t["candidate_id"] is not None] == ["queued"]
 
     pg.locator("[data-testid=strategy-link]").first.click()
-    pg.wait_for_selector("[data-testid=variables]")
-    assert pg.locator("[data-testid=variables] tr").count() > 1
-    assert pg.locator("[data-testid=breakdown] tr").count() == 4  # header, this strategy, horovod, ps
+    expect(pg.locator("[data-testid=variables] tr").nth(1)).to_be_attached()  # header and >= 1 row
+    expect(pg.locator("[data-testid=breakdown] tr")).to_have_count(4)  # header, this strategy, horovod, ps
     _shot(pg, "05-strategy")
 
     pg.goto(stack.url + "/ui/simulators")
-    pg.wait_for_selector("[data-testid=acc-chart] .main-svg")
-    pg.wait_for_selector("[data-testid=scatter-chart] .main-svg")
-    assert domain_of("tiny-mlp", "two-node") in pg.inner_text("[data-testid=versions]")
+    expect(pg.locator("[data-testid=acc-chart] .main-svg").first).to_be_visible()
+    expect(pg.locator("[data-testid=scatter-chart] .main-svg").first).to_be_visible()
+    expect(pg.locator("[data-testid=versions]")).to_contain_text(domain_of("tiny-mlp", "two-node"))
     _shot(pg, "06-simulators")
 
     trial_id = next(t["id"] for t in trials if t["candidate_id"] is not None)
     pg.goto(stack.url + f"/ui/trials/{trial_id}")
-    assert pg.inner_text("[data-testid=trial-state]") == "queued"
+    expect(pg.locator("[data-testid=trial-state]")).to_have_text("queued")
     _shot(pg, "07-trial")
     assert errors == []
 
@@ -197,9 +195,10 @@ def test_a_user_sees_only_their_own_searches(
 ) -> None:
     pg, errors = page
     _login(pg, stack, seeded["bob"])
-    assert pg.locator("[data-testid=search-link]").count() == 0
+    expect(pg.locator("[data-testid=whoami]")).to_have_text(re.compile(r"^\s*bob"))  # the page loaded
+    expect(pg.locator("[data-testid=search-link]")).to_have_count(0)
     pg.goto(stack.url + f"/ui/searches/{seeded['search_id']}")
-    assert "Not found" in pg.inner_text("h1")
+    expect(pg.locator("h1")).to_contain_text("Not found")
     # The only error is the document's own 404 status, which is the point.
     assert errors == [
         "console: Failed to load resource: the server responded with a status of 404 (Not Found)"
@@ -211,7 +210,7 @@ def test_a_bad_token_is_refused(stack: Stack, page: tuple[Page, list[str]]) -> N
     pg.goto(stack.url + "/ui/login")
     pg.fill("[data-testid=token]", "stg_not-a-token")
     pg.click("[data-testid=login]")
-    assert pg.inner_text("[data-testid=login-error]") == "unknown or revoked token"
+    expect(pg.locator("[data-testid=login-error]")).to_have_text("unknown or revoked token")
 
 
 def test_chromium_is_the_system_package() -> None:
