@@ -264,6 +264,8 @@ def _child_main(
         data = pickle.dumps(payload)
     except MemoryError:
         data = pickle.dumps(("memory", None))
+    except Exception as e:  # a result that cannot travel is the job's failure, not a silent exit
+        data = pickle.dumps(("error", f"its result could not be sent back: {type(e).__name__}: {e}"))
     with contextlib.suppress(OSError):
         conn.send_bytes(data)
         conn.close()

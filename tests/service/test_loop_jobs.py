@@ -6,7 +6,9 @@ searches. (Before the jobs, a round ran inline on the loop's thread: none of thi
 
 from __future__ import annotations
 
+import operator
 import os
+import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -16,7 +18,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from service.db import repository as repo
 from service.loop import LoopConfig, SearchLoop, run_in_thread
-from service.loop_jobs import JobBudget
+from service.loop_jobs import JobBudget, JobOutcome, RoundJobs
 from service.loop_round import RoundConfig
 from simulator.spec import ModelSpec
 from simulator.spec.io import parse_as
@@ -257,3 +259,41 @@ def test_a_slow_round_does_not_hold_up_other_searches(
     while alive(pid) and time.monotonic() < deadline:  # stopping the loop stops its jobs
         time.sleep(0.1)
     assert not alive(pid)
+
+
+def test_job_outcomes_value_error_death_unsendable_and_slots() -> None:
+    """RoundJobs' contract, with stdlib functions as jobs (importable in the job process)."""
+    jobs = RoundJobs(JobBudget(time_s=60.0, slots=2))
+    try:
+        assert jobs.submit(1, "round 1", operator.add, (2, 3))
+        jobs.wait(1, 60)
+        assert jobs.take(1, "round 2") is None  # another label: not handed out
+        assert jobs.take(1, "round 1") == JobOutcome(True, value=5)
+        assert jobs.take(1, "round 1") is None  # once
+
+        jobs.submit(2, "round 1", int, ("x",))
+        jobs.submit(3, "round 1", os._exit, (3,))
+        assert not jobs.submit(4, "round 1", operator.add, (1, 1))  # both slots taken
+        jobs.wait(2, 60)
+        jobs.wait(3, 60)
+        assert jobs.take(2, "round 1") == JobOutcome(
+            False, error="loop error: ValueError: invalid literal for int() with base 10: 'x'"
+        )
+        died = jobs.take(3, "round 1")
+        assert died is not None and died.error.startswith(
+            "round 1 of search 3: its process exited with code 3"
+        )
+
+        jobs.submit(5, "baselines", threading.Lock, ())
+        jobs.wait(5, 60)
+        unsendable = jobs.take(5, "baselines")
+        assert unsendable is not None and not unsendable.ok
+        assert unsendable.error.startswith("loop error: its result could not be sent back: TypeError")
+
+        jobs.submit(6, "round 1", time.sleep, (60,))
+        pid = jobs.pids()[6]
+        jobs.submit(6, "round 2", operator.add, (1, 1))  # the search moved on: the old job is killed
+        assert not alive(pid) and jobs.running(6, "round 2")
+    finally:
+        jobs.close()
+    assert jobs.pids() == {}
