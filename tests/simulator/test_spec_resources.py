@@ -82,7 +82,8 @@ def test_validate_checks_a_resource_plan_against_its_model_and_pool(tmp_path) ->
     path.write_text(dump_json(plan))
     out = CliRunner().invoke(app, ["validate", str(path)])
     assert out.exit_code == 2
-    assert "stages.1.units: 'p3.16xlarge-V100' has 16 units, the plan uses 17" in out.output
+    flat = " ".join(out.output.split())  # the one-line message may be wrapped to the terminal width
+    assert "stages.1.units: 'p3.16xlarge-V100' has 16 units, the plan uses 17" in flat
     path.write_text(
         dump_json(
             plan.model_copy(
