@@ -1,25 +1,27 @@
 """`strategist search create | status | watch`: a search over HTTP, with a live progress view.
 
 These commands talk to a running API (``--api``, default $STRATEGIST_API_URL) with a user token
-(``--token``, default $STRATEGIST_TOKEN), exactly as a training pipeline would.
+(``--token``, default $STRATEGIST_TOKEN) through `service.client.StrategistClient`, the typed
+client a training pipeline uses, so the CLI and pipelines exercise the same code.
 """
 
 from __future__ import annotations
 
 import json
-import time
 from collections import Counter
 from typing import Annotated, Any
 
 import httpx
 import typer
+from pydantic import BaseModel, ValidationError
 from rich.console import Console, Group
 from rich.live import Live
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-FINAL = ("completed", "cancelled", "failed")
+from service.api.schemas.searches import SearchCreate, SearchStatusPublic
+from service.client import ApiError, StrategistClient
 
 search_app = typer.Typer(
     help="Create and follow strategy searches (HTTP client of the API).", no_args_is_help=True
@@ -29,47 +31,9 @@ ApiOpt = Annotated[str, typer.Option(help="Base URL of the API.", envvar="STRATE
 TokenOpt = Annotated[str, typer.Option(help="A user token.", envvar="STRATEGIST_TOKEN", show_default=False)]
 
 
-class ApiClientError(RuntimeError):
-    """The API refused a request; the message names the field and reason where it gave them."""
-
-
-class SearchClient:
-    """The few user endpoints the CLI needs."""
-
-    def __init__(self, api: str, token: str, timeout_s: float = 30.0) -> None:
-        self.http = httpx.Client(
-            base_url=api.rstrip("/") + "/api/v1",
-            headers={"Authorization": f"Bearer {token}"},
-            timeout=timeout_s,
-        )
-
-    def _call(self, method: str, path: str, **kwargs: Any) -> Any:
-        r = self.http.request(method, path, **kwargs)
-        if r.status_code >= 400:
-            raise ApiClientError(_error_text(r))
-        return r.json()
-
-    def create(self, body: dict[str, Any]) -> dict[str, Any]:
-        return dict(self._call("POST", "/searches", json=body))
-
-    def status(self, search_id: int) -> dict[str, Any]:
-        return dict(self._call("GET", f"/searches/{search_id}"))
-
-    def trials(self, search_id: int) -> list[dict[str, Any]]:
-        return list(self._call("GET", f"/searches/{search_id}/trials")["data"])
-
-    def rounds(self, search_id: int) -> list[dict[str, Any]]:
-        return list(self._call("GET", f"/searches/{search_id}/rounds")["data"])
-
-
-def _error_text(r: httpx.Response) -> str:
-    try:
-        detail = r.json().get("detail", r.text)
-    except ValueError:
-        detail = r.text
-    if isinstance(detail, list):  # FastAPI's validation errors: name every field
-        detail = "; ".join(f"{'.'.join(str(p) for p in e.get('loc', ()))}: {e.get('msg')}" for e in detail)
-    return f"HTTP {r.status_code}: {detail}"
+def as_json(obj: BaseModel) -> dict[str, Any]:
+    """A response model as the JSON dict the renderers below read."""
+    return obj.model_dump(mode="json")
 
 
 def describe_strategy(strategy: dict[str, Any]) -> str:
@@ -190,8 +154,8 @@ def honest_lines(status: dict[str, Any]) -> list[str]:
 
 
 def watch_search(
-    client: SearchClient, search_id: int, console: Console, interval_s: float = 1.0
-) -> dict[str, Any]:
+    client: StrategistClient, search_id: int, console: Console, interval_s: float = 1.0
+) -> SearchStatusPublic:
     """Show a progress bar and the best-so-far table until the search ends; returns its final status."""
     progress = Progress(
         TextColumn("[bold]search {task.fields[sid]}[/] {task.fields[state]} round {task.fields[round]}"),
@@ -201,34 +165,32 @@ def watch_search(
         TimeElapsedColumn(),
         console=console,
     )
-    status = client.status(search_id)
-    budget = status["search"]["trial_budget"]
+    budget = client.search(search_id).search.trial_budget
     task = progress.add_task("search", total=budget, sid=search_id, state="", round=0)
     with Live(console=console, refresh_per_second=4, transient=False) as live:
-        while True:
-            status = client.status(search_id)
-            trials = client.trials(search_id)
-            s = status["search"]
+
+        def show(status: SearchStatusPublic) -> None:
+            trials = [as_json(t) for t in client.trials(search_id)]
+            s = status.search
             progress.update(
-                task, completed=status["candidate_trials_done"], state=s["state"], round=s["current_round"]
+                task, completed=status.candidate_trials_done, state=s.state, round=s.current_round
             )
-            live.update(Group(progress, best_table(status, trials)))
-            if s["state"] in FINAL:
-                return status
-            time.sleep(interval_s)
+            live.update(Group(progress, best_table(as_json(status), trials)))
+
+        return client.wait(search_id, on_progress=show, interval_s=interval_s)
 
 
-def _client(api: str, token: str) -> SearchClient:
+def _client(api: str, token: str) -> StrategistClient:
     if not token:
         typer.echo("error: --token: a user token is required (or set $STRATEGIST_TOKEN)", err=True)
         raise typer.Exit(2)
-    return SearchClient(api, token)
+    return StrategistClient(api, token)
 
 
 def _run(fn: Any) -> Any:
     try:
         return fn()
-    except (ApiClientError, httpx.HTTPError) as e:
+    except (ApiError, httpx.HTTPError) as e:
         typer.echo(f"error: {e}", err=True)
         raise typer.Exit(2) from None
 
@@ -248,12 +210,17 @@ def create(
         typer.Option(help="Lossy compression the search may use: none (lossless) | fp16 | powersgd | all."),
     ] = "none",
     name: Annotated[str, typer.Option(help="A label.")] = "",
-    as_json: Annotated[bool, typer.Option("--json", help="Print the created search as JSON.")] = False,
+    as_json_out: Annotated[bool, typer.Option("--json", help="Print the created search as JSON.")] = False,
     api: ApiOpt = "http://127.0.0.1:8000",
     token: TokenOpt = "",
 ) -> None:
     """Create a search; prints its id."""
-    body = {
+    if compression not in ("none", "fp16", "powersgd", "all"):
+        typer.echo(
+            f"error: --compression: must be none, fp16, powersgd or all, got {compression!r}", err=True
+        )
+        raise typer.Exit(2)
+    fields = {
         "model": model,
         "cluster": cluster,
         "trial_budget": budget,
@@ -265,36 +232,46 @@ def create(
         "name": name,
         "compression": compression,
     }
-    if compression not in ("none", "fp16", "powersgd", "all"):
-        typer.echo(
-            f"error: --compression: must be none, fp16, powersgd or all, got {compression!r}", err=True
-        )
-        raise typer.Exit(2)
+    options = {
+        "trial_budget": "--budget",
+        "candidates_per_round": "--per-round",
+        "samples_per_round": "--samples",
+    }
+    try:
+        body = SearchCreate.model_validate(fields)
+    except ValidationError as e:  # checked here, before any request: name the option and the reason
+        err = e.errors()[0]
+        field = str(err["loc"][0]) if err["loc"] else ""
+        option = options.get(field, "--" + field.replace("_", "-")) if field else "arguments"
+        typer.echo(f"error: {option}: {err['msg']}", err=True)
+        raise typer.Exit(2) from None
     client = _client(api, token)
-    created = _run(lambda: client.create(body))
-    typer.echo(json.dumps(created, indent=2) if as_json else str(created["id"]))
+    created = _run(lambda: client.create_search(body))
+    typer.echo(json.dumps(as_json(created), indent=2) if as_json_out else str(created.id))
 
 
 @search_app.command("status")
 def status_cmd(
     search_id: Annotated[int, typer.Argument(help="Search id.")],
-    as_json: Annotated[bool, typer.Option("--json", help="Print the status as JSON.")] = False,
+    as_json_out: Annotated[bool, typer.Option("--json", help="Print the status as JSON.")] = False,
     api: ApiOpt = "http://127.0.0.1:8000",
     token: TokenOpt = "",
 ) -> None:
     """Print a search's state, progress, best measured time and speed-ups."""
     client = _client(api, token)
-    status = _run(lambda: client.status(search_id))
-    if as_json:
+    status = as_json(_run(lambda: client.search(search_id)))
+    if as_json_out:
         typer.echo(json.dumps(status, indent=2))
         return
-    trials = _run(lambda: client.trials(search_id))
+    trials = [as_json(t) for t in _run(lambda: client.trials(search_id))]
     s = status["search"]
     console = Console()
-    console.print(
-        f"search {search_id} [{s['state']}] {s['model_name']} on {s['cluster_name']}: "
-        f"round {s['current_round']}, {status['candidate_trials_done']}/{s['trial_budget']} "
-        "candidate trials done"
+    console.print(  # escaped: "[pending]" and user-chosen names are text, not rich markup
+        escape(
+            f"search {search_id} [{s['state']}] {s['model_name']} on {s['cluster_name']}: "
+            f"round {s['current_round']}, {status['candidate_trials_done']}/{s['trial_budget']} "
+            "candidate trials done"
+        )
     )
     console.print(best_table(status, trials))
     for line in honest_lines(status):
@@ -311,8 +288,8 @@ def watch_cmd(
     """Follow a search until it ends: a progress bar and the best-so-far table."""
     client = _client(api, token)
     final = _run(lambda: watch_search(client, search_id, Console(), interval))
-    typer.echo(f"search {search_id} {final['search']['state']}")
-    for line in honest_lines(final):
+    typer.echo(f"search {search_id} {final.search.state}")
+    for line in honest_lines(as_json(final)):
         typer.echo(line)
 
 

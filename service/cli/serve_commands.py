@@ -24,12 +24,13 @@ from rich.markup import escape
 
 from runtime.worker import TOKEN_ENV
 from service.cli.search_cli_commands import (
-    SearchClient,
+    as_json,
     best_table,
     describe_strategy,
     honest_lines,
     watch_search,
 )
+from service.client import StrategistClient
 from service.loop_stack import Stack, StackConfig
 from service.settings import Settings
 
@@ -111,19 +112,18 @@ def demo(
         with Stack(settings, StackConfig(worker_flags=flags, port=0)) as stack:
             console.print(f"[bold]strategist demo[/]: API at {stack.url}, data in {folder}")
             token = _user_token(stack)
-            client = SearchClient(stack.url, token)
-            body = {
-                "model": model,
-                "cluster": cluster,
-                "trial_budget": budget,
-                "candidates_per_round": per_round,
-                "samples_per_round": samples,
-                "name": "demo",
-                "compression": compression,
-            }
+            client = StrategistClient(stack.url, token)
             started = time.monotonic()
-            search_id = int(client.create(body)["id"])
-            final = watch_search(client, search_id, console, interval_s=1.0)
+            search_id = client.create_search(
+                model=model,
+                cluster=cluster,
+                trial_budget=budget,
+                candidates_per_round=per_round,
+                samples_per_round=samples,
+                name="demo",
+                compression=compression,
+            ).id
+            final = as_json(watch_search(client, search_id, console, interval_s=1.0))
             elapsed = time.monotonic() - started
             _print_result(console, client, search_id, final, elapsed)
             if final["search"]["state"] != "completed":
@@ -138,10 +138,10 @@ def _user_token(stack: Stack) -> str:
 
 
 def _print_result(
-    console: Console, client: SearchClient, search_id: int, final: dict[str, Any], elapsed_s: float
+    console: Console, client: StrategistClient, search_id: int, final: dict[str, Any], elapsed_s: float
 ) -> None:
-    trials = client.trials(search_id)
-    rounds = client.rounds(search_id)
+    trials = [as_json(t) for t in client.trials(search_id)]
+    rounds = [as_json(r) for r in client.rounds(search_id)]
     s = final["search"]
     console.print(best_table(final, trials))
     console.print(f"[bold]search {search_id}[/]: {s['state']} in {elapsed_s:.0f} s, {len(rounds)} rounds")

@@ -9,15 +9,14 @@ duplicated nudges for every trial and checks nothing is measured twice.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import httpx
 import pytest
 
 from search.baselines import baseline_names, family_of
-from service.cli.search_cli_commands import SearchClient
+from service.client import StrategistClient
 from service.db import repository as repo
 from service.loop_stack import Stack, StackConfig
 from service.settings import Settings
@@ -39,38 +38,34 @@ def stack(tmp_path: Path, zoo_dir: Path) -> Iterator[Stack]:
         yield s
 
 
-def user_client(stack: Stack, name: str = "alice") -> SearchClient:
+def user_client(stack: Stack, name: str = "alice") -> StrategistClient:
     with stack.sessions() as session:
         secret = repo.create_token(session, name=name, role="user").secret
-    return SearchClient(stack.url, secret)
+    return StrategistClient(stack.url, secret)
 
 
-def test_search_runs_two_rounds_and_measures_each_trial_once(
-    stack: Stack, wait_for: Callable[..., Any]
-) -> None:
+def test_search_runs_two_rounds_and_measures_each_trial_once(stack: Stack) -> None:
     client = user_client(stack)
     ready = httpx.get(stack.url + "/readyz").json()
     assert ready["status"] == "ready", ready
-    created = client.create(
-        {
-            "model": "tiny-mlp",
-            "cluster": "two-node",
-            "trial_budget": 4,
-            "candidates_per_round": 2,
-            "samples_per_round": 40,
-            "seed": 3,
-        }
+    sid = client.create_search(
+        model="tiny-mlp",
+        cluster="two-node",
+        trial_budget=4,
+        candidates_per_round=2,
+        samples_per_round=40,
+        seed=3,
+    ).id
+    progress: list[int] = []  # the pipeline's progress callback: candidate trials done at each poll
+    typed = client.wait(
+        sid, on_progress=lambda st: progress.append(st.candidate_trials_done), interval_s=0.5, timeout_s=150
     )
-    sid = int(created["id"])
-    final = wait_for(
-        lambda: (st := client.status(sid))["search"]["state"] in ("completed", "failed") and st,
-        timeout_s=150,
-        what="the search to finish",
-    )
-    assert final["search"]["state"] == "completed", final["search"]["failure_reason"]
+    assert typed.search.state == "completed", typed.search.failure_reason
+    assert progress == sorted(progress) and progress[-1] == 4 and len(progress) > 1
+    final = typed.model_dump(mode="json")
 
-    trials = client.trials(sid)
-    rounds = client.rounds(sid)
+    trials = [t.model_dump(mode="json") for t in client.trials(sid)]
+    rounds = [r.model_dump(mode="json") for r in client.rounds(sid)]
     baselines = {t["baseline"]: t for t in trials if t["baseline"]}
     candidates = [t for t in trials if t["candidate_id"] is not None]
     assert sorted(baselines) == sorted(baseline_names())  # every member of both lossless families
@@ -98,6 +93,14 @@ def test_search_runs_two_rounds_and_measures_each_trial_once(
     for r in report["ratios"]:
         assert r["low"] <= r["ratio"] <= r["high"]
     assert final["candidate_trials_done"] == 4
+    # the pipeline reads the best strategy and uploads its own runtimes of it
+    best_strategy = client.best_strategy(sid)
+    assert best_strategy is not None
+    assert best_strategy.model_dump(mode="json")["variables"] == best["strategy"]["variables"]
+    uploaded = client.upload_runtime(
+        model="tiny-mlp", cluster="two-node", strategy=best_strategy, iteration_times=[0.5, 0.52, 0.51]
+    )
+    assert uploaded.source == "user" and uploaded.median_time == pytest.approx(0.51)
 
     # At-least-once delivery: duplicated nudges for every trial change nothing.
     before = {t["id"]: (t["attempt"], t["iteration_times"]) for t in trials}
@@ -105,10 +108,12 @@ def test_search_runs_two_rounds_and_measures_each_trial_once(
         for _ in range(3):
             assert stack.nudger.nudge(t["id"], t["cluster_name"])
     time.sleep(3.0)  # the worker consumes them (SQL transport polls every second)
-    after = {t["id"]: (t["attempt"], t["iteration_times"]) for t in client.trials(sid)}
+    after = {t.id: (t.attempt, t.iteration_times) for t in client.trials(sid)}
     assert after == before
     with stack.sessions() as session:
         runtimes = repo.list_runtimes(session, domain="tiny-mlp__two-node")
         retrains = repo.list_retrain_requests(session, domain="tiny-mlp__two-node")
-    assert sorted(r.trial_id for r in runtimes) == sorted(before)  # one runtime record per trial
+    # one runtime record per trial, and the pipeline's upload
+    assert sorted(r.trial_id for r in runtimes if r.trial_id is not None) == sorted(before)
+    assert [r.id for r in runtimes if r.trial_id is None] == [uploaded.id]
     assert [r.state for r in retrains] == ["done", "done"]  # one retraining after each round

@@ -3,24 +3,26 @@
 from __future__ import annotations
 
 import json
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
 from typer.testing import CliRunner
 
+from service.api.schemas.searches import SearchCreate
 from service.cli import app
-from service.cli.search_cli_commands import SearchClient
+from service.client import StrategistClient
 
 
 @pytest.fixture
 def sent(monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]]:
     bodies: list[dict[str, Any]] = []
 
-    def create(self: SearchClient, body: dict[str, Any]) -> dict[str, Any]:
-        bodies.append(body)
-        return {"id": 7}
+    def create(self: StrategistClient, body: SearchCreate) -> Any:
+        bodies.append(body.model_dump())
+        return SimpleNamespace(id=7)
 
-    monkeypatch.setattr(SearchClient, "create", create)
+    monkeypatch.setattr(StrategistClient, "create_search", create)
     return bodies
 
 

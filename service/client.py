@@ -1,0 +1,215 @@
+"""A typed Python client of the strategist API, for training pipelines (and the CLI itself).
+
+    from service.client import StrategistClient
+
+    with StrategistClient("http://strategist:8000", token) as api:
+        search = api.create_search(model="ResNet50", cluster="B1", trial_budget=8)
+        final = api.wait(search.id, on_progress=lambda st: print(st.candidate_trials_done))
+        best = api.best_strategy(search.id)          # a simulator.spec.Strategy, or None
+        api.upload_runtime(model="ResNet50", cluster="B1", strategy=best, iteration_times=[0.41, 0.40])
+
+Decisions:
+
+- Requests and responses are the API's own schemas (``service.api.schemas``), so the client cannot
+  drift from the server: a field the server adds or renames is a validation error here at once.
+- Every HTTP 4xx/5xx raises :class:`ApiError` carrying the status and the API's ``detail`` (a string,
+  or FastAPI's list of field errors, rendered as ``field.path: message`` in the exception's text).
+  Transport failures (connection refused, timeouts) stay ``httpx.TransportError``.
+- Synchronous (a pipeline step is synchronous); one ``httpx.Client`` per instance, closed by
+  :meth:`close` or ``with``. ``transport`` replaces the network, e.g. to drive an app in process.
+- :meth:`wait` polls ``GET /searches/{id}`` (``interval_s``) and calls ``on_progress`` with each status,
+  including the final one; it returns on ``completed``, ``cancelled`` or ``failed`` and raises
+  ``TimeoutError`` after ``timeout_s`` (none by default).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from types import TracebackType
+from typing import Any, Self, TypeVar
+
+import httpx
+from pydantic import BaseModel
+
+from service.api.schemas.runtimes import RuntimeCreate, RuntimePublic, RuntimesPublic
+from service.api.schemas.searches import (
+    RoundPublic,
+    RoundsPublic,
+    SearchCreate,
+    SearchesPublic,
+    SearchPublic,
+    SearchStatusPublic,
+)
+from service.api.schemas.trials import TrialPublic, TrialsPublic
+from simulator.spec import Strategy
+
+#: Search states after which nothing changes.
+FINAL_STATES = frozenset({"completed", "cancelled", "failed"})
+
+ProgressCallback = Callable[[SearchStatusPublic], None]
+M = TypeVar("M", bound=BaseModel)
+
+
+class ApiError(Exception):
+    """The API answered 4xx/5xx. ``status``: the HTTP status; ``detail``: the API's error detail."""
+
+    def __init__(self, status: int, detail: Any, method: str = "", url: str = "") -> None:
+        self.status = status
+        self.detail = detail
+        self.method = method
+        self.url = url
+        super().__init__(f"HTTP {status}: {detail_text(detail)}")
+
+
+def detail_text(detail: Any) -> str:
+    """The API's ``detail`` in one line; FastAPI's validation errors name every field."""
+    if isinstance(detail, list):
+        return "; ".join(
+            f"{'.'.join(str(p) for p in e.get('loc', ()))}: {e.get('msg')}" if isinstance(e, dict) else str(e)
+            for e in detail
+        )
+    return str(detail)
+
+
+def _error(r: httpx.Response) -> ApiError:
+    try:
+        body = r.json()
+        detail = body.get("detail", r.text) if isinstance(body, dict) else body
+    except ValueError:
+        detail = r.text or r.reason_phrase
+    return ApiError(r.status_code, detail, r.request.method, str(r.request.url))
+
+
+class StrategistClient:
+    """The user endpoints of ``/api/v1`` as typed methods (a user token; an admin sees everyone's)."""
+
+    def __init__(
+        self,
+        base_url: str,
+        token: str,
+        *,
+        timeout_s: float = 30.0,
+        transport: httpx.BaseTransport | None = None,
+    ) -> None:
+        self.base_url = base_url.rstrip("/")
+        self.http = httpx.Client(
+            base_url=self.base_url + "/api/v1",
+            headers={"Authorization": f"Bearer {token}"},
+            timeout=timeout_s,
+            transport=transport,
+        )
+
+    # -- plumbing -------------------------------------------------------------------------------
+
+    def close(self) -> None:
+        self.http.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+    def _call(self, schema: type[M], method: str, path: str, **kwargs: Any) -> M:
+        r = self.http.request(method, path, **kwargs)
+        if r.status_code >= 400:
+            raise _error(r)
+        return schema.model_validate(r.json())
+
+    # -- searches -------------------------------------------------------------------------------
+
+    def create_search(self, body: SearchCreate | None = None, **fields: Any) -> SearchPublic:
+        """Start a search: a ``SearchCreate`` or its fields (``model``, ``cluster``, ``trial_budget``...).
+
+        The body is validated here first (a ``pydantic.ValidationError`` naming the field), then by
+        the server (``ApiError`` 422 for an unknown model, 429 over a quota).
+        """
+        if body is None:
+            body = SearchCreate(**fields)
+        elif fields:
+            raise TypeError("pass a SearchCreate or its fields, not both")
+        return self._call(SearchPublic, "POST", "/searches", json=body.model_dump(mode="json"))
+
+    def searches(self) -> list[SearchPublic]:
+        """Your searches, newest first."""
+        return self._call(SearchesPublic, "GET", "/searches").data
+
+    def search(self, search_id: int) -> SearchStatusPublic:
+        """A search's state and progress: trials by state, best so far, baselines, speed-ups."""
+        return self._call(SearchStatusPublic, "GET", f"/searches/{search_id}")
+
+    def rounds(self, search_id: int) -> list[RoundPublic]:
+        return self._call(RoundsPublic, "GET", f"/searches/{search_id}/rounds").data
+
+    def trials(self, search_id: int) -> list[TrialPublic]:
+        """The search's trials (baselines and candidates), oldest first."""
+        return self._call(TrialsPublic, "GET", f"/searches/{search_id}/trials").data
+
+    def trial(self, trial_id: int) -> TrialPublic:
+        return self._call(TrialPublic, "GET", f"/trials/{trial_id}")
+
+    def cancel(self, search_id: int) -> SearchPublic:
+        """Cancel a search (``ApiError`` 409 if it already ended)."""
+        return self._call(SearchPublic, "POST", f"/searches/{search_id}/cancel")
+
+    def wait(
+        self,
+        search_id: int,
+        *,
+        on_progress: ProgressCallback | None = None,
+        interval_s: float = 1.0,
+        timeout_s: float | None = None,
+    ) -> SearchStatusPublic:
+        """Poll until the search ends; ``on_progress(status)`` after every poll. Returns the final status."""
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        while True:
+            status = self.search(search_id)
+            if on_progress is not None:
+                on_progress(status)
+            if status.search.state in FINAL_STATES:
+                return status
+            if deadline is not None and time.monotonic() >= deadline:
+                raise TimeoutError(
+                    f"search {search_id} still {status.search.state} after {timeout_s:g} s "
+                    f"({status.candidate_trials_done}/{status.search.trial_budget} candidate trials done)"
+                )
+            time.sleep(interval_s)
+
+    def best_trial(self, search_id: int) -> TrialPublic | None:
+        """The candidate trial with the best measured median so far (None before one is measured)."""
+        best = self.search(search_id).best_trial_id
+        return None if best is None else self.trial(best)
+
+    def best_strategy(self, search_id: int) -> Strategy | None:
+        """The best measured candidate's strategy, as the spec's ``Strategy`` (None before one)."""
+        trial = self.best_trial(search_id)
+        return None if trial is None else Strategy.model_validate(trial.strategy)
+
+    # -- runtimes -------------------------------------------------------------------------------
+
+    def upload_runtime(
+        self,
+        *,
+        model: str | int,
+        cluster: str | int,
+        strategy: Strategy | dict[str, Any],
+        iteration_times: Sequence[float],
+    ) -> RuntimePublic:
+        """Store iteration times measured by your own run of ``strategy`` (they feed retraining)."""
+        strategy_json = strategy.model_dump(mode="json") if isinstance(strategy, Strategy) else dict(strategy)
+        body = RuntimeCreate(
+            model=model, cluster=cluster, strategy=strategy_json, iteration_times=list(iteration_times)
+        )
+        return self._call(RuntimePublic, "POST", "/runtimes", json=body.model_dump(mode="json"))
+
+    def runtimes(
+        self, domain: str | None = None, *, since_id: int = 0, limit: int = 1000
+    ) -> list[RuntimePublic]:
+        """Runtime records you contributed (your trials and uploads), optionally of one domain."""
+        params: dict[str, Any] = {"since_id": since_id, "limit": limit}
+        if domain is not None:
+            params["domain"] = domain
+        return self._call(RuntimesPublic, "GET", "/runtimes", params=params).data
