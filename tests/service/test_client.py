@@ -179,3 +179,16 @@ def test_cli_errors_are_one_line_exit_2(cli: Callable[..., Any], session: Sessio
     assert r.exit_code == 2 and r.output.strip().startswith("error: HTTP 404:")
     r = cli("status", "1")
     assert r.exit_code == 2 and "--token" in r.output
+
+
+def test_a_non_json_error_keeps_its_status_and_text() -> None:
+    proxy = httpx.MockTransport(lambda req: httpx.Response(502, text="<html>bad gateway</html>"))
+    with StrategistClient("http://api.invalid", "t", transport=proxy) as api, pytest.raises(ApiError) as e:
+        api.search(1)
+    assert (e.value.status, e.value.detail, e.value.method) == (502, "<html>bad gateway</html>", "GET")
+    assert e.value.url == "http://api.invalid/api/v1/searches/1"
+
+
+def test_an_unreachable_api_is_one_line_exit_2() -> None:
+    r = CliRunner().invoke(app, ["search", "status", "1", "--token", "t", "--api", "http://127.0.0.1:9"])
+    assert r.exit_code == 2 and r.output.startswith("error: ") and len(r.output.strip().splitlines()) == 1
