@@ -18,9 +18,9 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 
+from service.client import StrategistClient
 from service.db import repository as repo
 from service.domain import domain_of
 from service.loop_stack import Stack, StackConfig
@@ -80,23 +80,20 @@ def seeded(stack: Stack, specs_module: Any) -> dict[str, Any]:
     with stack.sessions() as session:
         alice = repo.create_token(session, name="alice", role="user")
         bob = repo.create_token(session, name="bob", role="user")
-    api = httpx.Client(base_url=stack.url + "/api/v1", headers={"Authorization": f"Bearer {alice.secret}"})
-    body = {
-        "model": "tiny-mlp", "cluster": "two-node", "name": "browser-search", "trial_budget": 4,
-        "candidates_per_round": 2, "samples_per_round": 40, "approval_required": True,
-    }  # fmt: skip
-    sid = api.post("/searches", json=body).raise_for_status().json()["id"]
+    api = StrategistClient(stack.url, alice.secret)
+    sid = api.create_search(
+        model="tiny-mlp", cluster="two-node", name="browser-search", trial_budget=4,
+        candidates_per_round=2, samples_per_round=40, approval_required=True,
+    ).id  # fmt: skip
     deadline = time.monotonic() + 60
-    while api.get(f"/searches/{sid}").json()["search"]["state"] != "awaiting_approval":
+    while api.search(sid).search.state != "awaiting_approval":  # poll the condition, 60 s at most
         assert time.monotonic() < deadline, "the loop did not plan round 1 within 60 s"
         time.sleep(0.2)
     for i, times in enumerate(([0.30, 0.31, 0.29], [0.20, 0.21, 0.22], [0.45, 0.44, 0.46])):
-        r = api.post(
-            "/runtimes",
-            json={"model": "tiny-mlp", "cluster": "two-node", "strategy": specs_module.strategy(str(i), ps=i == 1),
-                  "iteration_times": times},
+        api.upload_runtime(
+            model="tiny-mlp", cluster="two-node", strategy=specs_module.strategy(str(i), ps=i == 1),
+            iteration_times=times,
         )  # fmt: skip
-        assert r.status_code == 201, r.text
     with stack.sessions() as session:
         repo.add_simulator_version(
             session, domain=domain_of("tiny-mlp", "two-node"), kind="rnn",
@@ -168,9 +165,8 @@ def test_review_and_approve_a_candidate(
     expect(pg.locator("[data-testid=candidate-trial-state]")).to_have_text(["queued"])
     _shot(pg, "04-round-approved")
 
-    api = httpx.Client(base_url=stack.url + "/api/v1", headers={"Authorization": f"Bearer {seeded['alice']}"})
-    trials = api.get(f"/searches/{seeded['search_id']}/trials").json()["data"]
-    assert [t["state"] for t in trials if t["candidate_id"] is not None] == ["queued"]
+    trials = StrategistClient(stack.url, seeded["alice"]).trials(seeded["search_id"])
+    assert [t.state for t in trials if t.candidate_id is not None] == ["queued"]
 
     pg.locator("[data-testid=strategy-link]").first.click()
     expect(pg.locator("[data-testid=variables] tr").nth(1)).to_be_attached()  # header and >= 1 row
@@ -183,7 +179,7 @@ def test_review_and_approve_a_candidate(
     expect(pg.locator("[data-testid=versions]")).to_contain_text(domain_of("tiny-mlp", "two-node"))
     _shot(pg, "06-simulators")
 
-    trial_id = next(t["id"] for t in trials if t["candidate_id"] is not None)
+    trial_id = next(t.id for t in trials if t.candidate_id is not None)
     pg.goto(stack.url + f"/ui/trials/{trial_id}")
     expect(pg.locator("[data-testid=trial-state]")).to_have_text("queued")
     _shot(pg, "07-trial")
