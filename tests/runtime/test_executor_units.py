@@ -212,9 +212,9 @@ def test_aggregate_divides_every_time_and_the_probe_by_the_dilation() -> None:
 
 def test_dilation_is_replay_only_and_multiplies_the_link_scale() -> None:
     assert ExecutorConfig(scale=50.0, dilation=6.0).link_scale == 300.0
-    with pytest.raises(ValueError, match="ExecutorConfig.dilation"):
+    with pytest.raises(ValueError, match=r"ExecutorConfig\.dilation"):
         ExecutorConfig(compute="real", dilation=2.0)
-    with pytest.raises(ValueError, match="ExecutorConfig.dilation"):
+    with pytest.raises(ValueError, match=r"ExecutorConfig\.dilation"):
         ExecutorConfig(dilation=0.5)
 
 
