@@ -19,7 +19,10 @@ Decisions:
   :meth:`close` or ``with``. ``transport`` replaces the network, e.g. to drive an app in process.
 - :meth:`wait` polls ``GET /searches/{id}`` (``interval_s``) and calls ``on_progress`` with each status,
   including the final one; it returns on ``completed``, ``cancelled`` or ``failed`` and raises
-  ``TimeoutError`` after ``timeout_s`` (none by default).
+  ``TimeoutError`` after ``timeout_s`` (none by default). A search runs for minutes to hours, so one
+  dropped poll must not lose it: a transport error or a 502/503/504 (a restarting server or its
+  proxy) is retried on the next poll, up to ``max_poll_failures`` in a row, then raised. Any
+  other error (401 revoked token, 404) is raised at once.
 """
 
 from __future__ import annotations
@@ -46,6 +49,9 @@ from simulator.spec import Strategy
 
 #: Search states after which nothing changes.
 FINAL_STATES = frozenset({"completed", "cancelled", "failed"})
+
+#: Answers of a restarting server or its proxy: :meth:`StrategistClient.wait` polls again.
+RETRYABLE_STATUS = frozenset({502, 503, 504})
 
 ProgressCallback = Callable[[SearchStatusPublic], None]
 M = TypeVar("M", bound=BaseModel)
@@ -162,11 +168,24 @@ class StrategistClient:
         on_progress: ProgressCallback | None = None,
         interval_s: float = 1.0,
         timeout_s: float | None = None,
+        max_poll_failures: int = 5,
     ) -> SearchStatusPublic:
         """Poll until the search ends; ``on_progress(status)`` after every poll. Returns the final status."""
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        failures = 0
         while True:
-            status = self.search(search_id)
+            try:
+                status = self.search(search_id)
+                failures = 0
+            except (httpx.TransportError, ApiError) as e:
+                transient = isinstance(e, httpx.TransportError) or e.status in RETRYABLE_STATUS
+                failures += 1
+                if not transient or failures >= max_poll_failures:
+                    raise
+                if deadline is not None and time.monotonic() >= deadline:
+                    raise TimeoutError(f"search {search_id}: no answer within {timeout_s:g} s ({e})") from e
+                time.sleep(interval_s)
+                continue
             if on_progress is not None:
                 on_progress(status)
             if status.search.state in FINAL_STATES:

@@ -192,3 +192,53 @@ def test_a_non_json_error_keeps_its_status_and_text() -> None:
 def test_an_unreachable_api_is_one_line_exit_2() -> None:
     r = CliRunner().invoke(app, ["search", "status", "1", "--token", "t", "--api", "http://127.0.0.1:9"])
     assert r.exit_code == 2 and r.output.startswith("error: ") and len(r.output.strip().splitlines()) == 1
+
+
+def _status_json(state: str) -> dict[str, Any]:
+    now = "2026-01-01T00:00:00Z"
+    search = {
+        "id": 1, "name": "", "owner_id": 1, "model_spec_id": 1, "cluster_spec_id": 1, "model_name": "m",
+        "cluster_name": "c", "objective": "time", "trial_budget": 2, "candidates_per_round": 1,
+        "samples_per_round": 1, "approval_required": False, "seed": 0, "compression": "none",
+        "space": "lossless", "state": state, "current_round": 0, "failure_reason": None,
+        "created_at": now, "updated_at": now, "finished_at": None,
+    }  # fmt: skip
+    return {
+        "search": search, "trials_by_state": {}, "candidate_trials_done": 0, "best_trial_id": None,
+        "best_candidate_id": None, "best_time": None, "baselines": [], "speedups": {},
+    }  # fmt: skip
+
+
+def scripted(answers: list[Any]) -> httpx.MockTransport:
+    """A server answering each poll with the next of ``answers``: a state, a status code or an exception."""
+
+    def handle(request: httpx.Request) -> httpx.Response:
+        answer = answers.pop(0)
+        if isinstance(answer, Exception):
+            raise answer
+        if isinstance(answer, int):
+            return httpx.Response(answer, json={"detail": f"status {answer}"})
+        return httpx.Response(200, json=_status_json(answer))
+
+    return httpx.MockTransport(handle)
+
+
+def test_wait_rides_out_a_restarting_server() -> None:
+    answers: list[Any] = ["running", httpx.ConnectError("refused"), 503, 502, "running", "completed"]
+    seen: list[str] = []
+    with StrategistClient("http://api", "t", transport=scripted(answers)) as api:
+        final = api.wait(1, on_progress=lambda st: seen.append(st.search.state), interval_s=0.01)
+    assert final.search.state == "completed" and seen == ["running", "running", "completed"]
+    assert answers == []
+
+
+def test_wait_gives_up_after_failures_in_a_row_and_at_once_on_other_errors() -> None:
+    api = StrategistClient("http://api", "t", transport=scripted([503, 503, 503]))
+    with pytest.raises(ApiError) as e:
+        api.wait(1, interval_s=0.01, max_poll_failures=3)
+    assert e.value.status == 503
+    answers: list[Any] = ["running", 401, "completed"]
+    api = StrategistClient("http://api", "t", transport=scripted(answers))
+    with pytest.raises(ApiError) as e:
+        api.wait(1, interval_s=0.01)
+    assert e.value.status == 401 and answers == ["completed"]  # a revoked token is not retried
