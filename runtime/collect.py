@@ -128,7 +128,13 @@ def collection_environment() -> dict[str, Any]:
 
 
 def record(
-    model: ModelSpec, cluster: ClusterSpec, trial: Trial, m: Measurement, env: dict[str, Any]
+    model: ModelSpec,
+    cluster: ClusterSpec,
+    trial: Trial,
+    m: Measurement,
+    env: dict[str, Any],
+    *,
+    max_foreign_share: float = MAX_FOREIGN_SHARE,
 ) -> dict[str, Any]:
     """The JSON record of one measured trial (see datasets/README.md, "Runtime records")."""
     ok = m.ok
@@ -152,7 +158,7 @@ def record(
         "dilation": env_m.get("dilation", 1.0),
         "per_call_overhead_s": env_m.get("per_call_overhead_s"),
         "foreign_cpu_share": env_m.get("foreign_cpu_share"),
-        "noisy": _noisy(m, MAX_FOREIGN_SHARE),
+        "noisy": _noisy(m, max_foreign_share),
         "compute_s": _median(m.compute_times) if ok else None,
         "sync_wait_s": _median(m.sync_wait_times) if ok else None,
         "measurement": m.model_dump(mode="json"),
@@ -228,7 +234,7 @@ def collect(
                 share = again.environment.get("foreign_cpu_share", 1.0)
                 if again.ok and share < m.environment.get("foreign_cpu_share", 1.0):
                     m = again
-            rec = record(model, cluster, trial, m, env)
+            rec = record(model, cluster, trial, m, env, max_foreign_share=max_foreign_share)
             rec["attempts"] = attempts
             f.write(json.dumps(rec, separators=(",", ":")) + "\n")
             f.flush()
