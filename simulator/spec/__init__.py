@@ -3,6 +3,19 @@
 from simulator.spec.cluster import GBPS, ClusterSpec, Device, DeviceType, Node
 from simulator.spec.domain import domain_name
 from simulator.spec.errors import Issue, SpecError
+from simulator.spec.hybrid import (
+    Annotation,
+    HybridPlan,
+    ModuleAnnotation,
+    Scope,
+    TaskGraph,
+    VirtualDevice,
+    hybrid_issues,
+    plan_from_annotations,
+    replicate,
+    split,
+    trace_scopes,
+)
 from simulator.spec.io import Spec, dump_json, load_spec, parse_spec
 from simulator.spec.model import DTYPE_BYTES, ComputeDType, Layer, ModelSpec, Variable
 from simulator.spec.plan import Plan, Stage
@@ -22,15 +35,18 @@ from simulator.spec.strategy import (
 __all__ = [
     "DTYPE_BYTES",
     "GBPS",
+    "Annotation",
     "ClusterSpec",
     "CollectiveSync",
     "Compressor",
     "ComputeDType",
     "Device",
     "DeviceType",
+    "HybridPlan",
     "Issue",
     "Layer",
     "ModelSpec",
+    "ModuleAnnotation",
     "Node",
     "PSSync",
     "Partition",
@@ -39,17 +55,25 @@ __all__ = [
     "ResourcePlan",
     "ResourceStage",
     "ResourceType",
+    "Scope",
     "Shard",
     "Spec",
     "SpecError",
     "Stage",
     "Strategy",
     "Synchronizer",
+    "TaskGraph",
     "Variable",
     "VariableStrategy",
+    "VirtualDevice",
     "domain_name",
     "dump_json",
+    "hybrid_issues",
     "load_spec",
     "parse_spec",
+    "plan_from_annotations",
+    "replicate",
+    "split",
     "strategy_key",
+    "trace_scopes",
 ]
