@@ -165,11 +165,15 @@ class MemoryModel:
         optimizer = self.state_factor * params
         per_sample = sum(layer.activation_bytes for layer in layers) * self.config.activation_factor
         activations = per_sample * stashed_samples
-        boundary = layers[-1].activation_bytes + (
+        buffers = self.boundary_bytes(first, last) * buffer_samples
+        return StageMemory(params, grads, optimizer, activations, buffers)
+
+    def boundary_bytes(self, first: int, last: int) -> float:
+        """Point-to-point buffer bytes per sample of a stage holding layers [first, last): its output
+        activation and, unless it is the first stage, its input (the previous layer's output)."""
+        return self.model.layers[last - 1].activation_bytes + (
             self.model.layers[first - 1].activation_bytes if first > 0 else 0.0
         )
-        buffers = boundary * buffer_samples
-        return StageMemory(params, grads, optimizer, activations, buffers)
 
     def device_capacity_of(self, node: str) -> float:
         """Usable bytes of one GPU of ``node``."""
