@@ -20,6 +20,7 @@ returned raw (monotonic seconds) and reduced by the driver.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 
 import torch
 import torch.distributed as dist
@@ -32,24 +33,33 @@ PROBE_TAG = 1 << 20
 Stamps = list[tuple[float, float]]
 
 
+def timed_calls(repeats: int, call: Callable[[], bool]) -> Stamps:
+    """``repeats`` times: a barrier of all ranks, then ``call()``; its (start, end) stamps where it
+    returned True (this rank's time counts). Shared with the pipeline runner's probe."""
+    out: Stamps = []
+    for _ in range(repeats):
+        dist.barrier()
+        t0 = time.monotonic()
+        if call():
+            out.append((t0, time.monotonic()))
+    return out
+
+
 def run_probe(g: CommGroups, repeats: int) -> dict[str, Stamps]:
     """Run the probe on this rank; returns this rank's (start, end) stamps per kind (workers)."""
     lay = g.layout
     server = lay.server_rank(lay.num_nodes - 1)
     is_worker = lay.is_worker(g.rank)
-    out: dict[str, Stamps] = {"collective": [], "ps_round": []}
     one = torch.zeros(1, device=g.device)
-    for _ in range(repeats):
-        dist.barrier()
-        t0 = time.monotonic()
+
+    def collective() -> bool:
         if is_worker:
             dist.all_reduce(one, group=g.workers)
             if g.device.type == "cuda":
                 torch.cuda.synchronize(g.device)
-            out["collective"].append((t0, time.monotonic()))
-    for _ in range(repeats):
-        dist.barrier()
-        t0 = time.monotonic()
+        return is_worker
+
+    def ps_round() -> bool:
         if is_worker:
             buf = torch.zeros(1)
             send = dist.isend(buf, server, tag=PROBE_TAG, group=g.ps_push)
@@ -58,7 +68,6 @@ def run_probe(g: CommGroups, repeats: int) -> dict[str, Stamps]:
             for work in (send, recv):
                 if work is not None:
                     work.wait()
-            out["ps_round"].append((t0, time.monotonic()))
         elif g.rank == server:
             bufs = [torch.empty(1) for _ in range(lay.num_workers)]
             works = [dist.irecv(b, w, tag=PROBE_TAG, group=g.ps_push) for w, b in enumerate(bufs)]
@@ -70,7 +79,9 @@ def run_probe(g: CommGroups, repeats: int) -> dict[str, Stamps]:
             for work in sends:
                 if work is not None:
                     work.wait()
-    return out
+        return is_worker
+
+    return {"collective": timed_calls(repeats, collective), "ps_round": timed_calls(repeats, ps_round)}
 
 
 def call_seconds(per_worker: list[Stamps]) -> list[float]:

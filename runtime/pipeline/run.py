@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import math
 import socket
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -28,6 +29,8 @@ from typing import Any, Literal
 
 import torch
 
+from runtime.executor.config import ComputeMode, ExecutorConfig
+from runtime.executor.probe import call_seconds
 from runtime.launch import Launcher
 from runtime.pipeline.stage_net import unsupported_layers
 from runtime.pipeline.tuner import TunerConfig
@@ -39,49 +42,49 @@ from simulator.spec.plan import plan_issues
 
 @dataclass(frozen=True)
 class PipelineConfig:
-    """How a pipeline plan is executed and measured."""
+    """How a pipeline plan is executed and measured: the executor's settings plus the element type.
 
-    # 'real' runs the stage layers (correctness, small models); 'replay' sleeps their device time.
-    compute: Literal["real", "replay"] = "real"
-    # Steps run before measuring, then steps measured.
-    warmup: int = 1
-    iterations: int = 3
-    # SGD learning rate.
-    lr: float = 0.01
-    # Seed of the parameters and the synthetic batches.
-    seed: int = 0
+    ``executor`` is the executor's own ``ExecutorConfig`` (one definition and one validation of
+    compute mode, warm-up/iterations, lr, seed, timeouts, bytes ``scale``, time ``dilation``,
+    ``probe_repeats``, ``efficiency``), so a pipeline trial is measured with the protocol of every
+    other trial: with dilation D the replayed compute sleeps D times longer (the testbed must
+    divide bandwidth by ``executor.link_scale``), every reported time is divided by D, and before
+    the first step every process runs the per-call overhead probe (``runtime.executor.probe``).
+    The run's deadline is ``timeout_s + startup_timeout_s``. Fields that mean nothing to a pipeline
+    are not used: ``batch_size`` (the plan has its batch), ``check_memory`` (pipeline memory is the
+    planner's, ``search.pipeline.plan_memory_reasons``), ``param_dump_dir``, ``teacher_seed``,
+    ``crash_rank``; ``backend`` must be 'gloo'.
+    """
+
+    executor: ExecutorConfig = field(default_factory=lambda: ExecutorConfig(compute="real"))
     # Element type of parameters and activations ('float64' for exact gradient comparisons).
     dtype: Literal["float32", "float64"] = "float32"
-    # Seconds the whole run may take (start-up included) before it is a failure.
-    timeout_s: float = 120.0
-    # Replay: activation and parameter bytes are divided by this (the testbed divides bandwidth too).
-    scale: float = 1.0
-    # Replay: fraction of the device's peak FP32 FLOPS a layer achieves.
-    efficiency: float = 0.5
 
     def __post_init__(self) -> None:
-        checks = [
-            (
-                self.compute in ("real", "replay"),
-                "compute",
-                f"must be 'real' or 'replay', got {self.compute!r}",
-            ),
-            (self.warmup >= 0, "warmup", "must be >= 0"),
-            (self.iterations >= 1, "iterations", "must be >= 1"),
-            (self.lr > 0, "lr", "must be > 0"),
-            (
-                self.dtype in ("float32", "float64"),
-                "dtype",
-                f"must be 'float32' or 'float64', got {self.dtype!r}",
-            ),
-            (self.timeout_s > 0, "timeout_s", "must be > 0"),
-            (self.scale >= 1, "scale", "must be >= 1"),
-            (self.compute == "replay" or self.scale == 1, "scale", "must be 1 in real mode"),
-            (0 < self.efficiency <= 1, "efficiency", "must be in (0, 1]"),
-        ]
-        for ok, name, reason in checks:
-            if not ok:
-                raise ValueError(f"PipelineConfig.{name}: {reason}")
+        if not isinstance(self.executor, ExecutorConfig):
+            raise ValueError(f"PipelineConfig.executor: must be an ExecutorConfig, got {self.executor!r}")
+        if self.executor.backend != "gloo":
+            raise ValueError(
+                f"PipelineConfig.executor.backend: pipeline plans run on gloo only, got {self.executor.backend!r}"
+            )
+        if self.dtype not in ("float32", "float64"):
+            raise ValueError(f"PipelineConfig.dtype: must be 'float32' or 'float64', got {self.dtype!r}")
+
+    @property
+    def compute(self) -> ComputeMode:
+        return self.executor.compute
+
+    @property
+    def dilation(self) -> float:
+        return self.executor.dilation
+
+    @property
+    def scale(self) -> float:
+        return self.executor.scale
+
+    def job(self) -> dict[str, Any]:
+        """What every process reads: the executor's fields flat, plus ``dtype``."""
+        return {**asdict(self.executor), "dtype": self.dtype}
 
 
 @dataclass(frozen=True)
@@ -129,7 +132,9 @@ def _free_port() -> int:
 def _replay_job(
     model: ModelSpec, cluster: ClusterSpec, plans: Sequence[Plan], cfg: PipelineConfig
 ) -> dict[str, Any]:
-    """Per plan and stage: (forward, backward) seconds of one micro-batch; per stage: tensor sizes."""
+    """Per plan and stage: (forward, backward) seconds slept per micro-batch (the compute model's
+    times × dilation); per stage: tensor sizes (bytes / scale)."""
+    ex = cfg.executor
     stages = plans[0].stages
     fwd = [[0.0] * len(stages) for _ in plans]
     bwd = [[0.0] * len(stages) for _ in plans]
@@ -137,15 +142,16 @@ def _replay_job(
     for s, st in enumerate(stages):
         device = cluster.device_type(st.devices[0].rpartition(":")[0])
         for i, plan in enumerate(plans):
-            fwd[i][s], bwd[i][s] = stage_compute_seconds(
-                model, device, st.first_layer, st.last_layer, plan.micro_batch_size, cfg.efficiency
+            f, b = stage_compute_seconds(
+                model, device, st.first_layer, st.last_layer, plan.micro_batch_size, ex.efficiency
             )
+            fwd[i][s], bwd[i][s] = f * ex.dilation, b * ex.dilation
         out_bytes = model.layers[st.last_layer - 1].activation_bytes
-        out.append(max(1, math.ceil(out_bytes / 4 / cfg.scale)))
+        out.append(max(1, math.ceil(out_bytes / 4 / ex.scale)))
         pbytes = sum(
             v.bytes for layer in model.layers[st.first_layer : st.last_layer] for v in layer.variables
         )
-        par.append(max(1, math.ceil(pbytes / 4 / cfg.scale)))
+        par.append(max(1, math.ceil(pbytes / 4 / ex.scale)))
     return {"fwd_seconds": fwd, "bwd_seconds": bwd, "out_numel": out, "param_numel": par}
 
 
@@ -182,7 +188,7 @@ def run_pipeline(
     job: dict[str, Any] = {
         "model": model.model_dump(mode="json"),
         "plans": [p.model_dump(mode="json") for p in phases],
-        "config": asdict(config),
+        "config": config.job(),
         "tuner": None,
     }
     if tuner is not None:
@@ -209,7 +215,7 @@ def run_pipeline(
             procs.append(
                 launcher.spawn(nodes[rank], argv, {}, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL)
             )
-        failure = _wait(procs, started + config.timeout_s)
+        failure = _wait(procs, started + config.executor.timeout_s + config.executor.startup_timeout_s)
         if failure:
             failed = Measurement(failure=failure, compute_mode=config.compute, scale=config.scale)
             return PipelineRun((failed,) * (1 if tuner else len(phases)))
@@ -254,32 +260,51 @@ def _wait(procs: list[subprocess.Popen[bytes]], deadline: float) -> str | None:
 def _measure(
     records: dict[int, dict[str, Any]], phase: int | None, cfg: PipelineConfig, launcher: Launcher
 ) -> Measurement:
-    """Phase ``phase``'s Measurement (its steps only; a barrier separates phases), or all steps."""
+    """Phase ``phase``'s Measurement (its steps only; a barrier separates phases), or all steps.
+
+    As the executor's (``runtime.executor.results.aggregate``): every time is divided by the
+    dilation D; ``environment`` holds ``dilation``, ``iterations_s`` (undilated wall time of the
+    phase's steps) and ``per_call_overhead_s``: the probe's medians divided by D, ``collective``
+    (1-element all-reduce over all processes) and ``p2p_round`` (1-element exchange with both
+    neighbour stages), measured on the run's processes before its first step.
+    """
+    d = cfg.dilation
     mine = {r: [st for st in rec["steps"] if phase is None or st[0] == phase] for r, rec in records.items()}
     steps = len(mine[0])
     ends = [max(m[i][2] for m in mine.values()) for i in range(steps)]
     start = max(m[0][1] for m in mine.values())
     bounds = [start, *ends]
-    times = [bounds[i + 1] - bounds[i] for i in range(steps)]
+    times = [(bounds[i + 1] - bounds[i]) / d for i in range(steps)]
     compute = []
     for i in range(steps):
         busy = []
         for r, rec in records.items():
             _, t0, t1 = mine[r][i]
             busy.append(sum(e - s for k, _, s, e in rec["events"] if k in ("F", "B") and t0 <= s < t1))
-        compute.append(sum(busy) / len(busy))
-    env: dict[str, Any] = {"torch": torch.__version__, "launcher": type(launcher).__name__}
+        compute.append(sum(busy) / len(busy) / d)
+    overhead = {}
+    for kind in ("collective", "p2p_round"):
+        calls = call_seconds([rec["probe"][kind] for rec in records.values() if rec.get("probe")])
+        if calls:
+            overhead[kind] = statistics.median(calls) / d
+    env: dict[str, Any] = {
+        "torch": torch.__version__,
+        "launcher": type(launcher).__name__,
+        "iterations_s": ends[-1] - start,
+        "dilation": d,
+        "per_call_overhead_s": overhead,
+    }
     extra = getattr(launcher, "environment", None)
     if isinstance(extra, dict):
         env["launcher_environment"] = extra
-    w = cfg.warmup
+    w = cfg.executor.warmup
     return Measurement(
         iteration_times=tuple(times[w:]),
         compute_times=tuple(compute[w:]),
         sync_wait_times=tuple(max(0.0, t - c) for t, c in zip(times[w:], compute[w:], strict=True)),
         warmup=w,
         scale=cfg.scale,
-        compute_mode=cfg.compute,
+        compute_mode=cfg.executor.compute,
         backend="gloo",
         environment=env,
     )

@@ -99,18 +99,28 @@ class _Sleep(torch.autograd.Function):
     ) -> torch.Tensor:
         ctx.bwd = bwd
         ctx.in_shape = x.shape
-        ctx.w_shape = w.shape
         time.sleep(fwd)
         return x.new_zeros((x.shape[0], out_numel))
 
     @staticmethod
     def backward(ctx: Any, grad: torch.Tensor) -> tuple[Any, ...]:
         time.sleep(ctx.bwd)
-        return grad.new_zeros(ctx.in_shape), grad.new_zeros(ctx.w_shape), None, None, None
+        # No weight gradient per micro-batch (None: autograd leaves ``w.grad`` alone). Building and
+        # accumulating a zero tensor of the stage's scaled parameter bytes cost ~28 ms per backward
+        # on this host (15 MB for a GPT-Medium stage), a per-micro-batch cost a GPU does not have
+        # (its weight-gradient accumulation is inside the replayed backward time); it made every
+        # small-b plan look slow (issue 17 profile, runtime/pipeline/README.md).
+        return grad.new_zeros(ctx.in_shape), None, None, None, None
 
 
 class ReplayStageNet(nn.Module):
-    """A stage that replays its compute time and ships tensors of its scaled activation size."""
+    """A stage that replays its compute time and ships tensors of its scaled activation size.
+
+    Its parameters are one flat buffer of the stage's scaled parameter bytes with a gradient buffer
+    allocated once (``flat.grad``): the data-parallel all-reduce moves those bytes every step, but
+    no backward writes into it (the replayed backward time already holds the accumulation) and no
+    optimizer updates it (replayed parameters carry no values; ``runtime.pipeline.worker``).
+    """
 
     def __init__(self, fwd_seconds: float, bwd_seconds: float, out_numel: int, param_numel: int) -> None:
         super().__init__()
@@ -118,6 +128,7 @@ class ReplayStageNet(nn.Module):
         self.bwd_seconds = bwd_seconds
         self.out_numel = out_numel
         self.flat = nn.Parameter(torch.zeros(max(1, param_numel)))
+        self.flat.grad = torch.zeros_like(self.flat)
 
     def forward(self, h: torch.Tensor) -> torch.Tensor:
         return _Sleep.apply(h, self.flat, self.fwd_seconds, self.bwd_seconds, self.out_numel)

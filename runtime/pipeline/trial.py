@@ -1,6 +1,6 @@
 """A strategy whose ``plan`` is a pipeline, run as an executor trial (the ExecutorSession's hook).
 
-``run_plan_trial`` maps the executor's ``ExecutorConfig`` onto ``PipelineConfig`` and returns a
+``run_plan_trial`` runs with the executor's ``ExecutorConfig`` (``PipelineConfig`` composes it) and returns a
 Measurement whose failure, if any, follows the executor's wording (``invalid strategy: ...``,
 ``unsupported: ...``, ``rank R exited ...``, ``timeout: ...``). The data-parallel part of the
 strategy (per-variable synchronisers) is not consulted: replicas of a stage all-reduce their
@@ -17,17 +17,8 @@ from simulator.spec.measurement import Measurement
 
 
 def pipeline_config(cfg: ExecutorConfig) -> PipelineConfig:
-    """The pipeline settings an executor configuration stands for."""
-    return PipelineConfig(
-        compute=cfg.compute,
-        warmup=cfg.warmup,
-        iterations=cfg.iterations,
-        lr=cfg.lr,
-        seed=cfg.seed,
-        timeout_s=cfg.timeout_s + cfg.startup_timeout_s,
-        scale=cfg.scale,
-        efficiency=cfg.efficiency,
-    )
+    """The pipeline settings an executor configuration stands for: that configuration itself."""
+    return PipelineConfig(executor=cfg)
 
 
 def run_plan_trial(

@@ -33,6 +33,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from runtime.executor.probe import PROBE_TAG, Stamps, timed_calls
 from runtime.pipeline.adapter import EventLog, ScheduleRunner, make_stage
 from runtime.pipeline.profile import profile_records
 from runtime.pipeline.stage_net import DTYPES, ReplayStageNet, StageNet, mse, output_width, synthetic_batch
@@ -53,10 +54,11 @@ def run(job: dict[str, Any], rank: int, master: str, port: int, out: Path) -> No
         init_method=f"tcp://{master}:{port}",
         rank=rank,
         world_size=P * D,
-        timeout=timedelta(seconds=cfg["timeout_s"]),
+        timeout=timedelta(seconds=cfg["timeout_s"] + cfg["startup_timeout_s"]),
     )
     pp_groups = [dist.new_group([dd * P + ss for ss in range(P)]) for dd in range(D)]
     dp_groups = [dist.new_group([dd * P + ss for dd in range(D)]) for ss in range(P)]
+    probe = run_pipeline_probe(rank, P, pp_groups[d], int(cfg["probe_repeats"]))
     stage = first.stages[s]
     dtype = DTYPES[cfg["dtype"]]
     real = cfg["compute"] == "real"
@@ -77,8 +79,9 @@ def run(job: dict[str, Any], rank: int, master: str, port: int, out: Path) -> No
 
     def reduce_grad() -> None:
         grads = [p.grad for p in params if p.grad is not None]
-        for g in grads:
-            g.mul_(grad_scale[0])
+        if real:  # replayed gradients carry no values: only their all-reduce is timed
+            for g in grads:
+                g.mul_(grad_scale[0])
         if D > 1 and grads:
             flat = torch.cat([g.flatten() for g in grads])
             dist.all_reduce(flat, group=dp_groups[s])
@@ -132,7 +135,7 @@ def run(job: dict[str, Any], rank: int, master: str, port: int, out: Path) -> No
                 named = zip(module.names, params, strict=True)
                 all_grads.append({k: p.grad.detach().clone() for k, p in named if p.grad is not None})
             for p in params:
-                if p.grad is not None:
+                if real and p.grad is not None:  # replay: no update, the gradient buffer stays
                     p.sub_(p.grad, alpha=cfg["lr"])
                     p.grad = None
         step_times.append((index, t0, time.monotonic()))
@@ -175,10 +178,39 @@ def run(job: dict[str, Any], rank: int, master: str, port: int, out: Path) -> No
         "losses": losses if s == P - 1 else [],
         "schedules": schedules,
         "tuner": tuner_log,
+        "probe": probe,
     }
     (out / f"rank{rank}.json").write_text(json.dumps(record))
     dist.barrier()
     dist.destroy_process_group()
+
+
+def run_pipeline_probe(rank: int, P: int, group: dist.ProcessGroup, repeats: int) -> dict[str, Stamps]:
+    """The executor's per-call overhead probe on the pipeline's processes (``timed_calls``).
+
+    ``collective``: a 1-element all-reduce over every process; ``p2p_round``: a 1-element
+    message to and from each neighbour stage of the same replica (the pipeline's own calls),
+    posted together and waited for.
+    """
+    one = torch.zeros(1)
+    s = rank % P
+    neighbours = [rank + 1] * (s + 1 < P) + [rank - 1] * (s > 0)
+
+    def collective() -> bool:
+        dist.all_reduce(one)
+        return True
+
+    def p2p_round() -> bool:
+        works = []
+        for peer in neighbours:
+            works.append(dist.isend(torch.zeros(1), peer, group=group, tag=PROBE_TAG))
+            works.append(dist.irecv(torch.empty(1), peer, group=group, tag=PROBE_TAG))
+        for w in works:
+            if w is not None:
+                w.wait()
+        return True
+
+    return {"collective": timed_calls(repeats, collective), "p2p_round": timed_calls(repeats, p2p_round)}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from runtime.executor import LocalLauncher
+from runtime.executor import ExecutorConfig, LocalLauncher
 from runtime.executor.reference import linear, two_by_two
 from runtime.pipeline import PipelineConfig, PipelineRun, run_pipeline
 from runtime.pipeline.stage_net import reference_step
@@ -119,7 +119,9 @@ def check_against_reference(
 def test_two_stages_every_schedule_matches_reference(replicas: int, shares: list[int]) -> None:
     model = mlp()
     plans = phases(2, replicas, 1, shares)
-    cfg = PipelineConfig(dtype="float64", warmup=0, iterations=1, timeout_s=240)
+    cfg = PipelineConfig(
+        ExecutorConfig(compute="real", warmup=0, iterations=1, timeout_s=240), dtype="float64"
+    )
     run = run_pipeline(model, two_by_two(), plans, LocalLauncher(), cfg)
     check_against_reference(model, plans, run, 1)
 
@@ -128,7 +130,13 @@ def test_two_stages_every_schedule_matches_reference(replicas: int, shares: list
 def test_four_stages_every_schedule_matches_reference() -> None:
     model = mlp()
     plans = phases(4, 1, 1, [8])
-    run = run_pipeline(model, two_by_two(), plans, LocalLauncher(), PipelineConfig(dtype="float64", warmup=0))
+    run = run_pipeline(
+        model,
+        two_by_two(),
+        plans,
+        LocalLauncher(),
+        PipelineConfig(ExecutorConfig(compute="real", warmup=0, iterations=3), dtype="float64"),
+    )
     check_against_reference(model, plans, run, 3)
 
 
@@ -137,7 +145,13 @@ def test_unequal_shares_and_partial_groups_match_reference() -> None:
     # replica 0 runs 6 micro-batches, replica 1 runs 2; k = 4 leaves a group of 2 on replica 0
     model = mlp(6)
     plans = [make_plan(2, 2, "kfkb", 4, 1, [6, 2], layers=6), make_plan(2, 2, "1f1b", 1, 2, [6, 2], layers=6)]
-    run = run_pipeline(model, two_by_two(), plans, LocalLauncher(), PipelineConfig(dtype="float64", warmup=0))
+    run = run_pipeline(
+        model,
+        two_by_two(),
+        plans,
+        LocalLauncher(),
+        PipelineConfig(ExecutorConfig(compute="real", warmup=0, iterations=3), dtype="float64"),
+    )
     check_against_reference(model, plans, run, 3)
 
 
@@ -167,7 +181,9 @@ def test_stages_in_testbed_namespaces_match_reference() -> None:
         for schedule, k in (("gpipe", 1), ("1f1b", 1), ("kfkb", 2), ("kfkb", 4))
     ]
     with Testbed(cluster, scale=1.0) as tb:
-        cfg = PipelineConfig(dtype="float64", warmup=0, iterations=1, timeout_s=240)
+        cfg = PipelineConfig(
+            ExecutorConfig(compute="real", warmup=0, iterations=1, timeout_s=240), dtype="float64"
+        )
         run = run_pipeline(model, cluster, plans, tb, cfg)
     check_against_reference(model, plans, run, 1)
     env = run.measurements[0].environment["launcher_environment"]

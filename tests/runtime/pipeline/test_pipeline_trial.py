@@ -67,7 +67,9 @@ def test_replay_times_follow_each_plans_micro_batch() -> None:
     from simulator.pipeline.cost import stage_compute_seconds
 
     big, small = two_stage(), two_stage().model_copy(update={"micro_batch_size": 1, "num_micro_batches": 8})
-    job = _replay_job(model(), two_by_two(), [big, small], PipelineConfig(compute="replay", efficiency=0.5))
+    job = _replay_job(
+        model(), two_by_two(), [big, small], PipelineConfig(ExecutorConfig(compute="replay", efficiency=0.5))
+    )
     gpu = two_by_two().device_type("n1")
     for i, p in enumerate((big, small)):
         want = stage_compute_seconds(model(), gpu, 2, 4, p.micro_batch_size, 0.5)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from runtime.executor import LocalLauncher
+from runtime.executor import ExecutorConfig, LocalLauncher
 from runtime.executor.reference import linear, two_by_two
 from runtime.pipeline import AutoTuner, PipelineConfig, TunerConfig, TunerRun, run_pipeline
 from runtime.pipeline.profile import Profile
@@ -88,7 +88,9 @@ def test_online_switches_keep_gradients_exact() -> None:
         )
         for c in cands
     ]
-    cfg = PipelineConfig(dtype="float64", warmup=0, iterations=1, timeout_s=240)
+    cfg = PipelineConfig(
+        ExecutorConfig(compute="real", warmup=0, iterations=1, timeout_s=240), dtype="float64"
+    )
     run = run_pipeline(
         model,
         two_by_two(),
