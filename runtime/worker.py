@@ -23,7 +23,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-from runtime.worker_api import ApiClient, ClaimedTrial
+from runtime.worker_api import ApiClient, ClaimedTrial, TokenRefused
 from runtime.worker_session import TrialProcess, session_key
 from simulator.spec.measurement import Measurement
 
@@ -70,6 +70,8 @@ class Worker:
         self._stopping = threading.Event()
         self._proc: TrialProcess | None = None
         self.trials_run = 0
+        # Why the API refused this worker's token (set when it stopped for that reason).
+        self.refused: str | None = None
 
     def stop(self) -> None:
         """Claim nothing more; ``serve_forever`` returns after the trial in progress."""
@@ -98,6 +100,9 @@ class Worker:
             try:
                 ran = self.run_once()
                 backoff = self.config.poll_s
+            except TokenRefused as e:
+                self.refuse(str(e))
+                return
             except Exception as e:  # an API outage must not kill a long-lived worker
                 log.warning("worker: %s; retrying in %.1f s", e, backoff)
                 ran = False
@@ -105,6 +110,18 @@ class Worker:
             if not ran:
                 self.close_idle()
                 self._stopping.wait(backoff)
+
+    def refuse(self, reason: str) -> None:
+        """Stop for good: the token is unknown or revoked, and no retry can fix that."""
+        if self.refused is None:
+            self.refused = reason
+            log.error(
+                "worker %s: the API refused its token (%s); stopping. Give it a valid worker token"
+                " (strategist token create --role worker).",
+                self.config.name,
+                reason,
+            )
+        self.stop()
 
     def _process(self, trial: ClaimedTrial) -> TrialProcess:
         """The trial process for this trial's domain: the current one, or a fresh one."""
@@ -152,7 +169,9 @@ class Worker:
             stop.set()
             beat.join()
         if verdict["lost"]:
-            log.info("worker: trial %s is no longer ours (stale claim); not reported", trial.id)
+            log.info(
+                "worker: trial %s is no longer ours (stale claim or refused token); not reported", trial.id
+            )
             return
         if verdict["cancel"]:
             # Reporting ends the trial as 'cancelled' at once instead of at the next stale sweep.
@@ -166,6 +185,11 @@ class Worker:
         while not stop.wait(self.config.heartbeat_s):
             try:
                 reply = self.api.heartbeat(trial)
+            except TokenRefused as e:  # revoked mid-trial: its result could never be reported
+                self.refuse(str(e))
+                verdict["lost"] = True
+                proc.kill()
+                return
             except Exception as e:  # a missed beat is retried; the stale timeout is several beats long
                 log.warning("heartbeat of %s failed: %s", trial.id, e)
                 continue

@@ -58,6 +58,13 @@ class ApiError(RuntimeError):
     """The API answered with an unexpected status."""
 
 
+class TokenRefused(ApiError):
+    """The API refused the worker's token (401: unknown or revoked; 403: not a worker token).
+
+    Retrying cannot help, so the worker stops on it instead of polling forever.
+    """
+
+
 class ApiClient:
     """Thread-safe client of the worker endpoints (httpx.Client is safe to share between threads)."""
 
@@ -115,5 +122,15 @@ class ApiClient:
 
 
 def _check(r: httpx.Response, what: str) -> None:
+    if r.status_code in (401, 403):
+        raise TokenRefused(f"{what}: HTTP {r.status_code}: {_detail(r)}")
     if r.status_code >= 300:
         raise ApiError(f"{what}: HTTP {r.status_code}: {r.text[:300]}")
+
+
+def _detail(r: httpx.Response) -> str:
+    """The API's ``detail`` message, or the start of the body."""
+    try:
+        return str(r.json().get("detail", r.text[:300]))
+    except ValueError:
+        return r.text[:300]

@@ -329,13 +329,16 @@ class RetrainRequest:
 
 @dataclass(frozen=True)
 class WorkerInfo:
-    """A worker as last seen: the clusters it advertised it can run."""
+    """A worker as last seen: its pool, the clusters it can run, whether it is live, what it runs."""
 
     id: int
     name: str
     user_id: int | None
     clusters: tuple[str, ...]
     last_seen_at: datetime
+    pool: str = ""  # 'testbed' or 'gpu' ('' when it never said)
+    live: bool = False  # seen within the liveness window (see service.db.repo_workers)
+    current_trial_id: int | None = None  # the running trial it holds, if any
 
 
 class NotFound(LookupError):

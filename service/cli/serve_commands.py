@@ -32,6 +32,7 @@ from service.cli.search_cli_commands import (
 )
 from service.client import StrategistClient
 from service.loop_stack import Stack, StackConfig
+from service.queue.worker_main import EXIT_TOKEN_REFUSED
 from service.settings import Settings
 
 
@@ -66,9 +67,19 @@ def serve(
         signal.signal(sig, lambda *_: done.set())
     try:
         while not done.wait(1.0):
-            if stack.worker is not None and stack.worker.poll() is not None:
-                typer.echo(f"embedded worker exited with {stack.worker.returncode}; restarting it", err=True)
-                stack.start_worker()
+            if stack.worker is None or stack.worker.poll() is None:
+                continue
+            if stack.worker.returncode == EXIT_TOKEN_REFUSED:  # a restart would be refused again
+                typer.echo(
+                    "embedded worker stopped: the API refused its token (revoked?); not restarting it."
+                    " Searches on its clusters report the stall; remove embedded-worker.token in the"
+                    " data folder and restart serve to issue a new one",
+                    err=True,
+                )
+                stack.worker = None
+                continue
+            typer.echo(f"embedded worker exited with {stack.worker.returncode}; restarting it", err=True)
+            stack.start_worker()
     finally:
         stack.stop()
 

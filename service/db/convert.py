@@ -165,13 +165,3 @@ def retrain_request(row: m.RetrainRequestRow) -> d.RetrainRequest:
         created_at=aware(row.created_at),
         finished_at=maybe_aware(row.finished_at),
     )
-
-
-def worker(row: m.WorkerRow) -> d.WorkerInfo:
-    return d.WorkerInfo(
-        id=row.id,
-        name=row.name,
-        user_id=row.user_id,
-        clusters=tuple(str(c) for c in row.clusters),
-        last_seen_at=aware(row.last_seen_at),
-    )

@@ -279,6 +279,9 @@ class WorkerRow(Base):
     name: Mapped[str] = mapped_column(String(200), unique=True)
     user_id: Mapped[int | None] = mapped_column(ForeignKey("users.id", ondelete="SET NULL"), default=None)
     clusters: Mapped[list[Any]]
+    # 'testbed' or 'gpu' as the worker advertised it ('' from workers older than migration 0005).
+    pool: Mapped[str] = mapped_column(String(64), default="", server_default="")
+    # Refreshed by every claim poll (idle) and every trial heartbeat (busy): the worker's liveness.
     last_seen_at: Mapped[datetime] = mapped_column(default=utcnow)
 
 

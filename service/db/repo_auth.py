@@ -1,4 +1,4 @@
-"""Data access for users, API tokens and workers.
+"""Data access for users and API tokens.
 
 Tokens: the secret is ``stg_`` + 43 url-safe random characters; only its sha256 and its first 12
 characters (the prefix, to recognise it in a list) are stored. A user has one role; every token of
@@ -12,14 +12,13 @@ from __future__ import annotations
 
 import hashlib
 import secrets
-from collections.abc import Sequence
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from service import domain as d
 from service.db import convert
-from service.db.models import TokenRow, UserRow, WorkerRow, utcnow
+from service.db.models import TokenRow, UserRow, utcnow
 
 TOKEN_PREFIX = "stg_"
 PREFIX_SHOWN = 12
@@ -109,27 +108,3 @@ def list_tokens(session: Session) -> list[d.TokenInfo]:
     with session.begin():
         rows = session.execute(select(TokenRow, UserRow).join(UserRow).order_by(TokenRow.id)).all()
         return [convert.token_info(t, u) for t, u in rows]
-
-
-def touch_worker(
-    session: Session, *, name: str, user_id: int | None, clusters: Sequence[str]
-) -> d.WorkerInfo:
-    """Record that worker ``name`` is alive and can run ``clusters`` (insert or update)."""
-    with session.begin():
-        row = session.scalars(select(WorkerRow).where(WorkerRow.name == name)).one_or_none()
-        if row is None:
-            row = WorkerRow(name=name, user_id=user_id, clusters=list(clusters))
-            session.add(row)
-        else:
-            row.clusters = list(clusters)
-            row.user_id = user_id
-            row.last_seen_at = utcnow()
-        session.flush()
-        return convert.worker(row)
-
-
-def list_workers(session: Session) -> list[d.WorkerInfo]:
-    """Every worker ever seen, most recently seen first."""
-    with session.begin():
-        rows = session.scalars(select(WorkerRow).order_by(WorkerRow.last_seen_at.desc())).all()
-        return [convert.worker(r) for r in rows]

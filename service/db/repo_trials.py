@@ -28,7 +28,15 @@ from sqlalchemy.orm import Session
 from service import domain as d
 from service.db import convert
 from service.db.engine import affected
-from service.db.models import MeasurementRow, RuntimeRecordRow, SearchRow, SpecRow, TrialRow, utcnow
+from service.db.models import (
+    MeasurementRow,
+    RuntimeRecordRow,
+    SearchRow,
+    SpecRow,
+    TrialRow,
+    WorkerRow,
+    utcnow,
+)
 from service.db.repo_searches import load_search, new_trial, open_search_guard
 from simulator.spec.measurement import Measurement
 
@@ -179,7 +187,11 @@ def heartbeat(session: Session, *, trial_id: int, attempt: int, claim_token: str
             if session.get(TrialRow, trial_id) is None:
                 raise d.NotFound(f"no trial {trial_id}")
             return d.HeartbeatAck(accepted=False, stop=False)
-        stop = session.scalars(select(TrialRow.stop_requested).where(TrialRow.id == trial_id)).one()
+        stop, holder = session.execute(
+            select(TrialRow.stop_requested, TrialRow.claimed_by).where(TrialRow.id == trial_id)
+        ).one()
+        # A busy worker's trial heartbeat is its liveness too (service.db.repo_workers).
+        session.execute(update(WorkerRow).where(WorkerRow.name == holder).values(last_seen_at=utcnow()))
         return d.HeartbeatAck(accepted=True, stop=bool(stop))
 
 

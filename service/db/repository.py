@@ -12,9 +12,7 @@ from service.db.repo_auth import (
     ensure_token,
     hash_secret,
     list_tokens,
-    list_workers,
     revoke_token,
-    touch_worker,
     verify_token,
 )
 from service.db.repo_profiles import get_profile, list_profiles, profiles_in_use, store_profile
@@ -56,6 +54,7 @@ from service.db.repo_trials import (
     report_trial,
     requeue_stale_trials,
 )
+from service.db.repo_workers import list_workers, touch_worker, waiting_on_workers
 
 __all__ = [
     "add_round",
@@ -105,5 +104,6 @@ __all__ = [
     "transition_search",
     "user_usage",
     "verify_token",
+    "waiting_on_workers",
     "zoo_spec",
 ]

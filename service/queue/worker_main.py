@@ -28,6 +28,7 @@ from typing import Annotated
 import typer
 
 from runtime.worker import TOKEN_ENV, Worker, WorkerConfig, wait_for_api
+from runtime.worker_api import TokenRefused
 from runtime.worker_pools import POOLS, runnable_clusters
 from runtime.worker_session import die_with_parent
 from simulator import zoo
@@ -127,21 +128,42 @@ def worker(
         _stop_on_signals(w)
         w.serve_forever()
         w.shutdown()
+        _exit_if_refused(w)
         return
+
     # The idle poll stays on as the safety net for lost nudges; both paths share the worker's
-    # one-trial-at-a-time lock.
-    poller = threading.Thread(target=w.serve_forever, name="poll", daemon=True)
+    # one-trial-at-a-time lock. A refused token on either path ends the Celery consumer too.
+    def poll_api() -> None:
+        w.serve_forever()
+        if w.refused:
+            os.kill(os.getpid(), signal.SIGTERM)  # Celery's warm shutdown
+
+    poller = threading.Thread(target=poll_api, name="poll", daemon=True)
     poller.start()
     from service.queue import consume_nudges, make_celery
 
     def drain(_trial_id: int) -> None:
-        while w.run_once():
-            pass
+        try:
+            while w.run_once():
+                pass
+        except TokenRefused as e:
+            w.refuse(str(e))
+            os.kill(os.getpid(), signal.SIGTERM)
 
     consume_nudges(
         make_celery(broker), names, drain, hostname=f"{config.name}@strategist", on_shutdown=w.stop
     )
     w.shutdown()
+    _exit_if_refused(w)
+
+
+#: Exit status of a worker whose token the API refused (a supervisor should not restart it as is).
+EXIT_TOKEN_REFUSED = 3
+
+
+def _exit_if_refused(w: Worker) -> None:
+    if w.refused:
+        raise typer.Exit(EXIT_TOKEN_REFUSED)
 
 
 def hold_lock(path: Path) -> int:

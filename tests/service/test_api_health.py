@@ -21,7 +21,7 @@ def test_health_and_readiness(client: TestClient) -> None:
     assert r.status_code == 200
     assert r.json() == {
         "status": "ready",
-        "checks": {"database": "ok", "migrations": "ok (0003)", "broker": "ok"},
+        "checks": {"database": "ok", "migrations": "ok (0005)", "broker": "ok"},
     }
 
 
@@ -32,7 +32,7 @@ def test_readiness_fails_on_unreachable_broker(settings: Settings, engine: Any) 
     assert r.status_code == 503
     body = r.json()
     assert body["status"] == "not ready"
-    assert (body["checks"]["database"], body["checks"]["migrations"]) == ("ok", "ok (0003)")
+    assert (body["checks"]["database"], body["checks"]["migrations"]) == ("ok", "ok (0005)")
     assert body["checks"]["broker"].startswith("unreachable: ")
 
 

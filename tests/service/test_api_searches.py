@@ -213,6 +213,7 @@ def test_status_reports_best_and_speedups(
             }
         ],
         "speedups": {"horovod": pytest.approx(1.5), "ps": pytest.approx(2.25)},
+        "state_detail": None,  # nothing queued waits for a worker
     }
     rounds = client.get(f"{API}/searches/{sid}/rounds", headers=tokens["alice"]).json()
     assert rounds == {
@@ -247,6 +248,7 @@ def test_status_of_a_fresh_search_has_no_best(client: TestClient, tokens: dict[s
         "families": [],
         "reports": [],
         "speedups": {},
+        "state_detail": None,
     }
 
 

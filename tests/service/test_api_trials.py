@@ -118,10 +118,16 @@ def test_claim_heartbeat_report(
         == 0
     )
     workers = client.get(f"{API}/workers", headers=tokens["admin"]).json()
-    assert workers == {  # most recently seen first; unnamed claims use the token's user name
+    # People see the workers too (the dashboard's liveness view); the same list for a user.
+    assert client.get(f"{API}/workers", headers=tokens["alice"]).json() == workers
+    # Most recently seen first (host-a's trial heartbeats came after worker-1's claim); unnamed
+    # claims use the token's user name; the trial is finished, so neither holds one.
+    assert workers == {
         "data": [
-            {"id": 1, "name": "worker-1", "user_id": 3, "clusters": ["two-node"], "last_seen_at": ANY},
-            {"id": 2, "name": "host-a", "user_id": 3, "clusters": ["two-node"], "last_seen_at": ANY},
+            {"id": 2, "name": "host-a", "user_id": 3, "pool": "testbed", "clusters": ["two-node"],
+             "last_seen_at": ANY, "live": True, "current_trial_id": None},
+            {"id": 1, "name": "worker-1", "user_id": 3, "pool": "", "clusters": ["two-node"],
+             "last_seen_at": ANY, "live": True, "current_trial_id": None},
         ],
         "count": 2,
     }

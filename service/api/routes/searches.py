@@ -84,11 +84,21 @@ def list_searches(session: SessionDep, user: UserDep) -> SearchesPublic:
 
 
 @router.get("/{search_id}", response_model=SearchStatusPublic)
-def get_search(search_id: IdPath, session: SessionDep, user: UserDep) -> SearchStatusPublic:
-    """A search's state, round, trials, best measured time and its speed-up over each baseline."""
-    return SearchStatusPublic.model_validate(
+def get_search(
+    search_id: IdPath, session: SessionDep, settings: SettingsDep, user: UserDep
+) -> SearchStatusPublic:
+    """A search's state, round, trials, best measured time and its speed-up over each baseline.
+
+    ``state_detail`` says when its trials wait with no live worker that can run them, or a
+    running trial's worker went silent (``service.db.repo_workers.waiting_on_workers``).
+    """
+    st = SearchStatusPublic.model_validate(
         repo.search_status(session, search_id=search_id, owner_id=owner_filter(user))
     )
+    st.state_detail = repo.waiting_on_workers(
+        session, search_id=search_id, owner_id=owner_filter(user), live_s=settings.heartbeat_timeout_s
+    )
+    return st
 
 
 @router.get("/{search_id}/rounds", response_model=RoundsPublic)

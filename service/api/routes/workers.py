@@ -1,10 +1,12 @@
-"""/workers: a worker claims a trial for the clusters it can run; admins list the workers seen."""
+"""/workers: a worker claims a trial for the clusters it can run; people list the workers and their liveness."""
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Response, status
+from typing import Annotated
 
-from service.api.deps import AdminDep, SessionDep, WorkerDep
+from fastapi import APIRouter, Query, Response, status
+
+from service.api.deps import SessionDep, SettingsDep, UserDep, WorkerDep
 from service.api.schemas.trials import ClaimCreate, ClaimPublic, TrialPublic, WorkerPublic, WorkersPublic
 from service.db import repository as repo
 
@@ -21,7 +23,8 @@ def claim(
 ) -> ClaimPublic | Response:
     """Claim the oldest queued trial on one of ``clusters`` (atomic: each trial goes to one worker)."""
     name = body.worker or worker.name
-    repo.touch_worker(session, name=name, user_id=worker.user_id, clusters=body.clusters)
+    # Every claim poll is the worker's heartbeat while idle (service.db.repo_workers).
+    repo.touch_worker(session, name=name, user_id=worker.user_id, clusters=body.clusters, pool=body.pool)
     got = repo.claim_trial(session, worker=name, clusters=body.clusters, trial_id=body.trial_id)
     if got is None:
         return Response(status_code=status.HTTP_204_NO_CONTENT)
@@ -35,7 +38,19 @@ def claim(
 
 
 @router.get("", response_model=WorkersPublic)
-def list_workers(session: SessionDep, admin: AdminDep) -> WorkersPublic:
-    """Every worker seen, most recent first, with the clusters it advertised."""
-    data = [WorkerPublic.model_validate(w) for w in repo.list_workers(session)]
+def list_workers(
+    session: SessionDep,
+    settings: SettingsDep,
+    user: UserDep,
+    live: Annotated[bool, Query(description="Only workers seen within the heartbeat timeout.")] = False,
+) -> WorkersPublic:
+    """Every worker seen, most recent first: pool, clusters, last seen, live or not, current trial.
+
+    A worker is live when its last claim poll or trial heartbeat is younger than the service's
+    ``heartbeat_timeout_s``.
+    """
+    data = [
+        WorkerPublic.model_validate(w)
+        for w in repo.list_workers(session, live_s=settings.heartbeat_timeout_s, live_only=live)
+    ]
     return WorkersPublic(data=data, count=len(data))

@@ -158,6 +158,11 @@ class SearchStatusPublic(Public):
         "(> 1: faster than the baseline).",
         examples=[{"horovod": 1.42, "ps": 2.1}],
     )
+    state_detail: str | None = Field(
+        None,
+        description="Why trials are not moving, when no live worker can run them (null otherwise).",
+        examples=["3 trial(s) queued on cluster B9 for 75 s with no live worker for it (...)"],
+    )
 
 
 class RoundPublic(Public):

@@ -136,8 +136,11 @@ class WorkerPublic(Public):
     id: int
     name: str
     user_id: int | None
+    pool: str = Field(description="'testbed' or 'gpu' as the worker advertised it.", examples=["testbed"])
     clusters: list[str]
-    last_seen_at: datetime
+    last_seen_at: datetime = Field(description="Its last claim poll or trial heartbeat.")
+    live: bool = Field(description="Seen within the service's heartbeat timeout.")
+    current_trial_id: int | None = Field(description="The running trial it holds, if any.")
 
 
 class WorkersPublic(Public):
