@@ -124,10 +124,26 @@ def test_claim_heartbeat_report(
     # claims use the token's user name; the trial is finished, so neither holds one.
     assert workers == {
         "data": [
-            {"id": 2, "name": "host-a", "user_id": 3, "pool": "testbed", "clusters": ["two-node"],
-             "last_seen_at": ANY, "live": True, "current_trial_id": None},
-            {"id": 1, "name": "worker-1", "user_id": 3, "pool": "", "clusters": ["two-node"],
-             "last_seen_at": ANY, "live": True, "current_trial_id": None},
+            {
+                "id": 2,
+                "name": "host-a",
+                "user_id": 3,
+                "pool": "testbed",
+                "clusters": ["two-node"],
+                "last_seen_at": ANY,
+                "live": True,
+                "current_trial_id": None,
+            },
+            {
+                "id": 1,
+                "name": "worker-1",
+                "user_id": 3,
+                "pool": "",
+                "clusters": ["two-node"],
+                "last_seen_at": ANY,
+                "live": True,
+                "current_trial_id": None,
+            },
         ],
         "count": 2,
     }
