@@ -4,6 +4,8 @@ Public API:
     memory_constrained_balance(profile, devices) -> Balance    Algorithm 1 (intra-TaskGraph shares)
     replicate_profile / split_profile / device_slots            its inputs from the memory and compute models
     stage_slots / balanced_partition / even_partition           inter-TaskGraph placement and layer cut
+    balanced_data_parallel / balanced_pipeline (+ even_*)        HybridPlans and their baselines
+    memory_reasons(plan, memory)                                 the one memory check of a HybridPlan
 """
 
 from search.hybrid.balance import (
@@ -27,6 +29,16 @@ from search.hybrid.placement import (
     even_partition,
     stage_slots,
 )
+from search.hybrid.plans import (
+    PipelineChoice,
+    balanced_data_parallel,
+    balanced_pipeline,
+    data_parallel,
+    even_data_parallel,
+    even_pipeline,
+    memory_reasons,
+    pipeline,
+)
 
 __all__ = [
     "Balance",
@@ -34,16 +46,24 @@ __all__ = [
     "InfeasibleBalance",
     "InfeasiblePartition",
     "Partition",
+    "PipelineChoice",
     "Shift",
     "StageSlot",
     "TaskGraphProfile",
+    "balanced_data_parallel",
     "balanced_partition",
+    "balanced_pipeline",
+    "data_parallel",
     "device_slots",
     "evaluate_partition",
+    "even_data_parallel",
     "even_partition",
+    "even_pipeline",
     "even_shares",
     "fits",
     "memory_constrained_balance",
+    "memory_reasons",
+    "pipeline",
     "proportional_shares",
     "replicate_profile",
     "split_profile",

@@ -1,0 +1,320 @@
+"""Hybrid cost model: one training step of a Whale ``HybridPlan`` on a (heterogeneous) cluster.
+
+Every part is an existing model, called rather than restated:
+
+- per-device compute: the compute model's per-layer roofline
+  (``simulator.analytical.compute.layer_times``, ``stage_seconds`` here; with default op
+  efficiencies it is ``simulator.pipeline.cost.stage_compute_seconds``, what the executors'
+  replay sleeps) on *each device's own type* for the rows it runs, with that type's
+  ``CostParams.efficiency_of``;
+- data-parallel gradient sync: AutoSync's Eq. 3 (``simulator.analytical.formulas.collective_terms``)
+  for one all-reduce of the TaskGraph's gradient bytes over its copies, on the ring of those
+  devices (its slowest link), plus the measured per-call cost α when ``CostParams.call_overhead_s``
+  is set (else w·φ + δ), plus ring latency;
+- pipelines (``num_micro_batches > 1``): the pipeline issue's event simulation of the kFkB action
+  lists (``simulator.pipeline.simulate`` of ``kfkb``) per nested replica, stage times on the
+  replica's own devices, boundary transfers = ``simulator.pipeline.cost.boundary_bytes`` over the
+  link between the two stages' nodes; each stage's all-reduce over the nested replicas starts when
+  the last replica finished that stage: step = max_s (max_r end_{r,s} + sync_s);
+- split collectives (Megatron-style, as the executor's sharding patterns): in a split TaskGraph
+  the linear layers alternate column- and row-parallel, attention is split by heads, embeddings
+  by vocabulary rows. A row-parallel linear, an attention layer and an embedding all-reduce their
+  output in the forward pass; a column-parallel linear and an attention layer all-reduce their input
+  gradient in the backward pass; a column-parallel linear left without its row partner all-gathers
+  its output. Bytes = the layer's activation bytes × the replica's batch; Eq. 3 over the
+  VirtualDevice's ring. Sharded layers' compute is scaled by the device's split fraction; other
+  layers run whole on every device.
+
+Decisions where neither the paper nor the executor fixes it:
+- Non-pipelined plans run their TaskGraphs one after another on every nested replica (a bridge
+  is a barrier): replica time = Σ_t (slowest device of t + t's split collectives) + bridges; the
+  gradient all-reduces run after the backward, not overlapped (one fused call per TaskGraph, as
+  the executor issues them), serialised: step = max_r replica time + Σ_t sync_t.
+- A bridge between two TaskGraphs costs nothing when both are replicate TaskGraphs on the same
+  devices with the same shares (rows stay put); otherwise the replica's boundary activation is
+  all-gathered over the union of the two VirtualDevices, forward and (its gradient) backward.
+- Pipelined plans need ``degree == 1`` TaskGraphs (one device per stage and nested replica), what
+  the pipeline executor runs; other pipelined plans raise ValueError naming the field.
+
+Shapes: T TaskGraphs, R nested replicas; ``busy``: {device: seconds of compute per step}.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from simulator.analytical.compute import layer_times, op_class
+from simulator.analytical.formulas import Primitive, collective_terms, one_way_latency_s
+from simulator.analytical.params import CostParams
+from simulator.pipeline.cost import boundary_bytes
+from simulator.pipeline.events import simulate
+from simulator.pipeline.schedule import kfkb
+from simulator.spec import GBPS, ClusterSpec, DeviceType, HybridPlan, ModelSpec
+
+
+@dataclass(frozen=True)
+class TaskGraphCost:
+    """One TaskGraph's share of a step: per-device compute, split collectives, gradient sync."""
+
+    compute: dict[str, float]  # device -> forward + backward seconds per step
+    split_comm: tuple[float, ...]  # per nested replica: seconds of split collectives per step
+    sync: float  # seconds of its data-parallel gradient all-reduce
+
+
+@dataclass(frozen=True)
+class HybridCost:
+    """The predicted step and where it goes."""
+
+    seconds: float  # one training step
+    task_graphs: tuple[TaskGraphCost, ...]
+    busy: dict[str, float]  # device -> compute seconds per step (all TaskGraphs it runs)
+    replica_seconds: tuple[float, ...]  # per nested replica, before the final all-reduces
+    bridge: tuple[float, ...]  # per nested replica: bridge seconds (0 for pipelines: in the simulation)
+
+    @property
+    def sync(self) -> float:
+        return sum(t.sync for t in self.task_graphs)
+
+
+def _type(cluster: ClusterSpec, device: str) -> DeviceType:
+    return cluster.device_type(device.rpartition(":")[0])
+
+
+def ring_gbps(cluster: ClusterSpec, devices: Sequence[str]) -> float:
+    """Eq. 3's b_m over ``devices`` in the given order: the slowest link of their ring."""
+    nodes = [cluster.node_index[d.rpartition(":")[0]] for d in devices]
+    if len(nodes) == 1:
+        return cluster.intra_gbps(nodes[0])
+    return min(cluster.link_gbps(nodes[i], nodes[(i + 1) % len(nodes)]) for i in range(len(nodes)))
+
+
+def collective_seconds(
+    cluster: ClusterSpec, devices: Sequence[str], primitive: Primitive, nbytes: float, params: CostParams
+) -> float:
+    """One collective of ``nbytes`` over ``devices`` (Eq. 3, measured α when given, ring latency)."""
+    w = len(devices)
+    if w <= 1 or nbytes <= 0:
+        return 0.0
+    terms = collective_terms(primitive, nbytes, w, ring_gbps(cluster, devices))
+    fixed = params.call_overhead_s if params.call_overhead_s is not None else None
+    seconds = terms.transfer + fixed if fixed is not None else terms.seconds(params)
+    nodes = [cluster.node_index[d.rpartition(":")[0]] for d in devices]
+    hop = max(one_way_latency_s(cluster, nodes[i], nodes[(i + 1) % w]) for i in range(w))
+    hops = 2 * (w - 1) if primitive == "allreduce" else w - 1
+    return seconds + hops * hop
+
+
+def _grad_bytes(model: ModelSpec, first: int, last: int) -> float:
+    return float(sum(v.grad_bytes for layer in model.layers[first:last] for v in layer.variables))
+
+
+def stage_seconds(
+    model: ModelSpec, device: DeviceType, first: int, last: int, rows: int, params: CostParams
+) -> tuple[float, float]:
+    """(forward, backward) seconds of layers [first, last) for ``rows`` samples on ``device``.
+
+    ``layer_times`` with ``params`` (its ``efficiency_of(device)``): with default op efficiencies
+    this is ``simulator.pipeline.cost.stage_compute_seconds``, the executors' replay.
+    """
+    if rows <= 0:
+        return 0.0, 0.0
+    t = layer_times(model, device, rows, params)
+    return float(t.fwd[first:last].sum()), float(t.bwd[first:last].sum())
+
+
+def _compute(
+    model: ModelSpec, device: DeviceType, first: int, last: int, rows: int, params: CostParams
+) -> float:
+    return sum(stage_seconds(model, device, first, last, rows, params))
+
+
+_SHARDED = ("gemm", "attention", "embedding")
+
+
+def split_layers(model: ModelSpec, first: int, last: int) -> list[tuple[int, str]]:
+    """(layer, 'col' | 'row' | 'attn' | 'emb' | 'col-gather') of the sharded layers of a split TaskGraph."""
+    out: list[tuple[int, str]] = []
+    col_open = False
+    for li in range(first, last):
+        layer = model.layers[li]
+        cls = op_class(layer.kind)
+        if not layer.variables or cls not in _SHARDED:
+            continue
+        if layer.kind == "linear":
+            out.append((li, "row" if col_open else "col"))
+            col_open = not col_open
+            continue
+        if col_open:
+            out[-1] = (out[-1][0], "col-gather")
+            col_open = False
+        out.append((li, "attn" if cls == "attention" else "emb"))
+    if col_open:
+        out[-1] = (out[-1][0], "col-gather")
+    return out
+
+
+def _split_compute(
+    model: ModelSpec,
+    device: DeviceType,
+    first: int,
+    last: int,
+    rows: int,
+    fraction: float,
+    params: CostParams,
+) -> float:
+    """Seconds of a split TaskGraph on one device: sharded layers × its fraction, the rest whole."""
+    if rows <= 0:
+        return 0.0
+    t = layer_times(model, device, rows, params)
+    sharded = {li for li, _ in split_layers(model, first, last)}
+    total = 0.0
+    for li in range(first, last):
+        s = float(t.fwd[li] + t.bwd[li])
+        total += s * fraction if li in sharded else s
+    return total
+
+
+def _split_comm(
+    model: ModelSpec,
+    cluster: ClusterSpec,
+    devices: Sequence[str],
+    first: int,
+    last: int,
+    rows: int,
+    params: CostParams,
+) -> float:
+    total = 0.0
+    for li, kind in split_layers(model, first, last):
+        out = model.layers[li].activation_bytes * rows
+        prev = model.layers[li - 1].activation_bytes * rows if li > 0 else 0.0
+        if kind in ("row", "attn", "emb"):
+            total += collective_seconds(cluster, devices, "allreduce", out, params)
+        if kind in ("col", "attn", "col-gather") and li > first:
+            total += collective_seconds(cluster, devices, "allreduce", prev, params)
+        if kind == "col-gather":
+            total += collective_seconds(cluster, devices, "allgather", out, params)
+    return total
+
+
+def predict(
+    model: ModelSpec, cluster: ClusterSpec, plan: HybridPlan, params: CostParams | None = None
+) -> HybridCost:
+    """Predicted seconds of one step of ``plan`` (see the module docstring for every term)."""
+    params = params or CostParams()
+    plan.check(model, cluster)
+    if plan.num_micro_batches > 1:
+        return _pipelined(model, cluster, plan, params)
+    return _sequential(model, cluster, plan, params)
+
+
+def _sync(model: ModelSpec, cluster: ClusterSpec, plan: HybridPlan, t: int, params: CostParams) -> float:
+    tg = plan.task_graphs[t]
+    grads = _grad_bytes(model, tg.first_layer, tg.last_layer)
+    if tg.primitive == "replicate":
+        return collective_seconds(cluster, tg.devices, "allreduce", grads, params)
+    # split: shard j all-reduces over the nested replicas; the largest shard bounds the step
+    biggest = max(tg.split_shares or (1,) * tg.degree) / sum(tg.split_shares or (1,) * tg.degree)
+    return max(
+        collective_seconds(
+            cluster, [vd.devices[j] for vd in tg.virtual_devices], "allreduce", grads * biggest, params
+        )
+        for j in range(tg.degree)
+    )
+
+
+def _sequential(model: ModelSpec, cluster: ClusterSpec, plan: HybridPlan, params: CostParams) -> HybridCost:
+    tgs: list[TaskGraphCost] = []
+    busy: dict[str, float] = {d: 0.0 for d in plan.devices}
+    per_replica = [0.0] * plan.nested_dp
+    for t, tg in enumerate(plan.task_graphs):
+        compute: dict[str, float] = {}
+        comm = []
+        for r, vd in enumerate(tg.virtual_devices):
+            batch = plan.replica_batch(r)
+            rows = tg.shares(r, batch)
+            if tg.primitive == "replicate":
+                secs = [
+                    _compute(model, _type(cluster, d), tg.first_layer, tg.last_layer, rows[j], params)
+                    for j, d in enumerate(vd.devices)
+                ]
+                c = 0.0
+            else:
+                w = tg.split_shares or (1,) * tg.degree
+                secs = [
+                    _split_compute(
+                        model, _type(cluster, d), tg.first_layer, tg.last_layer, batch, w[j] / sum(w), params
+                    )
+                    for j, d in enumerate(vd.devices)
+                ]
+                c = _split_comm(model, cluster, vd.devices, tg.first_layer, tg.last_layer, batch, params)
+            compute.update(zip(vd.devices, secs, strict=True))
+            comm.append(c)
+            per_replica[r] += max(secs) + c
+        for d, s in compute.items():
+            busy[d] += s
+        tgs.append(TaskGraphCost(compute, tuple(comm), _sync(model, cluster, plan, t, params)))
+    bridges = [0.0] * plan.nested_dp
+    for t in range(len(plan.task_graphs) - 1):
+        a, b = plan.task_graphs[t], plan.task_graphs[t + 1]
+        for r in range(plan.nested_dp):
+            batch = plan.replica_batch(r)
+            va, vb = a.virtual_devices[r], b.virtual_devices[r]
+            same = (
+                a.primitive == b.primitive == "replicate"
+                and va.devices == vb.devices
+                and a.shares(r, batch) == b.shares(r, batch)
+            )
+            if same:
+                continue
+            union = list(dict.fromkeys((*va.devices, *vb.devices)))
+            nbytes = model.layers[a.last_layer - 1].activation_bytes * batch
+            bridges[r] += 2 * collective_seconds(cluster, union, "allgather", nbytes, params)
+    replica = [p + b for p, b in zip(per_replica, bridges, strict=True)]
+    seconds = max(replica) + sum(t.sync for t in tgs)
+    return HybridCost(seconds, tuple(tgs), busy, tuple(replica), tuple(bridges))
+
+
+def _pipelined(model: ModelSpec, cluster: ClusterSpec, plan: HybridPlan, params: CostParams) -> HybridCost:
+    for i, tg in enumerate(plan.task_graphs):
+        if tg.degree != 1:
+            raise ValueError(
+                f"task_graphs.{i}.degree: a pipelined TaskGraph needs one device per nested replica "
+                f"(got {tg.degree}); nest data parallelism with nested_dp instead"
+            )
+    pplan = plan.to_plan()
+    P = len(plan.task_graphs)
+    b = plan.micro_batch_size
+    syncs = [_sync(model, cluster, plan, t, params) for t in range(P)]
+    ends: list[tuple[float, ...]] = []
+    busy: dict[str, float] = {d: 0.0 for d in plan.devices}
+    compute: list[dict[str, float]] = [{} for _ in range(P)]
+    for r in range(plan.nested_dp):
+        n = plan.replica_batch(r) // b
+        devs = [tg.virtual_devices[r].devices[0] for tg in plan.task_graphs]
+        fwd, bwd = [], []
+        for tg, d in zip(plan.task_graphs, devs, strict=True):
+            dt = _type(cluster, d)
+            f, bw = stage_seconds(model, dt, tg.first_layer, tg.last_layer, b, params)
+            fwd.append(f)
+            bwd.append(bw)
+        transfers: dict[tuple[int, int], float] = {}
+        for s in range(P - 1):
+            ia = cluster.node_index[devs[s].rpartition(":")[0]]
+            ib = cluster.node_index[devs[s + 1].rpartition(":")[0]]
+            secs = boundary_bytes(model, pplan, s) / (cluster.link_gbps(ia, ib) * GBPS) + one_way_latency_s(
+                cluster, ia, ib
+            )
+            transfers[(s, s + 1)] = transfers[(s + 1, s)] = secs
+        if n < 1:
+            ends.append((0.0,) * P)
+            continue
+        timeline = simulate(kfkb(P, n, pplan.group_size(n)), fwd, bwd, transfers)
+        ends.append(timeline.stage_end)
+        for s, d in enumerate(devs):
+            busy[d] += n * (fwd[s] + bwd[s])
+            compute[s][d] = n * (fwd[s] + bwd[s])
+    seconds = max(max(e[s] for e in ends) + syncs[s] for s in range(P))
+    tgs = tuple(TaskGraphCost(compute[s], (0.0,) * plan.nested_dp, syncs[s]) for s in range(P))
+    replica = tuple(max(e) for e in ends)
+    return HybridCost(seconds, tgs, busy, replica, (0.0,) * plan.nested_dp)
