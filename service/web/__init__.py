@@ -13,7 +13,7 @@ from fastapi import APIRouter, FastAPI
 from fastapi.responses import FileResponse
 from fastapi.staticfiles import StaticFiles
 
-from service.web import auth, pages_create, pages_searches, pages_simulators, pages_strategy
+from service.web import auth, pages_create, pages_searches, pages_simulators, pages_strategy, pages_workers
 
 PLOTLY_JS = Path(plotly.__file__).resolve().parent / "package_data" / "plotly.min.js"
 
@@ -23,6 +23,7 @@ router.include_router(pages_create.router)  # before pages_searches: /searches/n
 router.include_router(pages_searches.router)
 router.include_router(pages_strategy.router)
 router.include_router(pages_simulators.router)
+router.include_router(pages_workers.router)
 
 
 @router.get("/static/plotly.min.js")

@@ -8,10 +8,10 @@ from urllib.parse import quote
 from fastapi import APIRouter, Request, status
 from fastapi.responses import HTMLResponse, RedirectResponse
 
-from service.api.deps import OrchestratorDep, SessionDep, notify
+from service.api.deps import OrchestratorDep, SessionDep, SettingsDep, notify
 from service.api.params import IdPath
 from service.db import repository as repo
-from service.domain import Conflict, NotFound
+from service.domain import SEARCH_FINAL, Conflict, NotFound
 from service.loop_store import search_specs
 from service.web.auth import WebUser, owner_of
 from service.web.render import page
@@ -26,16 +26,25 @@ def home() -> RedirectResponse:
 
 
 @router.get("/searches", response_class=HTMLResponse)
-def searches(request: Request, session: SessionDep, user: WebUser) -> HTMLResponse:
+def searches(request: Request, session: SessionDep, settings: SettingsDep, user: WebUser) -> HTMLResponse:
     rows = []
+    waiting: dict[int, str] = {}  # active searches whose trials wait for a worker that is not there
     for s in repo.list_searches(session, owner_id=owner_of(user)):
         st = repo.search_status(session, search_id=s.id, owner_id=owner_of(user))
         rows.append(st)
-    return page(request, "searches.html", statuses=rows)
+        if s.state not in SEARCH_FINAL and (
+            line := repo.waiting_on_workers(
+                session, search_id=s.id, owner_id=owner_of(user), live_s=settings.heartbeat_timeout_s
+            )
+        ):
+            waiting[s.id] = line
+    return page(request, "searches.html", statuses=rows, waiting=waiting)
 
 
 @router.get("/searches/{search_id}", response_class=HTMLResponse)
-def search(request: Request, search_id: IdPath, session: SessionDep, user: WebUser) -> HTMLResponse:
+def search(
+    request: Request, search_id: IdPath, session: SessionDep, settings: SettingsDep, user: WebUser
+) -> HTMLResponse:
     try:
         st = repo.search_status(session, search_id=search_id, owner_id=owner_of(user))
     except NotFound:
@@ -44,10 +53,14 @@ def search(request: Request, search_id: IdPath, session: SessionDep, user: WebUs
     trials = repo.list_trials(session, search_id=search_id, owner_id=owner_of(user))
     model, cluster = search_specs(session, search=st.search)
     chart = best_so_far(trials)
+    waiting = repo.waiting_on_workers(
+        session, search_id=search_id, owner_id=owner_of(user), live_s=settings.heartbeat_timeout_s
+    )
     return page(
         request,
         "search.html",
         st=st,
+        waiting=waiting,
         rounds=rounds,
         trials=trials,
         chart=chart,
