@@ -6,8 +6,10 @@ Public API:
     stage_slots / balanced_partition / even_partition           inter-TaskGraph placement and layer cut
     balanced_data_parallel / balanced_pipeline (+ even_*)        HybridPlans and their baselines
     memory_reasons(plan, memory)                                 the one memory check of a HybridPlan
+    auto_partition(model, cluster, memory, global_batch) -> AutoPlan   TaskGraphs chosen from the hardware
 """
 
+from search.hybrid.auto import AutoCandidate, AutoPlan, auto_partition
 from search.hybrid.balance import (
     Balance,
     DeviceSlot,
@@ -41,6 +43,8 @@ from search.hybrid.plans import (
 )
 
 __all__ = [
+    "AutoCandidate",
+    "AutoPlan",
     "Balance",
     "DeviceSlot",
     "InfeasibleBalance",
@@ -50,6 +54,7 @@ __all__ = [
     "Shift",
     "StageSlot",
     "TaskGraphProfile",
+    "auto_partition",
     "balanced_data_parallel",
     "balanced_partition",
     "balanced_pipeline",
