@@ -13,7 +13,7 @@ rho between the medians of the first and of the second half of every trial's mea
 (a ranker cannot agree with the measurements much better than they agree with themselves).
 
 Issue 13's columns: "pairwise (α)" is the unfitted model with the per-call α measured in the same
-records (``per_call_overhead_s``, the testbed probe's 1-element all-reduce and PS round, median
+records (``per_call_overhead_s``, the testbed probe's 1-element all-reduce, all-gather and PS round, median
 over the domain's trials: a calibration from the cluster, not a fit to iteration times; records
 without the probe fall back to the defaults); "counts-only" is a least-squares line on the number
 of collective calls and PS shards alone, fitted on one half of the records and scored on the other
@@ -117,9 +117,11 @@ def measured_alpha(ok: Sequence[dict[str, Any]]) -> CostParams:
     probes = [r.get("per_call_overhead_s") or {} for r in ok]
     coll = [p["collective"] for p in probes if "collective" in p]
     ps = [p["ps_round"] for p in probes if "ps_round" in p]
+    ag = [p["allgather"] for p in probes if "allgather" in p]
     return CostParams(
         call_overhead_s=float(np.median(coll)) if coll else None,
         ps_round_s=float(np.median(ps)) if ps else None,
+        allgather_call_s=float(np.median(ag)) if ag else None,
     )
 
 

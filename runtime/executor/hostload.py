@@ -7,6 +7,11 @@ directly: busy CPU seconds of the whole host (``/proc/stat``) minus the CPU seco
 session's own processes (``/proc/<pid>/stat``, threads included), over the trial's wall time and
 the host's cores. ``foreign_cpu_share`` 0 means nothing else ran; 1 means other processes kept
 every core busy. Linux only; elsewhere the snapshot is None and nothing is recorded.
+
+``own_cpu_share`` is the other side: the share of the host's CPU capacity the session's own
+processes used. Near 1 the trial saturated the host: its times then measure how fast two cores
+push messages through gloo and Python, not the emulated links, and a larger time dilation is
+needed (runtime/testbed/README.md, "Host saturation").
 """
 
 from __future__ import annotations
@@ -63,3 +68,11 @@ def foreign_cpu_share(before: CpuSnapshot | None, after: CpuSnapshot | None) -> 
     cores = os.cpu_count() or 1
     foreign = (after.host_busy_s - before.host_busy_s) - (after.own_s - before.own_s)
     return max(0.0, foreign) / ((after.wall - before.wall) * cores)
+
+
+def own_cpu_share(before: CpuSnapshot | None, after: CpuSnapshot | None) -> float | None:
+    """The share of the host's CPU capacity the session's own processes used between two snapshots."""
+    if before is None or after is None or after.wall <= before.wall:
+        return None
+    cores = os.cpu_count() or 1
+    return max(0.0, after.own_s - before.own_s) / ((after.wall - before.wall) * cores)

@@ -8,6 +8,9 @@ spends ~10 µs to ~1 ms there; the emulated one must be dilated until it is in t
 (runtime/testbed/README.md, "Time dilation").
 
 - ``collective``: a 1-element all-reduce over the workers' group (the collectives' backend).
+- ``allgather``: a 1-element all-gather over the workers' group. Gloo's all-gather costs several
+  all-reduces' worth of software time on a crowded host (11 processes on 2 cores: ~18-23 ms raw
+  against ~2-7 ms for a 1-element all-reduce; runtime/executor/README.md), and the executor sends a sparse unit as three of them, so the cost model needs this α too.
 - ``ps_round``: every worker pushes 1 element to the PS server of the *last* node (so that, on a
   multi-node cluster, the round crosses the network) and waits for its 1-element answer; the
   server answers once it has every push. Gloo point-to-point on the PS groups, as the trial's.
@@ -59,6 +62,15 @@ def run_probe(g: CommGroups, repeats: int) -> dict[str, Stamps]:
                 torch.cuda.synchronize(g.device)
         return is_worker
 
+    gathered = [torch.zeros(1, device=g.device) for _ in range(lay.num_workers)]
+
+    def allgather() -> bool:
+        if is_worker:
+            dist.all_gather(gathered, one, group=g.workers)
+            if g.device.type == "cuda":
+                torch.cuda.synchronize(g.device)
+        return is_worker
+
     def ps_round() -> bool:
         if is_worker:
             buf = torch.zeros(1)
@@ -81,7 +93,11 @@ def run_probe(g: CommGroups, repeats: int) -> dict[str, Stamps]:
                     work.wait()
         return is_worker
 
-    return {"collective": timed_calls(repeats, collective), "ps_round": timed_calls(repeats, ps_round)}
+    return {
+        "collective": timed_calls(repeats, collective),
+        "allgather": timed_calls(repeats, allgather),
+        "ps_round": timed_calls(repeats, ps_round),
+    }
 
 
 def call_seconds(per_worker: list[Stamps]) -> list[float]:

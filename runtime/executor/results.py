@@ -39,8 +39,8 @@ def aggregate(ranks: list[dict[str, Any]], cfg: ExecutorConfig, environment: dic
         comp.append(statistics.fmean(t[k][1] - t[k][0] for t in times) / d)
         wait.append(statistics.fmean(t[k][2] - t[k][1] for t in times) / d)
     overhead = {}
-    for kind in ("collective", "ps_round"):
-        calls = call_seconds([r["probe"][kind] for r in workers if "probe" in r])
+    for kind in ("collective", "allgather", "ps_round"):
+        calls = call_seconds([r["probe"][kind] for r in workers if kind in r.get("probe", {})])
         if calls:
             overhead[kind] = statistics.median(calls) / d
     return Measurement(

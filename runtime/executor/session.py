@@ -313,10 +313,14 @@ class ExecutorSession:
             self._kill()
             raise SessionFailure(f"could not send the strategy to the coordinator: {e}") from e
         payload = json.loads(self._await(RESULT, self.config.timeout_s, "the trial"))
-        share = hostload.foreign_cpu_share(cpu_before, hostload.snapshot(p.popen.pid for p in self._procs))
+        cpu_after = hostload.snapshot(p.popen.pid for p in self._procs)
         env = self.environment()
+        share = hostload.foreign_cpu_share(cpu_before, cpu_after)
         if share is not None:
             env["foreign_cpu_share"] = share
+        own = hostload.own_cpu_share(cpu_before, cpu_after)
+        if own is not None:
+            env["own_cpu_share"] = own
         env["trial_wall_s"] = time.monotonic() - t0
         env["session_startup_s"] = self.startup_s
         env["host_load_before_1m"] = load_before

@@ -17,10 +17,6 @@ from simulator.spec import DTYPE_BYTES, ClusterSpec, ModelSpec
 #: Collective operation codes: ring all-reduce, hierarchical all-reduce, all-gather (sparse).
 OP_ALLREDUCE_RING, OP_ALLREDUCE_HIER, OP_ALLGATHER = 0, 1, 2
 OP_NAMES = ("allreduce-ring", "allreduce-hierarchical", "allgather")
-#: Calls the executor issues per op (runtime/executor/collective.py): a ring all-reduce is one;
-#: hierarchical is reduce + leaders' all-reduce + broadcast; a sparse all-gather gathers counts,
-#: indices and rows. Used with a measured per-call cost (``CostParams.call_overhead_s``).
-CALLS_PER_OP = (1.0, 3.0, 3.0)
 #: Compressor codes, in ``Compressor.kind`` order.
 COMPRESSORS = ("none", "fp16", "powersgd")
 ALGORITHMS = ("ring", "hierarchical")

@@ -44,11 +44,14 @@ class CostParams:
     # Measured per-call costs α of the cluster the strategies run on (seconds), e.g. the testbed's
     # probe (``per_call_overhead_s`` of every runtime record: a 1-element all-reduce over the
     # workers and a 1-element PS push+pull round). When set, a collective call costs
-    # ``CALLS_PER_OP[op] × call_overhead_s`` instead of Eq. 3's w·φ + δ, and a PS shard costs
+    # ``call_alphas()[op]`` instead of Eq. 3's w·φ + δ, and a PS shard costs
     # ``ps_round_s`` instead of Eq. 2's messages·φ + δ: a calibration of α from the cluster, not a
     # fit to iteration times. None keeps φ and δ.
     call_overhead_s: float | None = None
     ps_round_s: float | None = None
+    # Measured α of one all-gather call (the probe's ``allgather``); None: ``call_overhead_s``.
+    # Gloo's all-gather is not an all-reduce's price on a crowded host, and a sparse unit is three.
+    allgather_call_s: float | None = None
 
     def __post_init__(self) -> None:
         if self.phi < 0 or self.delta < 0:
@@ -64,12 +67,25 @@ class CostParams:
             )
         if self.combine not in ("sum", "max"):
             raise ValueError(f"combine must be 'sum' or 'max', got {self.combine!r}")
-        for name in ("call_overhead_s", "ps_round_s"):
+        for name in ("call_overhead_s", "ps_round_s", "allgather_call_s"):
             v = getattr(self, name)
             if v is not None and not 0 <= v < 10:
                 raise ValueError(f"{name} must be in [0, 10) seconds, got {v}")
         if self.overlap not in ("bucket", "full"):
             raise ValueError(f"overlap must be 'bucket' or 'full', got {self.overlap!r}")
+
+    def call_alphas(self) -> tuple[float, float, float] | None:
+        """Measured seconds per collective op, in ``arrays.OP_NAMES`` order, or None (Eq. 3's φ, δ).
+
+        The executor's calls per op (runtime/executor/collective.py): a ring all-reduce is one
+        all-reduce; a hierarchical one is reduce + leaders' all-reduce + broadcast (three calls of
+        about an all-reduce's price); a sparse all-gather gathers counts, indices and rows (three
+        all-gathers).
+        """
+        if self.call_overhead_s is None:
+            return None
+        ag = self.allgather_call_s if self.allgather_call_s is not None else self.call_overhead_s
+        return (self.call_overhead_s, 3.0 * self.call_overhead_s, 3.0 * ag)
 
     def efficiency_of(self, device_type: str) -> float:
         """The compute efficiency of one device type (its override, else the default)."""

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 from simulator.analytical import compute
 from simulator.analytical import formulas as f
+from simulator.analytical.arrays import OP_NAMES
 from simulator.analytical.params import CostParams
 from simulator.spec import DTYPE_BYTES, ClusterSpec, ModelSpec, PSSync, Strategy
 
@@ -74,7 +75,8 @@ def reference_cost(model: ModelSpec, cluster: ClusterSpec, s: Strategy, params: 
             terms = f.collective_terms("allreduce", nbytes, w, ring)
         else:
             terms = f.hierarchical_allreduce_terms(cluster, nbytes)
-        if params.call_overhead_s is None:
+        alphas = params.call_alphas()
+        if alphas is None:
             if op == "allgather":
                 latency = f.collective_latency_s("allgather", cluster)
             elif op == "allreduce-ring":
@@ -83,8 +85,7 @@ def reference_cost(model: ModelSpec, cluster: ClusterSpec, s: Strategy, params: 
                 latency = f.hierarchical_latency_s(cluster)
             call_time[(group, op)] = terms.seconds(params) + latency
         else:  # measured α per executor call: hierarchical and all-gather issue three
-            n_calls = 1.0 if op == "allreduce-ring" else 3.0
-            call_time[(group, op)] = terms.transfer + n_calls * params.call_overhead_s
+            call_time[(group, op)] = terms.transfer + alphas[OP_NAMES.index(op)]
     t_ps = max(server_time.values(), default=0.0)
     t_cc = sum(call_time.values())
     t_sync = t_ps + t_cc if params.combine == "sum" else max(t_ps, t_cc)

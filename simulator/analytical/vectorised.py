@@ -30,7 +30,7 @@ import numpy as np
 
 from simulator.analytical import formulas as f
 from simulator.analytical import overlap
-from simulator.analytical.arrays import CALLS_PER_OP, ClusterArrays, ModelArrays
+from simulator.analytical.arrays import ClusterArrays, ModelArrays
 from simulator.analytical.batch import StrategyBatch
 from simulator.analytical.params import CostParams
 
@@ -84,8 +84,9 @@ def score(
     acc = np.bincount(b.bin, weights=row_time, minlength=n * j + g)
     server_time = acc[: n * j].reshape(n, j)
     t_ps = server_time.max(axis=1)
-    if params.call_overhead_s is not None:  # a measured α per call replaces w·φ + δ
-        call_const = params.call_overhead_s * np.asarray(CALLS_PER_OP)
+    alphas = params.call_alphas()
+    if alphas is not None:  # a measured α per call replaces w·φ + δ
+        call_const = np.asarray(alphas)
     else:
         call_const = params.phi * ca.cc_phi + params.delta + ca.cc_latency
     call_time = acc[n * j :] + call_const[b.call_op]

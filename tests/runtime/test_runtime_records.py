@@ -47,7 +47,7 @@ def test_every_record_carries_the_protocol_fields() -> None:
         assert 0.0 <= r["foreign_cpu_share"] <= 1.0, where
         if not r["ok"]:
             continue
-        assert set(r["per_call_overhead_s"]) == {"collective", "ps_round"}, where
+        assert {"collective", "ps_round"} <= set(r["per_call_overhead_s"]), where
         lo, hi = r["median_ci95_s"]
         assert lo <= r["median_s"] <= hi, where
         assert len(r["measurement"]["iteration_times"]) >= 10 and r["measurement"]["warmup"] >= 3, where

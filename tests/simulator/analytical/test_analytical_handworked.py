@@ -250,6 +250,22 @@ def test_measured_per_call_cost_replaces_phi_and_delta() -> None:
     assert h.t_sync == pytest.approx(plain.t_sync - (P.phi * 2 + P.delta) + 3 * 5e-4)
 
 
+def test_a_sparse_unit_costs_three_measured_all_gathers() -> None:
+    # The executor sends a sparse unit as three all-gathers (counts, indices, rows): with a
+    # measured all-gather α the call costs its transfer plus 3 α_ag, and only α_ag moves it.
+    cluster = make_cluster([1, 1], nic_gbps=10.0)
+    emb = Variable(name="w", shape=(1000, 250), sparse=True, density=0.1)
+    model = make_model([emb])
+    s = Strategy(variables=(one("w", CollectiveSync()),))
+    same = cost_breakdown(model, cluster, s, replace(P, call_overhead_s=5e-4))
+    gather = cost_breakdown(model, cluster, s, replace(P, call_overhead_s=5e-4, allgather_call_s=2e-3))
+    assert gather.t_sync - same.t_sync == pytest.approx(3 * (2e-3 - 5e-4))
+    (call,) = gather.collective.values()
+    assert call.op == "allgather" and call.time == pytest.approx(call.transfer + 3 * 2e-3)
+    with pytest.raises(ValueError, match="allgather_call_s"):
+        CostParams(call_overhead_s=5e-4, allgather_call_s=-1.0)
+
+
 def test_node_latency_is_paid_per_hop_of_a_collective_and_once_per_direction_of_a_ps_shard() -> None:
     # Nodes with latency_us 50 and 30: one way (50 + 30) / 2 = 40 us. PS on n0: push + pull =
     # 2 · 40 us on top of Eq. 2; a ring all-reduce over 2 GPUs: 2 (w - 1) = 2 hops · 40 us.

@@ -23,6 +23,7 @@ PARAMS = [
     CostParams(),
     CostParams(phi=3e-4, delta=1e-5, efficiency=0.2, combine="max"),
     CostParams(call_overhead_s=8e-4, ps_round_s=1.2e-3),  # measured α (the testbed's probe)
+    CostParams(call_overhead_s=8e-4, ps_round_s=1.2e-3, allgather_call_s=2.5e-3),
 ]
 
 
@@ -50,7 +51,7 @@ CLUSTERS: dict[str, ClusterSpec] = {
 
 
 @pytest.mark.parametrize("cluster_name", sorted(CLUSTERS))
-@pytest.mark.parametrize("params", PARAMS, ids=["default", "max", "measured-alpha"])
+@pytest.mark.parametrize("params", PARAMS, ids=["default", "max", "measured-alpha", "measured-allgather"])
 def test_vectorised_matches_reference(cluster_name: str, params: CostParams) -> None:
     model, cluster = mixed_model(), CLUSTERS[cluster_name]
     strategies = random_strategies(model, cluster, 60, seed=7)
