@@ -175,7 +175,10 @@ def watch_search(
             progress.update(
                 task, completed=status.candidate_trials_done, state=s.state, round=s.current_round
             )
-            live.update(Group(progress, best_table(as_json(status), trials)))
+            waiting = (
+                [f"[red]waiting for workers:[/] {escape(status.state_detail)}"] if status.state_detail else []
+            )
+            live.update(Group(progress, *waiting, best_table(as_json(status), trials)))
 
         return client.wait(search_id, on_progress=show, interval_s=interval_s)
 

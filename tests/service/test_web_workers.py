@@ -65,3 +65,35 @@ def test_workers_page_and_stall_banner(
     assert 'data-testid="workers-banner"' in listing and "no live worker" in listing
     api = client.get(f"/api/v1/searches/{sid}", headers=tokens["alice"]).json()
     assert api["state_detail"].startswith("1 trial(s) queued on cluster two-node for 40 s")
+
+
+def test_search_watch_prints_the_stall(
+    client: TestClient, tokens: dict[str, Any], session: Session, specs: Any, settings: Any
+) -> None:
+    from rich.console import Console
+
+    from service.cli.search_cli_commands import watch_search
+    from service.client import StrategistClient
+
+    from .test_client import InProcess
+
+    class OneLook(StrategistClient):
+        """Waits for one status only (the search would wait for its worker forever)."""
+
+        def wait(self, search_id: int, **kw: Any) -> Any:
+            status = self.search(search_id)
+            kw["on_progress"](status)
+            return status
+
+    secret = tokens["alice"]["Authorization"].removeprefix("Bearer ")
+    api = OneLook("http://testserver", secret, transport=InProcess(client))
+    sid = api.create_search(model="tiny-mlp", cluster="two-node").id
+    repo.enqueue_trial(session, search_id=sid, strategy=specs.strategy("h"), baseline="horovod")
+    console = Console(record=True, width=300)
+    watch_search(api, sid, console)
+    assert "waiting for workers" not in console.export_text()
+    _age(session, TrialRow, settings.heartbeat_timeout_s + 1, search_id=sid)
+    watch_search(api, sid, console)
+    out = console.export_text()
+    assert "waiting for workers: 1 trial(s) queued on cluster two-node for 31 s with no live worker" in out
+    assert "(no worker has ever advertised it)" in out
