@@ -1,4 +1,8 @@
-"""The cluster zoo: AutoSync's Table 2 setups (A1, A2, B1-B12) plus A100x8 and H100-4x8, from a table.
+"""The cluster zoo: AutoSync's Table 2 setups (A1, A2, B1-B12), A100x8, H100-4x8 and mixed-GPU clusters.
+
+The mixed-GPU clusters are Whale's heterogeneous testbeds (§5: nodes of 32 GB V100s or 16 GB
+P100s on 50 Gbit/s Ethernet; 8 + 8 GPUs for data parallelism, 4 + 4 for pipelines) and an A100 +
+T4 mix (Whale's Figure 4 pairs V100 with T4; one generation on).
 
 Every cluster is assembled from the instance types below; the figures are the published ones
 collected in DESIGN.md ("Published hardware figures") and the vendors' instance pages. Prices are
@@ -67,7 +71,26 @@ H100 = DeviceType(
     source="NVIDIA H100 Tensor Core GPU datasheet (SXM5, dense: half the sparsity figures); " + _LAUNCH,
 )
 
+V100 = DeviceType(
+    name="V100-SXM2-32GB",
+    fp32_tflops=15.7,
+    fp16_tflops=125,  # Volta tensor cores; no TF32 or BF16 path
+    memory_gb=32,
+    memory_bw_gbs=900,
+    source="NVIDIA Tesla V100 datasheet (SXM2 32GB); " + _LAUNCH,
+)
+P100 = DeviceType(
+    name="P100-SXM2-16GB",
+    fp32_tflops=10.6,
+    fp16_tflops=21.2,  # Pascal: packed FP16 at twice the FP32 rate, no tensor cores
+    memory_gb=16,
+    memory_bw_gbs=732,
+    source="NVIDIA Tesla P100 datasheet (SXM2 16GB); " + _LAUNCH,
+)
+
 PCIE3_X16_GBPS = 126.0  # 15.75 GB/s per direction
+NVLINK2_V100_GBPS = 1200.0  # 6 NVLink 2.0 links x 25 GB/s per direction
+NVLINK1_P100_GBPS = 640.0  # 4 NVLink 1.0 links x 20 GB/s per direction
 
 
 @dataclass(frozen=True)
@@ -114,6 +137,19 @@ H100_NODE = InstanceType(
     2.0, 192, 2048 * GIB_IN_GB, 98.32, 3600.0,
 )  # fmt: skip
 
+# Whale §5: "Every cluster node is equipped with a 96-core Intel Xeon Platinum 8163 with 736GB RAM
+# ... 2/4/8 GPUs, with NVIDIA 32-GB V100 GPUs or NVIDIA 16-GB P100 GPUs ... connected by 50Gb/s
+# ethernet" (latency: an order-of-magnitude figure for a datacenter Ethernet hop).
+_WHALE = "Whale-testbed-like node (§5): {}x {}, 96-core Xeon Platinum 8163, 736 GB RAM, 50GbE"
+WHALE_V100_8 = InstanceType("v100x8", _WHALE.format(8, "V100 32GB (NVLink)"), V100, 8, 50.0, 10.0, 96, 736.0,
+                            0.0, NVLINK2_V100_GBPS)  # fmt: skip
+WHALE_P100_8 = InstanceType("p100x8", _WHALE.format(8, "P100 16GB (NVLink)"), P100, 8, 50.0, 10.0, 96, 736.0,
+                            0.0, NVLINK1_P100_GBPS)  # fmt: skip
+WHALE_V100_4 = InstanceType("v100x4", _WHALE.format(4, "V100 32GB (NVLink)"), V100, 4, 50.0, 10.0, 96, 736.0,
+                            0.0, NVLINK2_V100_GBPS)  # fmt: skip
+WHALE_P100_4 = InstanceType("p100x4", _WHALE.format(4, "P100 16GB (NVLink)"), P100, 4, 50.0, 10.0, 96, 736.0,
+                            0.0, NVLINK1_P100_GBPS)  # fmt: skip
+
 AWS_SINGLE_FLOW_GBPS = 10.0  # AutoSync Table 2: "they all have 10GbE single-flow bandwidth"
 
 
@@ -159,8 +195,8 @@ def make_cluster(
 
 
 def zoo_clusters() -> list[ClusterSpec]:
-    """The zoo clusters: AutoSync Table 2 (14 setups), one 8x A100 node, 4x8 H100, and HeterPS's
-    two priced resource pools (``zoo_resources``)."""
+    """The zoo clusters: AutoSync Table 2 (14 setups), one 8x A100 node, 4x8 H100, Whale's mixed
+    V100 + P100 clusters, A100 + T4, and HeterPS's two priced resource pools (``zoo_resources``)."""
     a = "AutoSync Table 2 {}: {}; Cluster A (in-house, 40GbE switch)"
     b = "AutoSync Table 2 {}: {}; Cluster B (AWS, 10 Gbps single-flow cap)"
     aws = AWS_SINGLE_FLOW_GBPS
@@ -181,6 +217,9 @@ def zoo_clusters() -> list[ClusterSpec]:
         ("B12", [(G4DN_2XL, 1), (G4DN_12XL, 1)], b.format("B12", "1x g4dn.2xlarge + 1x g4dn.12xlarge, [1, 4], 25/50GbE"), aws),
         ("A100x8", [(A100_NODE, 1)], "One node with 8x A100 80GB on NVSwitch (p4de.24xlarge class).", None),
         ("H100-4x8", [(H100_NODE, 4)], "4 nodes x 8 H100 SXM on NVSwitch, 8x400 Gbit/s rails per node; one flow rides one rail.", 400.0),
+        ("V100x8+P100x8", [(WHALE_V100_8, 1), (WHALE_P100_8, 1)], "Whale §5.2 data parallelism: 8x 32GB V100 + 8x 16GB P100, one node each, 50GbE.", None),
+        ("V100x4+P100x4", [(WHALE_V100_4, 1), (WHALE_P100_4, 1)], "Whale §5.2 pipelines: 4x 32GB V100 + 4x 16GB P100, one node each, 50GbE.", None),
+        ("A100x8+T4x8", [(A100_NODE, 1), (G4DN_12XL, 2)], "Mixed generations: 1x p4de.24xlarge (8x A100 80GB) + 2x g4dn.12xlarge (4x T4 each), 10 Gbps single-flow cap.", aws),
     ]  # fmt: skip
     from simulator.extract.zoo_resources import heterogeneous_clusters
 

@@ -50,6 +50,10 @@ GPU_DISTRIBUTION: dict[str, list[int]] = {
     "B12": [1, 4],
     "A100x8": [8],
     "H100-4x8": [8] * 4,
+    # Whale's heterogeneous testbeds (V100 + P100) and an A100 + T4 mix (issue 19).
+    "V100x8+P100x8": [8, 8],
+    "V100x4+P100x4": [4, 4],
+    "A100x8+T4x8": [8, 4, 4],
     # HeterPS's priced pools: one representative server of each type (CPU server first).
     "HeterPS-2GPU": [0, 4, 8],
     "HeterPS-4GPU": [0, 4, 8, 8, 8],
