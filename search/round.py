@@ -31,12 +31,22 @@ safe to call from the service's worker process (no global state changed).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import math
+import time
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Literal, Protocol, runtime_checkable
 
 import numpy as np
 
+from search.feasibility import MemoryConfig, MemoryModel
+from search.samplers.arrays import CHUNK, ArraySampler, ChoiceArrays
+from search.samplers.base import InfeasibleSpaceError
+from search.samplers.constrained import Constraints
+from search.samplers.partial import Prior
+from search.selection import Choice, select_diverse, select_embedded
+from search.similarity import FactorSimilarity, HiddenSimilarity, Similarity
+from search.space import Space, SpaceConfig, space_of
 from simulator.analytical import (
     AnalyticalSimulator,
     ClusterArrays,
@@ -49,7 +59,7 @@ from simulator.analytical import (
 )
 from simulator.analytical.batch import CHOICE_FIELDS, make_batch
 from simulator.base import Simulator
-from simulator.spec import ClusterSpec, ModelSpec, Strategy
+from simulator.spec import ClusterSpec, ModelSpec, Strategy, strategy_key
 
 
 @dataclass(frozen=True)
@@ -271,3 +281,315 @@ def scorer_for(simulator: Simulator | RoundScorer) -> RoundScorer:
     if isinstance(simulator, Simulator):
         return SimulatorScorer(simulator)
     return simulator
+
+
+# ---------------------------------------------------------------------------------- the round
+
+
+@dataclass(frozen=True)
+class RoundResult:
+    """The K chosen strategies of a round (pick order) and what the round knew about them."""
+
+    strategies: tuple[Strategy, ...]
+    indices: tuple[int, ...]  # positions among the round's pool (the M samples less exclusions)
+    predicted: tuple[float, ...]  # the scorer's seconds of each chosen strategy
+    uncertainty: tuple[float | None, ...]
+    scorers: tuple[str, ...]  # which scorer ranked each chosen strategy
+    similarity: tuple[tuple[float, ...], ...]  # K x K, the round's similarity
+    scorer: str
+    samples: int  # M drawn (feasible)
+    pool: int  # after already-tried and duplicate samples were dropped
+    qualified: int
+    alpha: float
+    objective: float  # Eq. 11 with the normalised scores
+    path: Literal["arrays", "objects"]
+    timings: dict[str, float] = field(default_factory=dict, compare=False)  # CPU s per stage
+
+    @property
+    def mean_pairwise_similarity(self) -> float:
+        k = len(self.indices)
+        if k < 2:
+            return 0.0
+        s = np.array(self.similarity)
+        return float((s.sum() - np.trace(s)) / (k * (k - 1)))
+
+
+def run_round(
+    model: ModelSpec,
+    cluster: ClusterSpec,
+    scorer: RoundScorer | Simulator,
+    *,
+    samples: int,
+    k: int,
+    seed: int,
+    defaults: RoundDefaults = DEFAULTS,
+    space: SpaceConfig | None = None,
+    memory: MemoryConfig | Literal[False] | None = None,
+    constraints: Constraints | None = None,
+    prior: Prior = "hierarchical",
+    exclude: Iterable[Strategy] = (),
+    lossy_only: bool = False,
+    path: Literal["arrays", "objects"] = "arrays",
+    sampler: ArraySampler | None = None,
+) -> RoundResult:
+    """One round: sample ``samples`` (M) feasible strategies, drop already-tried and duplicate
+    ones, score them, keep the best ``defaults.qualified_fraction`` (at least ``k``) and choose
+    ``k`` by Eq. 11 (``search.selection``) with ``defaults.alpha`` and ``defaults.similarity``.
+
+    ``path='arrays'`` (the default) samples, scores and selects on arrays and builds only the K
+    chosen Strategy objects; ``path='objects'`` is the reference: it decodes every draw into a
+    Strategy, checks memory with ``MemoryModel.check``, scores with ``Simulator.predict`` (or the
+    scorer on the encoded objects) and selects with ``select_diverse``. For the same seed both
+    choose the same set (tests/search/test_round.py).
+
+    ``exclude``: strategies already tried (by content, ``strategy_key``'s meaning); ones that
+    cannot be drawn (a hybrid plan, staleness, another model) are ignored. ``lossy_only`` drops
+    samples that compress no shard (the lossy half of a lossy search's round). ``sampler`` may be
+    passed to continue a stream across rounds (the searcher does); otherwise one is made from
+    ``seed``, ``space``, ``memory`` (None: default MemoryConfig; False: no memory check),
+    ``constraints`` and ``defaults.sampler``.
+    """
+    if k < 1 or samples < k:
+        raise ValueError(f"samples/k: need samples >= k >= 1, got samples={samples}, k={k}")
+    sp = sampler.space if sampler is not None else Space(model, cluster, space)
+    mm = None if memory is False else MemoryModel(model, cluster, memory or None)
+    if sampler is None:
+        sampler = ArraySampler(
+            sp,
+            seed,
+            None if path == "objects" else mm,
+            defaults.sampler,
+            constraints if defaults.sampler == "constrained" else None,
+            prior,
+            chunk=min(CHUNK, samples),
+        )
+    excluded = list(exclude)
+    run = _round_objects if path == "objects" else _round_arrays
+    return run(
+        model, cluster, scorer_for(scorer), sp, sampler, mm, samples, k, defaults, excluded, lossy_only
+    )
+
+
+def _clock() -> float:
+    return time.process_time()
+
+
+def _excluded_identities(space: Space, excluded: list[Strategy]) -> set[int]:
+    """Identity hashes of the already-tried strategies that a sampler could draw."""
+    out: set[int] = set()
+    ma, ca = model_arrays(space.model), cluster_arrays(space.cluster)
+    for s in excluded:
+        try:
+            b = encode(ma, ca, [s])
+        except (ValueError, KeyError, IndexError):
+            continue  # a hybrid plan or another model's strategy: never sampled
+        if np.any(b.staleness != 0):
+            continue
+        out.add(int(ChoiceArrays.of_batch(b).identity()[0]))
+    return out
+
+
+def _round_arrays(
+    model: ModelSpec,
+    cluster: ClusterSpec,
+    scorer: RoundScorer,
+    space: Space,
+    sampler: ArraySampler,
+    memory: MemoryModel | None,
+    samples: int,
+    k: int,
+    defaults: RoundDefaults,
+    excluded: list[Strategy],
+    lossy_only: bool,
+) -> RoundResult:
+    times: dict[str, float] = {}
+    t0 = _clock()
+    drawn = sampler.sample_arrays(samples)
+    t1 = _clock()
+    times["sample"] = t1 - t0
+    # pool: first occurrence of each content, not tried before, lossy when asked
+    ident = drawn.identity()
+    keep = _first_occurrences(ident)
+    if excluded:
+        seen = np.array(sorted(_excluded_identities(space, excluded)), dtype=np.uint64)
+        keep &= ~np.isin(ident, seen)
+    if lossy_only:
+        keep &= _lossy(drawn)
+    pool = drawn if keep.all() else drawn.take(np.flatnonzero(keep))
+    if pool.size == 0:
+        raise RuntimeError(f"all {samples} sampled strategies were already tried in this search")
+    t2 = _clock()
+    times["pool"] = t2 - t1
+    scored = _score_chunks(model, cluster, scorer, space, pool)
+    t3 = _clock()
+    times["score"] = t3 - t2
+    k = min(k, pool.size)
+    qualified = _qualified(scored.seconds, k, defaults.qualified_fraction)
+    sub = pool.take(qualified)
+    similarity = _similarity(defaults, scorer, model, cluster)
+    if isinstance(similarity, FactorSimilarity):
+        embedded = similarity.embed_arrays(sub)
+    else:
+        embedded = similarity.embed(SampleBatch(model, cluster, sub.batch(space)).strategies())
+    choice = select_embedded(embedded, scored.seconds[qualified], k, defaults.alpha, similarity)
+    t4 = _clock()
+    times["select"] = t4 - t3
+    chosen = [int(qualified[i]) for i in choice.indices]
+    strategies = [pool.strategy(space, i) for i in chosen]
+    times["materialise"] = _clock() - t4
+    return _result(scored, chosen, strategies, choice, samples, pool.size, len(qualified), "arrays", times)
+
+
+def _round_objects(
+    model: ModelSpec,
+    cluster: ClusterSpec,
+    scorer: RoundScorer,
+    space: Space,
+    sampler: ArraySampler,
+    memory: MemoryModel | None,
+    samples: int,
+    k: int,
+    defaults: RoundDefaults,
+    excluded: list[Strategy],
+    lossy_only: bool,
+) -> RoundResult:
+    """The reference: every sample a Strategy object, checked, scored and compared as objects."""
+    times: dict[str, float] = {}
+    t0 = _clock()
+    drawn: list[Strategy] = []
+    if sampler.memory is not None:
+        raise ValueError("sampler: the object path checks memory on objects; pass one without memory")
+    misses = 0
+    while len(drawn) < samples:
+        for s in sampler.sample(sampler.chunk):
+            if memory is not None and not memory.check(s).ok:
+                misses += 1
+                continue
+            if len(drawn) < samples:
+                drawn.append(s)
+        if misses > 50 * samples + sampler.chunk:
+            raise InfeasibleSpaceError(f"{misses} infeasible draws for {len(drawn)}/{samples} strategies")
+    t1 = _clock()
+    times["sample"] = t1 - t0
+    seen = {strategy_key(s) for s in excluded}
+    pool: list[Strategy] = []
+    for s in drawn:
+        key = strategy_key(s)
+        if key in seen or (lossy_only and space_of(s) == "lossless"):
+            continue
+        seen.add(key)
+        pool.append(s)
+    if not pool:
+        raise RuntimeError(f"all {samples} sampled strategies were already tried in this search")
+    t2 = _clock()
+    times["pool"] = t2 - t1
+    simulator = getattr(scorer, "simulator", None)
+    if isinstance(scorer, AnalyticalScorer | SimulatorScorer) and isinstance(simulator, Simulator):
+        scored = RoundScores(
+            simulator.predict(model, cluster, pool), scorer.name, calibrated=not simulator.is_ranker
+        )
+    else:
+        scored = scorer.score(
+            SampleBatch(model, cluster, encode(model_arrays(model), cluster_arrays(cluster), pool), pool)
+        )
+    t3 = _clock()
+    times["score"] = t3 - t2
+    k = min(k, len(pool))
+    qualified = _qualified(scored.seconds, k, defaults.qualified_fraction)
+    similarity = _similarity(defaults, scorer, model, cluster)
+    picked = select_diverse(
+        [pool[i] for i in qualified], scored.seconds[qualified], k, defaults.alpha, similarity
+    )
+    times["select"] = _clock() - t3
+    choice = Choice(picked.indices, picked.predicted, picked.similarity, picked.alpha, picked.objective)
+    chosen = [int(qualified[i]) for i in picked.indices]
+    return _result(
+        scored, chosen, list(picked.strategies), choice, samples, len(pool), len(qualified), "objects", times
+    )
+
+
+def _first_occurrences(ident: np.ndarray) -> np.ndarray:
+    """Mask: the first sample of each identity."""
+    _, first = np.unique(ident, return_index=True)
+    keep = np.zeros(len(ident), dtype=bool)
+    keep[first] = True
+    return keep
+
+
+def _lossy(arrays: ChoiceArrays) -> np.ndarray:
+    """Per strategy: some collective shard is compressed (``space_of`` == 'lossy')."""
+    squeezed = (~np.asarray(arrays.is_ps)) & (np.asarray(arrays.compressor) != 0)
+    counts = np.diff(arrays.offsets)
+    return np.bincount(np.repeat(np.arange(arrays.size), counts), weights=squeezed, minlength=arrays.size) > 0
+
+
+def _score_chunks(
+    model: ModelSpec, cluster: ClusterSpec, scorer: RoundScorer, space: Space, pool: ChoiceArrays
+) -> RoundScores:
+    """The scorer over the pool, CHUNK strategies per call (bounds the arrays' memory)."""
+    parts = []
+    for lo in range(0, pool.size, CHUNK):
+        part = pool.take(np.arange(lo, min(lo + CHUNK, pool.size))) if pool.size > CHUNK else pool
+        parts.append(scorer.score(SampleBatch(model, cluster, part.batch(space))))
+    if len(parts) == 1:
+        return parts[0]
+    return RoundScores(
+        seconds=np.concatenate([p.seconds for p in parts]),
+        scorer=parts[0].scorer,
+        uncertainty=None
+        if any(p.uncertainty is None for p in parts)
+        else np.concatenate([p.uncertainty for p in parts if p.uncertainty is not None]),
+        labels=None
+        if all(p.labels is None for p in parts)
+        else np.concatenate(
+            [np.asarray([p.label(i) for i in range(len(p.seconds))], dtype=object) for p in parts]
+        ),
+        calibrated=all(p.calibrated for p in parts),
+    )
+
+
+def _qualified(seconds: np.ndarray, k: int, fraction: float) -> np.ndarray:
+    """The best-scored max(k, ceil(fraction x M)) samples, best first (ties: sample order)."""
+    m = max(k, math.ceil(fraction * len(seconds)))
+    return np.argsort(seconds, kind="stable")[:m]
+
+
+def _similarity(
+    defaults: RoundDefaults, scorer: RoundScorer, model: ModelSpec, cluster: ClusterSpec
+) -> Similarity:
+    if defaults.similarity == "factor":
+        return FactorSimilarity(model)
+    simulator = getattr(scorer, "simulator", None)
+    if not isinstance(simulator, Simulator):
+        raise ValueError(f"similarity: 'hidden' needs a simulator behind the scorer; {scorer.name} has none")
+    return HiddenSimilarity(simulator, model, cluster)
+
+
+def _result(
+    scored: RoundScores,
+    chosen: list[int],
+    strategies: list[Strategy],
+    choice: Choice,
+    samples: int,
+    pool: int,
+    qualified: int,
+    path: Literal["arrays", "objects"],
+    times: dict[str, float],
+) -> RoundResult:
+    unc = scored.uncertainty
+    return RoundResult(
+        strategies=tuple(strategies),
+        indices=tuple(chosen),
+        predicted=tuple(float(scored.seconds[i]) for i in chosen),
+        uncertainty=tuple(None if unc is None else float(unc[i]) for i in chosen),
+        scorers=tuple(scored.label(i) for i in chosen),
+        similarity=choice.similarity,
+        scorer=scored.scorer,
+        samples=samples,
+        pool=pool,
+        qualified=qualified,
+        alpha=choice.alpha,
+        objective=choice.objective,
+        path=path,
+        timings=times,
+    )

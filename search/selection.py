@@ -84,7 +84,47 @@ def select_diverse(
     ever picked, so the ladder costs little besides O(K x M) arithmetic per start.
     """
     f_hat, f = _prepare(strategies, scores, k, alpha)
-    rows = _Rows(similarity, similarity.embed(strategies))
+    chosen, sim = _solve(f, k, alpha, _Rows(similarity, similarity.embed(strategies)), ladder)
+    return _selection(strategies, f_hat, f, chosen, sim, alpha)
+
+
+@dataclass(frozen=True)
+class Choice:
+    """Eq. 11's answer without Strategy objects: positions among the M candidates (pick order)."""
+
+    indices: tuple[int, ...]
+    predicted: tuple[float, ...]  # f̂ of each chosen candidate
+    similarity: tuple[tuple[float, ...], ...]  # K x K
+    alpha: float
+    objective: float  # Eq. 11 with the normalised f̃
+
+
+def select_embedded(
+    embedded: np.ndarray,
+    scores: Sequence[float] | np.ndarray,
+    k: int,
+    alpha: float,
+    similarity: Similarity,
+    ladder: Sequence[float] = ALPHA_LADDER,
+) -> Choice:
+    """``select_diverse`` on candidates already embedded (``similarity.embed`` or an array
+    embedding of the same meaning, e.g. ``FactorSimilarity.embed_arrays``): the array path of a
+    round, which never builds the M Strategy objects. Same solver, same result for equal rows."""
+    f_hat, f = _prepare(range(len(embedded)), scores, k, alpha)
+    chosen, sim = _solve(f, k, alpha, _Rows(similarity, embedded), ladder)
+    return Choice(
+        indices=tuple(chosen),
+        predicted=tuple(float(f_hat[i]) for i in chosen),
+        similarity=tuple(tuple(float(x) for x in row) for row in sim),
+        alpha=alpha,
+        objective=float(f[chosen].sum() + alpha * sim.sum()),
+    )
+
+
+def _solve(
+    f: np.ndarray, k: int, alpha: float, rows: _Rows, ladder: Sequence[float]
+) -> tuple[list[int], np.ndarray]:
+    """Greedy + swap for ``alpha`` and every rung of ``ladder``; the best set under ``alpha``."""
     best: tuple[float, list[int]] | None = None
     for start in dict.fromkeys([alpha, *ladder]):
         chosen = _greedy_swap(f, k, start, rows)
@@ -93,8 +133,7 @@ def select_diverse(
             best = (value, chosen)
     assert best is not None
     chosen = best[1]
-    sim = np.array([rows[i] for i in chosen])[:, chosen]
-    return _selection(strategies, f_hat, f, chosen, sim, alpha)
+    return chosen, np.array([rows[i] for i in chosen])[:, chosen]
 
 
 def select_exact(
@@ -119,7 +158,7 @@ def select_exact(
 
 
 def _prepare(
-    strategies: Sequence[Strategy], scores: Sequence[float] | np.ndarray, k: int, alpha: float
+    strategies: Sequence[object], scores: Sequence[float] | np.ndarray, k: int, alpha: float
 ) -> tuple[np.ndarray, np.ndarray]:
     f_hat = np.asarray(scores, dtype=np.float64)
     if f_hat.shape != (len(strategies),):

@@ -10,18 +10,30 @@ partition makes the per-shard factors differ too):
 A factor that does not apply to a shard (a PS shard's compressor, a collective shard's server)
 has the value "n/a", and two n/a values agree: both strategies made the same decision not to
 use it. sim = agreeing (variable, factor) pairs / (variables x 7), in [0, 1]; sim(S, S) = 1.
+
+``embed`` hashes the Strategy objects' tuples; ``embed_arrays`` computes codes of the same meaning
+from a sampler's choice arrays (``search.samplers.arrays.ChoiceArrays``) without any object: per
+(strategy, variable) and factor, a 64-bit polynomial hash of the per-shard values (the shard count
+included). Equal choices give equal codes in both; different choices differ up to a 64-bit hash
+collision, as with Python's tuple hash. So ``between`` gives the same similarities on either.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from search.similarity.base import Similarity
 from simulator.spec import ModelSpec, PSSync, Strategy
 
+if TYPE_CHECKING:
+    from search.samplers.arrays import ChoiceArrays
+
 FACTORS = ("partition", "kind", "server", "replication", "group", "compressor", "algorithm")
+#: Odd 64-bit multiplier of the per-shard polynomial hash (any odd constant with mixed bits).
+_P = np.uint64(0x9E3779B97F4A7C15)
 
 
 class FactorSimilarity(Similarity):
@@ -53,8 +65,51 @@ class FactorSimilarity(Similarity):
             out[i] = row
         return out
 
+    def embed_arrays(self, arrays: ChoiceArrays) -> np.ndarray:
+        """Shape (N, V x 7) uint64, the codes of ``embed``'s meaning from choice arrays.
+
+        Rows of each strategy must cover every variable in forward order (the samplers' and
+        ``encode``'s layout), each variable's shards in shard order.
+        """
+        v = len(self.variables)
+        n = arrays.size
+        starts = np.flatnonzero(np.asarray(arrays.shard_index) == 0)
+        if len(starts) != n * v:
+            raise ValueError(f"arrays: {len(starts)} variable segments, expected {n} x {v}")
+        pos = np.asarray(arrays.shard_index, dtype=np.int64)
+        power = np.cumprod(np.full(int(pos.max()) + 1, _P, dtype=np.uint64))  # P^(i+1)
+        weight = power[pos]
+        ps = np.asarray(arrays.is_ps, dtype=bool)
+        cc = ~ps
+
+        def code(values: np.ndarray) -> np.ndarray:
+            # sum over the segment's shards of (value + 1) * P^(shard + 1), mod 2^64
+            term = (np.asarray(values, dtype=np.int64) + 1).astype(np.uint64) * weight
+            return np.add.reduceat(term, starts)
+
+        first = starts
+        partition = (
+            np.asarray(arrays.axis, dtype=np.int64)[first] * 65536
+            + np.asarray(arrays.num_shards, dtype=np.int64)[first]
+        ).astype(np.uint64)
+        server = np.where(ps, np.asarray(arrays.server, dtype=np.int64) + 1, 0)
+        replication = np.where(ps, np.asarray(arrays.local_replication, dtype=np.int64) + 1, 0)
+        group = np.where(cc, np.asarray(arrays.group, dtype=np.int64) + 1, 0)
+        compressor = np.where(
+            cc,
+            np.asarray(arrays.compressor, dtype=np.int64) * 65536
+            + np.asarray(arrays.rank, dtype=np.int64)
+            + 1,
+            0,
+        )
+        algorithm = np.where(cc, np.asarray(arrays.algorithm, dtype=np.int64) + 1, 0)
+        cols = [partition, code(ps), code(server), code(replication), code(group), code(compressor)]
+        cols.append(code(algorithm))
+        return np.stack(cols, axis=1).reshape(n, v * len(FACTORS))
+
     def between(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
         out = np.empty((len(a), len(b)))
+        width = b.shape[1] if b.ndim == 2 else 1
         for i in range(len(a)):
-            out[i] = (b == a[i]).mean(axis=1)
+            out[i] = np.count_nonzero(b == a[i], axis=1) / width  # = the mean of the matches
         return out
