@@ -1,0 +1,310 @@
+"""Hardware-aware load balancing on heterogeneous GPUs (Whale §3.3, §5.2): predicted and measured.
+
+``python benchmarks/heterogeneous_balance.py [--repeats 5] [--dilation 4] [--scale 20] [--no-measure]``
+(measuring needs root for the testbed's network namespaces).
+
+1. PREDICTED, at the paper's scale (cost model ``simulator.hybrid.predict``, memory from
+   ``search.feasibility.MemoryModel``): data parallelism on 8 V100 + 8 P100 (two 8-GPU nodes,
+   50 Gbit/s Ethernet as in Whale §5) with Algorithm 1's shares vs the even split, on ResNet50 and
+   BERT-large (zoo specs, the model's per-GPU batch × 16, FP32); a 4-stage BERT-large pipeline on
+   4 V100 + 4 P100 (nested DP 2, 1F1B) and on 2 V100 + 2 P100, memory-ordered and speed-balanced
+   vs the even partition. Mixed-precision rows (FP16 on tensor cores) are printed beside, labelled.
+2. The memory case: global batches where only Algorithm 1's shares fit (BERT-large in FP16 on
+   8 V100 + 8 P100 and on 2 A100-40GB + 2 T4): the even and the capacity-proportional shares
+   overflow a device, Algorithm 1's do not.
+3. MEASURED on the emulated testbed (replayed compute at each device's own type, real gloo
+   communication on shaped links, bytes and bandwidth scaled by ``--scale``, time dilated by
+   ``--dilation``): 2 V100 + 2 P100 (four processes: this host has two shared cores), DP on both
+   models through ``runtime.hybrid.run_hybrid`` and the 4-stage pipeline through
+   ``runtime.pipeline.run_pipeline`` (``HybridPlan.to_plan``), the even and the balanced plan
+   interleaved repeat by repeat; per repeat the speed-up is even / balanced median step; printed:
+   the median over repeats with a 95 % bootstrap interval, and the prediction's error.
+
+Device figures are the published ones (DESIGN.md): V100-SXM2-32GB 15.7 FP32 / 125 FP16 TFLOPS,
+900 GB/s; P100-PCIe-16GB 9.3 / 18.7 TFLOPS, 732 GB/s (cloud P100s are PCIe cards); A100-40GB
+19.5 / 312, 1555 GB/s; T4 8.1 / 65, 320 GB/s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import statistics
+import sys
+import time
+from collections.abc import Callable, Sequence
+from typing import Literal
+
+from search.feasibility import MemoryModel
+from search.hybrid import (
+    balanced_data_parallel,
+    balanced_pipeline,
+    device_slots,
+    even_data_parallel,
+    even_pipeline,
+    even_shares,
+    fits,
+    memory_constrained_balance,
+    memory_reasons,
+    proportional_shares,
+    replicate_profile,
+)
+from search.hybrid.plans import data_parallel
+from simulator import zoo
+from simulator.analytical.params import CostParams
+from simulator.hybrid import predict
+from simulator.spec import ClusterSpec, DeviceType, HybridPlan, ModelSpec, Node
+
+V100 = DeviceType(name="V100-SXM2-32GB", fp32_tflops=15.7, fp16_tflops=125, memory_gb=32, memory_bw_gbs=900)
+P100 = DeviceType(name="P100-PCIe-16GB", fp32_tflops=9.3, fp16_tflops=18.7, memory_gb=16, memory_bw_gbs=732)
+A100_40 = DeviceType(
+    name="A100-40GB", fp32_tflops=19.5, fp16_tflops=312, tf32_tflops=156, bf16_tflops=312, memory_gb=40,
+    memory_bw_gbs=1555,
+)  # fmt: skip
+T4 = DeviceType(name="T4-16GB", fp32_tflops=8.1, fp16_tflops=65, memory_gb=16, memory_bw_gbs=320)
+DTYPES: tuple[Literal["float16"] | None, ...] = (
+    None,
+    "float16",
+)  # FP32 as the zoo specs, then mixed precision
+NIC_GBPS = 50.0  # Whale §5: "Nodes are connected by 50Gb/s ethernet"
+PCIE_GBPS = 126.0  # PCIe 3.0 x16 inside a node
+
+
+def two_types(a: DeviceType, na: int, b: DeviceType, nb: int, name: str) -> ClusterSpec:
+    return ClusterSpec(
+        name=name,
+        device_types=(a, b),
+        nodes=(
+            Node(name="v", device=a.name, gpus=na, nic_gbps=NIC_GBPS),
+            Node(name="p", device=b.name, gpus=nb, nic_gbps=NIC_GBPS),
+        ),
+        intra_node_gbps=PCIE_GBPS,
+        description="V100+P100-like (published figures)" if a is V100 else "",
+    )
+
+
+def devices(cluster: ClusterSpec) -> list[str]:
+    return [f"{n.name}:{g}" for n in cluster.nodes for g in range(n.gpus)]
+
+
+def shares_text(plan: HybridPlan) -> str:
+    s = plan.device_shares(0)
+    by_type: dict[str, list[int]] = {}
+    for d, v in s.items():
+        by_type.setdefault(d.split(":")[0], []).append(v)
+    return " ".join(f"{k}:{'/'.join(map(str, sorted(set(v))))}" for k, v in by_type.items())
+
+
+def predicted_dp(model: ModelSpec, cluster: ClusterSpec, batch: int, params: CostParams) -> tuple[float, str]:
+    mem = MemoryModel(model, cluster)
+    hw, _ = balanced_data_parallel(model, cluster, mem, batch, params=params)
+    ev = even_data_parallel(model, cluster, batch)
+    tb, te = predict(model, cluster, hw, params), predict(model, cluster, ev, params)
+    fit = "fits" if not memory_reasons(hw, mem) and not memory_reasons(ev, mem) else "OOM"
+    return te.seconds / tb.seconds, (
+        f"{model.name:<11} {params.compute_dtype or 'fp32':<8} batch {batch:<4} even {te.seconds * 1e3:8.1f} ms  "
+        f"balanced {tb.seconds * 1e3:8.1f} ms  speed-up {te.seconds / tb.seconds:5.2f}x  "
+        f"(sync {tb.sync * 1e3:.0f} ms; shares {shares_text(hw)}; memory {fit})"
+    )
+
+
+def predicted_pipeline(
+    model: ModelSpec, cluster: ClusterSpec, batch: int, mb: int, params: CostParams
+) -> tuple[float, str]:
+    mem = MemoryModel(model, cluster)
+    devs = devices(cluster)
+    hw = balanced_pipeline(model, cluster, mem, devs, 4, batch, mb, params=params)
+    ev = even_pipeline(model, cluster, mem, devs, 4, batch, mb, params=params)
+    tb, te = predict(model, cluster, hw.plan, params), predict(model, cluster, ev.plan, params)
+    oom_e = "; even OOM: " + memory_reasons(ev.plan, mem)[0] if memory_reasons(ev.plan, mem) else ""
+    assert not memory_reasons(hw.plan, mem), memory_reasons(hw.plan, mem)
+    return te.seconds / tb.seconds, (
+        f"{model.name:<11} {params.compute_dtype or 'fp32':<8} {len(devs)} GPUs nested DP {hw.plan.nested_dp} "
+        f"batch {batch} mb {mb}: even {te.seconds * 1e3:7.1f} ms  balanced {tb.seconds * 1e3:7.1f} ms  "
+        f"speed-up {te.seconds / tb.seconds:5.2f}x\n"
+        f"    balanced stages {[tg.devices[0] for tg in hw.plan.task_graphs]} layers {list(hw.partition.ranges)}\n"
+        f"    even     stages {[tg.devices[0] for tg in ev.plan.task_graphs]} layers {list(ev.partition.ranges)}{oom_e}"
+    )
+
+
+def memory_case(model: ModelSpec, cluster: ClusterSpec, params: CostParams, batches: range) -> None:
+    """The global batches where only Algorithm 1's shares fit; the first one in detail."""
+    mem = MemoryModel(model, cluster)
+    devs = devices(cluster)
+    slots = device_slots(model, cluster, devs, mem, batch=model.batch_size, params=params)
+    print(
+        f"{cluster.name}, {model.name} {params.compute_dtype or 'fp32'}: DF (compute model) "
+        f"{slots[0].flops / 1e12:.1f} / {slots[-1].flops / 1e12:.1f} TFLOP/s, usable "
+        f"{slots[0].capacity / 1e9:.1f} / {slots[-1].capacity / 1e9:.1f} GB"
+    )
+    found = []
+    for batch in batches:
+        prof = replicate_profile(mem, 0, len(model.layers), batch)
+        prop = proportional_shares(batch, [s.flops for s in slots])
+        even = even_shares(batch, len(devs))
+        if not fits(prof, slots, even) or not fits(prof, slots, prop):
+            continue
+        try:
+            bal = memory_constrained_balance(prof, slots)
+        except ValueError:
+            continue
+        found.append(batch)
+        if len(found) > 1:
+            continue
+        print(f"  global batch {batch}:")
+        for label, shares in (("even", even), ("proportional", prop)):
+            plan = data_parallel(model, cluster, devs, shares)
+            print(
+                f"    {label:<13} {shares_text(plan)}: {len(memory_reasons(plan, mem))} devices OOM, e.g. {memory_reasons(plan, mem)[0]}"
+            )
+        plan = data_parallel(model, cluster, devs, bal.shares)
+        assert not memory_reasons(plan, mem)
+        moved = sum(s.units for s in bal.shifts)
+        print(
+            f"    Algorithm 1   {shares_text(plan)}: fits (fullest device {max(bal.mem_utils):.0%}); "
+            f"{len(bal.shifts)} shifts moved {moved} samples; predicted step "
+            f"{predict(model, cluster, plan, params).seconds * 1e3:.0f} ms"
+        )
+    span = f"{found[0]}..{found[-1]}" if found else "none"
+    print(f"  global batches (step {batches.step}) where only Algorithm 1 fits: {len(found)} ({span})")
+
+
+def bootstrap(ratios: Sequence[float], rng: random.Random, n: int = 2000) -> tuple[float, float, float]:
+    """Median of ``ratios`` and the 2.5 / 97.5 percentiles of its bootstrap distribution."""
+    meds = sorted(statistics.median(rng.choices(ratios, k=len(ratios))) for _ in range(n))
+    return statistics.median(ratios), meds[int(0.025 * n)], meds[int(0.975 * n) - 1]
+
+
+def interleave(runs: list[Callable[[], float]], repeats: int) -> list[list[float]]:
+    """Run every plan once per repeat, alternating the order; median step seconds per (plan, repeat)."""
+    out: list[list[float]] = [[] for _ in runs]
+    for r in range(repeats):
+        order = range(len(runs)) if r % 2 == 0 else reversed(range(len(runs)))
+        for i in order:
+            out[i].append(runs[i]())
+    return out
+
+
+def measure(args: argparse.Namespace) -> None:
+    from runtime.executor.config import ExecutorConfig
+    from runtime.hybrid import HybridConfig, run_hybrid
+    from runtime.pipeline import PipelineConfig, run_pipeline
+    from runtime.testbed import Testbed
+
+    rng = random.Random(0)
+    cluster = two_types(V100, 2, P100, 2, "V100x2+P100x2")
+    link_scale = args.scale * args.dilation
+    hcfg = HybridConfig(
+        compute="replay", warmup=1, iterations=args.iterations, scale=args.scale, dilation=args.dilation,
+        memory_fraction=0.9, optimizer_state_factor=2.0, timeout_s=900,
+    )  # fmt: skip
+    pcfg = PipelineConfig(
+        executor=ExecutorConfig(
+            compute="replay", warmup=1, iterations=args.iterations, scale=args.scale, dilation=args.dilation,
+            timeout_s=900,
+        )
+    )  # fmt: skip
+
+    def hybrid(model: ModelSpec, plan: HybridPlan, tb: Testbed) -> Callable[[], float]:
+        def go() -> float:
+            run = run_hybrid(model, cluster, plan, tb, hcfg)
+            if run.status != "ok" or run.iteration_s is None:
+                raise RuntimeError(f"{plan.name}: {run.status}: {run.reason}")
+            return run.iteration_s
+
+        return go
+
+    def piped(model: ModelSpec, plan: HybridPlan, tb: Testbed) -> Callable[[], float]:
+        def go() -> float:
+            m = run_pipeline(model, cluster, plan.to_plan(), tb, pcfg).measurements[0]
+            if m.failure:
+                raise RuntimeError(f"{plan.name}: {m.failure}")
+            return statistics.median(m.iteration_times)
+
+        return go
+
+    print(
+        f"\n== MEASURED on the testbed: 2 V100 + 2 P100 (two nodes, {NIC_GBPS:g} Gbit/s NICs), "
+        f"scale {args.scale:g}, dilation {args.dilation:g}, {args.repeats} interleaved repeats x "
+        f"{args.iterations} steps =="
+    )
+    params = CostParams()
+    with Testbed(cluster, scale=link_scale) as tb:
+        cases: list[tuple[str, ModelSpec, HybridPlan, HybridPlan, Callable[..., Callable[[], float]]]] = []
+        for name in ("ResNet50", "BERT-large"):
+            model = zoo.model(name)
+            batch = model.batch_size * 4
+            hw, _ = balanced_data_parallel(model, cluster, MemoryModel(model, cluster), batch)
+            cases.append(
+                (f"DP {name} batch {batch}", model, even_data_parallel(model, cluster, batch), hw, hybrid)
+            )
+        bert = zoo.model("BERT-large")
+        mem = MemoryModel(bert, cluster)
+        devs = devices(cluster)
+        hwp = balanced_pipeline(bert, cluster, mem, devs, 4, 32, 4).plan
+        evp = even_pipeline(bert, cluster, mem, devs, 4, 32, 4).plan
+        cases.append(("4-stage pipeline BERT-large batch 32 mb 4", bert, evp, hwp, piped))
+        print(
+            f"{'case':<42} {'even ms':>9} {'bal. ms':>9} {'pred. even':>10} {'pred. bal.':>10} "
+            f"{'speed-up (95% CI)':>22} {'predicted':>9} {'error':>6}"
+        )
+        for label, model, ev, hw, runner in cases:
+            t0 = time.monotonic()
+            even_s, bal_s = interleave([runner(model, ev, tb), runner(model, hw, tb)], args.repeats)
+            ratios = [e / b for e, b in zip(even_s, bal_s, strict=True)]
+            med, lo, hi = bootstrap(ratios, rng)
+            pe, pb = predict(model, cluster, ev, params).seconds, predict(model, cluster, hw, params).seconds
+            pred = pe / pb
+            print(
+                f"{label:<42} {statistics.median(even_s) * 1e3:9.0f} {statistics.median(bal_s) * 1e3:9.0f} "
+                f"{pe * 1e3:10.0f} {pb * 1e3:10.0f} {med:8.2f}x [{lo:.2f}, {hi:.2f}] {pred:8.2f}x "
+                f"{abs(pred - med) / med:6.0%}   ({time.monotonic() - t0:.0f} s)"
+            )
+            sys.stdout.flush()
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--iterations", type=int, default=4)
+    ap.add_argument("--scale", type=float, default=20.0)
+    ap.add_argument("--dilation", type=float, default=4.0)
+    ap.add_argument("--no-measure", action="store_true", help="print the predictions only")
+    args = ap.parse_args()
+
+    print("== PREDICTED (cost model), data parallelism on 8 V100 + 8 P100: Algorithm 1's shares vs even ==")
+    cl16 = two_types(V100, 8, P100, 8, "V100x8+P100x8")
+    for dtype in DTYPES:
+        for name in ("ResNet50", "BERT-large"):
+            model = zoo.model(name)
+            _, line = predicted_dp(model, cl16, model.batch_size * 16, CostParams(compute_dtype=dtype))
+            print(("  [mixed precision] " if dtype else "  ") + line)
+    print(
+        "\n== PREDICTED (cost model), 4-stage BERT-large pipeline: memory-ordered, speed-balanced vs even =="
+    )
+    bert = zoo.model("BERT-large")
+    for dtype in DTYPES:
+        for cl, batch in (
+            (two_types(V100, 4, P100, 4, "V100x4+P100x4"), 64),
+            (two_types(V100, 2, P100, 2, "2+2"), 32),
+        ):
+            _, line = predicted_pipeline(bert, cl, batch, 4, CostParams(compute_dtype=dtype))
+            print(("  [mixed precision] " if dtype else "  ") + line)
+    print(
+        "\n== Memory: where only Algorithm 1's plan fits (the even and the capacity-proportional shares OOM) =="
+    )
+    memory_case(bert, cl16, CostParams(compute_dtype="float16"), range(16, 2049, 16))
+    memory_case(
+        bert,
+        two_types(A100_40, 2, T4, 2, "A100-40GBx2+T4x2"),
+        CostParams(compute_dtype="float16"),
+        range(8, 1025, 8),
+    )
+    if args.no_measure:
+        print("\n(measurement skipped: --no-measure; the speed-ups above are PREDICTIONS)")
+        return
+    measure(args)
+
+
+if __name__ == "__main__":
+    main()
