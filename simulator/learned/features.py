@@ -25,6 +25,7 @@ import numpy as np
 from simulator.analytical import (
     RAW_FEATURES,
     CostParams,
+    StrategyBatch,
     cluster_arrays,
     encode,
     features,
@@ -156,8 +157,28 @@ class FeatureExtractor:
             return []
         return self._many(strategies)
 
+    def global_z(self, batch: StrategyBatch) -> np.ndarray:
+        """The global z of every strategy of an already encoded batch, shape (N, NUM_GLOBAL_FEATURES).
+
+        The array path of a search round (``simulator.learned.scoring``): no Strategy objects.
+        """
+        return self._arrays(batch)[1]
+
     def _many(self, strategies: Sequence[Strategy]) -> list[StrategyGraph]:
         b = encode(self._ma, self._ca, strategies)
+        x, glob = self._arrays(b)
+        out = []
+        for i in range(b.size):
+            lo, hi = b.offsets[i], b.offsets[i + 1]
+            out.append(
+                StrategyGraph(
+                    x=x[lo:hi], edge_index=shard_edges(b.variable[lo:hi], self._var_edges), z=glob[i]
+                )
+            )
+        return out
+
+    def _arrays(self, b: StrategyBatch) -> tuple[np.ndarray, np.ndarray]:
+        """(x, z) of a batch: shard rows (T, NUM_SHARD_FEATURES) and globals (N, NUM_GLOBAL_FEATURES)."""
         f = features(self._ma, self._ca, b)
         s = score(self._ma, self._ca, b, self.params)
         n, rows = b.size, b.rows
@@ -217,12 +238,4 @@ class FeatureExtractor:
         glob = np.column_stack(
             [gz, ps_count / per_strategy, server_frac.max(axis=1), np.log1p(calls), ctx]
         ).astype(np.float32)
-        out = []
-        for i in range(n):
-            lo, hi = b.offsets[i], b.offsets[i + 1]
-            out.append(
-                StrategyGraph(
-                    x=x[lo:hi], edge_index=shard_edges(b.variable[lo:hi], self._var_edges), z=glob[i]
-                )
-            )
-        return out
+        return x, glob

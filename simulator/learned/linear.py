@@ -62,16 +62,26 @@ class LinearRanker(Simulator):
         return self._z(fx.many(strategies))
 
 
-def _pairs(data: EncodedDomain, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+def _pairs(
+    data: EncodedDomain, rng: np.random.Generator, max_pairs: int = MAX_PAIRS
+) -> tuple[np.ndarray, np.ndarray]:
+    """Feature differences of pairs with distinct times (both orientations) and 1 = first is slower."""
     z = np.stack([g.z for g in data.graphs]).astype(np.float64)
-    i, j = np.triu_indices(len(data), k=1)
-    keep = data.times[i] != data.times[j]
+    return pairs_of(z, data.times, rng, max_pairs)
+
+
+def pairs_of(
+    z: np.ndarray, times: np.ndarray, rng: np.random.Generator, max_pairs: int = MAX_PAIRS
+) -> tuple[np.ndarray, np.ndarray]:
+    """``_pairs`` on a global-feature matrix z (N, F) and its measured times (N,)."""
+    i, j = np.triu_indices(len(times), k=1)
+    keep = times[i] != times[j]
     i, j = i[keep], j[keep]
-    if len(i) > MAX_PAIRS:
-        pick = rng.choice(len(i), MAX_PAIRS, replace=False)
+    if len(i) > max_pairs:
+        pick = rng.choice(len(i), max_pairs, replace=False)
         i, j = i[pick], j[pick]
     diff = z[i] - z[j]
-    slower = (data.times[i] > data.times[j]).astype(np.int64)
+    slower = (times[i] > times[j]).astype(np.int64)
     return np.vstack([diff, -diff]), np.concatenate([slower, 1 - slower])
 
 

@@ -25,9 +25,11 @@ from simulator.learned.features import FEATURE_SCHEMA_VERSION
 from simulator.learned.linear import LinearRanker
 from simulator.learned.simulator import NeuralSimulator
 from simulator.learned.train import make_net
+from simulator.learned.transfer import KIND as TRANSFER_KIND
+from simulator.learned.transfer import TransferEnsemble
 
 DEFAULT_ROOT = Path("~/.cache/strategist/simulators")
-LearnedSimulator = NeuralSimulator | LinearRanker
+LearnedSimulator = NeuralSimulator | LinearRanker | TransferEnsemble
 
 
 @dataclass(frozen=True)
@@ -151,6 +153,8 @@ class Registry:
         state = torch.load(self.root / version / "weights.pt", weights_only=True)
         if info.kind == "linear":
             return LinearRanker(state["coef"].numpy(), state["mean"].numpy(), state["std"].numpy())
+        if info.kind == TRANSFER_KIND:
+            return TransferEnsemble(state["coef"].numpy(), state["mean"].numpy(), state["std"].numpy())
         net = make_net(info.kind, info.hidden)
         net.load_state_dict(state)
         return NeuralSimulator(net, info.loss)

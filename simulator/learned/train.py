@@ -28,6 +28,7 @@ from simulator.learned.linear import LinearRanker, fit_linear
 from simulator.learned.net import SimulatorNet
 from simulator.learned.rnn import RNNSimulatorNet
 from simulator.learned.simulator import NeuralSimulator
+from simulator.learned.transfer import TransferEnsemble
 from simulator.metrics import RankingMetrics, pairwise_accuracy, ranking_metrics
 
 Kind = Literal["rnn", "gat", "linear"]
@@ -198,6 +199,6 @@ def fine_tune(
     return fit([target], [], tuned, start=base).simulator
 
 
-def evaluate(sim: NeuralSimulator | LinearRanker, data: EncodedDomain) -> RankingMetrics:
+def evaluate(sim: NeuralSimulator | LinearRanker | TransferEnsemble, data: EncodedDomain) -> RankingMetrics:
     """Ranking metrics of ``sim`` on already-encoded data."""
     return ranking_metrics(sim.outputs(data.graphs), data.times)

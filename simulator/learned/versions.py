@@ -16,6 +16,7 @@ from simulator.learned.linear import LinearRanker
 from simulator.learned.registry import LearnedSimulator, Registry, VersionInfo, domain_record
 from simulator.learned.simulator import NeuralSimulator
 from simulator.learned.train import TrainConfig, evaluate, fit
+from simulator.learned.transfer import TransferEnsemble
 
 
 def _clean(metrics: dict[str, float]) -> dict[str, float | None]:
@@ -51,6 +52,10 @@ def train_version(
     val = [e[1] for e in enc.values()]
     if base is not None:
         start = registry.load(base)
+        if isinstance(start, TransferEnsemble):
+            raise ValueError(
+                f"base: {base} is a transfer ensemble; fine-tune it with simulator.learned.pretrained"
+            )
         cfg = TrainConfig(**{**config.__dict__, "kind": start.name})
         if isinstance(start, LinearRanker):
             # A logistic fit has no warm start: refitting on the given domains is the update.

@@ -1,0 +1,128 @@
+"""The pretrained transfer simulator of the service: trained on every collected domain, saved with provenance.
+
+``pretrain_version(sets, registry)`` fits ``transfer.TransferEnsemble`` on every training set (a
+measured domain from a dataset folder, or a domain's runtime records in the service's database),
+computes its leave-one-domain-out metrics next to the analytical model's, applies the fallback
+rule's LODO half, and saves a registry version whose metadata says exactly which runtimes trained
+it: per set the files (path, sha256, records) or the database's runtime-record ids, the sha256 of
+every distinct strategy key, and the code commit. With ``target`` it is the fine-tuned version of
+one set (the domain a search runs on): that set is the ensemble's target (``EnsembleTrainer.fit``),
+every other set a source, and the rule is decided on the target's held-out measured strategies
+when it has enough of them.
+
+Metadata (``VersionInfo``): kind ``transfer-linear``; ``domains`` = provenance per set;
+``metrics`` = ``{set: {"lodo": {"pairwise_accuracy"}, "analytical": {...}}}`` (plus, with a
+target, ``{target: {"held_out": ..., "analytical_held_out": ...}}``); ``notes["decision"]`` =
+``ScorerDecision.as_dict()``, ``notes["code"]`` = commit, ``notes["target"]``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from simulator.learned.data import Domain
+from simulator.learned.registry import Registry, VersionInfo
+from simulator.learned.runtimes import load_runtimes
+from simulator.learned.transfer import (
+    DomainZ,
+    EnsembleTrainer,
+    ScorerDecision,
+    TransferConfig,
+    choose,
+    choose_from_lodo,
+    code_commit,
+    domain_z,
+    key_digest,
+    lodo_metrics,
+)
+
+
+@dataclass(frozen=True)
+class TrainingSet:
+    """Measured runtimes of one domain from one source, with where they came from.
+
+    label: unique name of the set ("runtimes-v2/BERT-3L__B5", "service/BERT-3L__B5");
+    runtime_record_ids: the service database's record ids when the set came from it.
+    """
+
+    label: str
+    domain: Domain
+    runtime_record_ids: tuple[int, ...] = ()
+
+
+def dataset_sets(roots: Sequence[Path]) -> list[TrainingSet]:
+    """Every measured domain under each dataset folder, labelled "<folder name>/<domain>"."""
+    out = []
+    for root in roots:
+        for d in load_runtimes(root):
+            out.append(TrainingSet(f"{root.name}/{d.name}", d))
+    return out
+
+
+def provenance(sets: Sequence[TrainingSet]) -> list[dict[str, Any]]:
+    """Per training set: label, domain, records, data sha256, source files, strategy-key digests,
+    and the database's runtime-record ids when it came from the service."""
+    out = []
+    for s in sets:
+        d = s.domain
+        h = hashlib.sha256()
+        for key, t in zip(d.keys, d.times, strict=True):
+            h.update(f"{key}:{t:.9g};".encode())
+        entry: dict[str, Any] = {
+            "name": s.label,
+            "domain": d.name,
+            "records": len(d),
+            "data_sha256": h.hexdigest(),
+            "files": [{"path": f.path, "records": f.records, "sha256": f.sha256} for f in d.sources],
+            "strategy_keys_sha256": [key_digest(k) for k in d.keys],
+        }
+        if s.runtime_record_ids:
+            entry["runtime_record_ids"] = sorted(s.runtime_record_ids)
+        out.append(entry)
+    return out
+
+
+def _finite(x: float) -> float | None:
+    return None if x != x else float(x)
+
+
+def pretrain_version(
+    sets: Sequence[TrainingSet],
+    registry: Registry,
+    config: TransferConfig = TransferConfig(),
+    *,
+    target: str | None = None,
+    notes: dict[str, Any] | None = None,
+) -> tuple[VersionInfo, ScorerDecision]:
+    """Train, evaluate (LODO; held-out on ``target``) and save one transfer version (module docstring)."""
+    labels = [s.label for s in sets]
+    if len(set(labels)) != len(labels):
+        raise ValueError(f"sets: labels must be unique, got {labels}")
+    if target is not None and target not in labels:
+        raise KeyError(f"target: no training set {target!r}; known: {', '.join(labels)}")
+    zs = {s.label: domain_z(s.domain, s.label) for s in sets if len(s.domain)}
+    lodo = lodo_metrics(list(zs.values()), config)
+    sources = [z for name, z in zs.items() if name != target]
+    trainer = EnsembleTrainer(sources, config)
+    target_z: DomainZ | None = zs.get(target) if target is not None else None
+    ensemble = trainer.fit(target_z)
+    decision = choose(trainer, target_z, lodo) if target is not None else choose_from_lodo(lodo)
+    metrics: dict[str, dict[str, dict[str, Any]]] = {
+        name: {k: {"pairwise_accuracy": _finite(v["pairwise_accuracy"])} for k, v in m.items()}
+        for name, m in lodo.items()
+    }
+    if target is not None and decision.evidence == "held-out":
+        metrics.setdefault(target, {})["held_out"] = {"pairwise_accuracy": _finite(decision.learned_accuracy)}
+        metrics[target]["analytical_held_out"] = {"pairwise_accuracy": _finite(decision.analytical_accuracy)}
+    info = registry.save(
+        ensemble,
+        config={**config.as_dict(), "target": target},
+        domains=provenance(sets),
+        metrics=metrics,
+        notes={**(notes or {}), "decision": decision.as_dict(), "code": code_commit(), "target": target},
+    )
+    return info, decision

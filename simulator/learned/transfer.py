@@ -1,0 +1,392 @@
+"""The pretrained transfer simulator: an ensemble of pairwise linear rankers over the global z.
+
+Why this model (issue 16 item 2). AutoSync's domain-agnostic features exist so that a simulator
+trained on other (model, cluster) domains ranks a new one before it has any measurement. The
+transferred simulator is AutoSync's linear ranker (``simulator.learned.linear``: P(a slower than
+b) = σ(w · (z_a - z_b)) on the standardised global features z) fitted on the pairs of every
+training domain, each domain weighing the same. Of the learned kinds it is the one whose
+leave-one-domain-out (LODO) accuracy was close to the networks' (benchmarks/results/
+simulator_accuracy-2026-11-22.txt: transfer-0 linear 0.68-0.83 vs GAT 0.64-0.86) at a hundredth of
+the training time, and the only one cheap enough to refit between rounds on two busy cores and to
+bootstrap into an ensemble, which gives the hybrid scorer its uncertainty.
+
+Ensemble. ``members`` rankers, member m fitted on a bootstrap resample of every domain's
+strategies (seeded by (seed, m)), standardised with its own resample's mean and std. The score of
+a strategy is the mean of the members' w·z (lower = faster; a ranking score, not seconds). Their
+disagreement on a batch (``disagreement``) is the hybrid scorer's uncertainty.
+
+Fine-tuning (AutoSync's retraining as runtimes arrive). The target domain's measured strategies
+join every member's pairs (bootstrapped too: with few points the members then disagree more,
+which is the point), weighted so that a target of ``full_weight_at`` strategies or more counts as
+much as all source domains together, less in proportion below that. The members keep the source
+standardisation (fitted on many more strategies). Source pairs are drawn once per member
+(``EnsembleTrainer``), so a refit costs one logistic regression per member.
+
+The fallback rule (``choose``): the learned ranker is used only when it ranks the domain's
+*held-out* measured strategies at least as well as the analytical model (pairwise accuracy on the
+same strategies). Held out means not trained on: for the pretrained ensemble, every measured
+strategy of a domain it was not trained on; after fine-tuning, out-of-fold predictions of
+``folds``-fold cross-fitting on the domain's measurements (``held_out_accuracy``). With fewer than
+``min_held_out`` measured strategies that evidence is too thin (a dozen points decided the old
+rule), so the decision is the LODO one: the learned ranker is used when its mean LODO accuracy over
+the training domains (each scored by an ensemble trained without it) beats the analytical model's
+mean on the same domains.
+
+Provenance (``provenance``): every version records which runtime records trained it: per domain the
+files (path, sha256, record count) or the service's runtime-record ids, the sha256 of each
+distinct strategy key, and the code commit.
+
+Shapes: z (N, F = NUM_GLOBAL_FEATURES); member scores (E, N); disagreement (N,).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import subprocess
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+from scipy.stats import rankdata
+from sklearn.linear_model import LogisticRegression
+from threadpoolctl import threadpool_limits
+
+from simulator.analytical import AnalyticalSimulator, cluster_arrays, encode, model_arrays
+from simulator.base import Simulator
+from simulator.learned.data import Domain
+from simulator.learned.features import NUM_GLOBAL_FEATURES, FeatureExtractor, StrategyGraph
+from simulator.learned.linear import pairs_of
+from simulator.metrics import pairwise_accuracy
+from simulator.spec import ClusterSpec, ModelSpec, Strategy
+
+#: Registry kind of the transfer ensemble.
+KIND = "transfer-linear"
+
+
+@dataclass(frozen=True)
+class TransferConfig:
+    """How the transfer ensemble is trained and fine-tuned (module docstring)."""
+
+    members: int = 5  # rankers in the ensemble (uncertainty = their disagreement)
+    c: float = 0.01  # inverse L2 strength of each logistic fit (the most regularised of linear.C_GRID)
+    max_pairs: int = 2000  # pairs drawn per domain and member
+    seed: int = 0  # bootstrap and pair sampling
+    full_weight_at: int = 20  # a target with this many strategies weighs as much as all sources
+    folds: int = 4  # cross-fitting folds of the held-out accuracy after fine-tuning
+    min_held_out: int = 8  # measured strategies below which the fallback rule uses LODO evidence
+
+    def as_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+@dataclass(frozen=True)
+class DomainZ:
+    """One domain reduced to what the ranker needs: global z, measured times, analytical times.
+
+    z (N, F) float64; times (N,) measured seconds; analytical (N,) Eq. 1-3 seconds (default
+    constants), kept to judge the analytical model on exactly the same strategies.
+    """
+
+    name: str
+    z: np.ndarray
+    times: np.ndarray
+    analytical: np.ndarray
+    domain: str = ""  # "<model>__<cluster>" (default: name); LODO leaves out every set of it
+
+    def __post_init__(self) -> None:
+        if not self.domain:
+            object.__setattr__(self, "domain", self.name)
+
+    def __len__(self) -> int:
+        return len(self.times)
+
+    def subset(self, index: Sequence[int] | np.ndarray) -> DomainZ:
+        idx = np.asarray(index, dtype=np.int64)
+        return DomainZ(self.name, self.z[idx], self.times[idx], self.analytical[idx], self.domain)
+
+
+def domain_z(domain: Domain, name: str | None = None) -> DomainZ:
+    """A measured ``Domain`` as ``DomainZ`` (one vectorised feature pass); ``name`` labels the set
+    (e.g. "runtimes-v2/BERT-3L__B5" when two datasets measured one domain)."""
+    ma, ca = model_arrays(domain.model), cluster_arrays(domain.cluster)
+    batch = encode(ma, ca, list(domain.strategies))
+    z = FeatureExtractor(domain.model, domain.cluster).global_z(batch).astype(np.float64)
+    t = AnalyticalSimulator().score_batch(domain.model, domain.cluster, batch).t_iter
+    return DomainZ(name or domain.name, z, domain.times.copy(), np.asarray(t, dtype=np.float64), domain.name)
+
+
+class TransferEnsemble(Simulator):
+    """``members`` linear rankers; score = mean of w_m · standardise_m(z) (module docstring)."""
+
+    name = KIND
+    is_ranker = True
+
+    def __init__(self, coef: np.ndarray, mean: np.ndarray, std: np.ndarray) -> None:
+        shape = (-1, NUM_GLOBAL_FEATURES)
+        self.coef = np.asarray(coef, dtype=np.float64).reshape(shape)
+        self.mean = np.asarray(mean, dtype=np.float64).reshape(shape)
+        self.std = np.asarray(std, dtype=np.float64).reshape(shape)
+        if not (len(self.coef) == len(self.mean) == len(self.std) >= 1):
+            raise ValueError("coef/mean/std: need the same number (>= 1) of members")
+        self._extractors: dict[tuple[int, int], FeatureExtractor] = {}
+        self._lock = threading.Lock()
+
+    @property
+    def members(self) -> int:
+        return len(self.coef)
+
+    def state(self) -> dict[str, np.ndarray]:
+        return {"coef": self.coef, "mean": self.mean, "std": self.std}
+
+    def member_scores(self, z: np.ndarray) -> np.ndarray:
+        """Every member's score of every strategy, shape (E, N)."""
+        z = np.asarray(z, dtype=np.float64).reshape(-1, NUM_GLOBAL_FEATURES)
+        return np.einsum("enf,ef->en", (z[None] - self.mean[:, None]) / self.std[:, None], self.coef)
+
+    def scores(self, z: np.ndarray) -> np.ndarray:
+        """The ensemble's ranking score (N,): lower = faster."""
+        return self.member_scores(z).mean(axis=0)
+
+    def outputs(self, graphs: Sequence[StrategyGraph]) -> np.ndarray:
+        """The score of feature graphs (their global z), shape (N,): the learned simulators' API."""
+        if not graphs:
+            return np.zeros(0)
+        return self.scores(np.stack([g.z for g in graphs]))
+
+    def extractor(self, model: ModelSpec, cluster: ClusterSpec) -> FeatureExtractor:
+        """The domain's feature extractor, cached per (model, cluster) object (thread-safe)."""
+        key = (id(model), id(cluster))
+        with self._lock:
+            fx = self._extractors.get(key)
+            if fx is None or fx.model is not model or fx.cluster is not cluster:
+                if len(self._extractors) > 16:
+                    self._extractors.clear()
+                fx = self._extractors[key] = FeatureExtractor(model, cluster)
+        return fx
+
+    def z_of(self, model: ModelSpec, cluster: ClusterSpec, strategies: Sequence[Strategy]) -> np.ndarray:
+        if not strategies:
+            return np.zeros((0, NUM_GLOBAL_FEATURES))
+        batch = encode(model_arrays(model), cluster_arrays(cluster), list(strategies))
+        return self.extractor(model, cluster).global_z(batch).astype(np.float64)
+
+    def predict(self, model: ModelSpec, cluster: ClusterSpec, strategies: Sequence[Strategy]) -> np.ndarray:
+        return np.exp(np.clip(self.scores(self.z_of(model, cluster, strategies)), -60.0, 60.0))
+
+    def hidden(self, model: ModelSpec, cluster: ClusterSpec, strategies: Sequence[Strategy]) -> np.ndarray:
+        z = self.z_of(model, cluster, strategies)
+        return (z - self.mean[0]) / self.std[0]
+
+
+def disagreement(member_scores: np.ndarray) -> np.ndarray:
+    """Per strategy: std over members of its percentile rank within the batch, (E, N) → (N,).
+
+    The unit is a fraction of the batch: 0.1 means the members place the strategy about ten
+    percentiles apart. Ranks, not raw scores, because members' scores have different scales and
+    only the order matters to a round. Zero for a batch of one strategy.
+    """
+    s = np.asarray(member_scores, dtype=np.float64)
+    n = s.shape[1]
+    if n < 2:
+        return np.zeros(n)
+    pct = (rankdata(s, axis=1) - 1.0) / (n - 1)
+    return pct.std(axis=0)
+
+
+@dataclass
+class _MemberData:
+    mean: np.ndarray
+    std: np.ndarray
+    x: np.ndarray  # standardised pair differences (P, F), both orientations
+    y: np.ndarray  # 1 = first of the pair is slower
+    w: np.ndarray  # sample weights: every source domain sums to 1
+
+
+class EnsembleTrainer:
+    """Source pairs drawn once per member; ``fit(target)`` refits every member (module docstring).
+
+    Not thread-safe (holds a random generator per member); one trainer per process.
+    """
+
+    def __init__(self, sources: Sequence[DomainZ], config: TransferConfig = TransferConfig()) -> None:
+        sources = [s for s in sources if len(s) >= 2]
+        if not sources:
+            raise ValueError("sources: need at least one domain with two measured strategies")
+        self.sources = tuple(sources)
+        self.config = config
+        self._members = [self._member(m) for m in range(config.members)]
+
+    def _member(self, m: int) -> _MemberData:
+        rng = np.random.default_rng([self.config.seed, m])
+        picks = [rng.integers(0, len(d), len(d)) for d in self.sources]
+        pooled = np.concatenate([d.z[p] for d, p in zip(self.sources, picks, strict=True)])
+        mean, std = pooled.mean(axis=0), pooled.std(axis=0)
+        std = np.where(std > 1e-6, std, 1.0)
+        xs, ys, ws = [], [], []
+        for d, p in zip(self.sources, picks, strict=True):
+            x, y = pairs_of(d.z[p], d.times[p], rng, self.config.max_pairs)
+            if len(y):
+                xs.append(x / std)
+                ys.append(y)
+                ws.append(np.full(len(y), 1.0 / len(y)))
+        if not xs:
+            raise ValueError("sources: no pair of strategies with distinct measured times")
+        return _MemberData(mean, std, np.concatenate(xs), np.concatenate(ys), np.concatenate(ws))
+
+    def fit(self, target: DomainZ | None = None) -> TransferEnsemble:
+        """The ensemble on the sources, plus ``target``'s measured strategies when given."""
+        coefs = []
+        for m, data in enumerate(self._members):
+            x, y, w = data.x, data.y, data.w
+            if target is not None and len(target) >= 2:
+                rng = np.random.default_rng([self.config.seed, m, len(target)])
+                pick = rng.integers(0, len(target), len(target))
+                tx, ty = pairs_of(target.z[pick], target.times[pick], rng, self.config.max_pairs)
+                if len(ty):
+                    weight = len(self.sources) * min(1.0, len(target) / self.config.full_weight_at)
+                    x = np.vstack([x, tx / data.std])
+                    y = np.concatenate([y, ty])
+                    w = np.concatenate([w, np.full(len(ty), weight / len(ty))])
+            # Newton-Cholesky: 4-5 iterations on these few features (lbfgs takes ~40); one BLAS
+            # thread, since the fits are small and the service's cores are shared.
+            lr = LogisticRegression(
+                C=self.config.c, fit_intercept=False, max_iter=100, solver="newton-cholesky"
+            )
+            with threadpool_limits(1):
+                lr.fit(x, y, sample_weight=w * len(w) / w.sum())
+            coefs.append(lr.coef_.reshape(-1))
+        return TransferEnsemble(
+            np.stack(coefs),
+            np.stack([d.mean for d in self._members]),
+            np.stack([d.std for d in self._members]),
+        )
+
+
+def accuracy(ensemble: TransferEnsemble, domain: DomainZ) -> float:
+    """Pairwise ranking accuracy of the ensemble's score on ``domain``'s measured times."""
+    return pairwise_accuracy(ensemble.scores(domain.z), domain.times)
+
+
+def analytical_accuracy(domain: DomainZ) -> float:
+    """Pairwise ranking accuracy of Eq. 1-3 (default constants) on the same strategies."""
+    return pairwise_accuracy(domain.analytical, domain.times)
+
+
+def lodo_metrics(
+    domains: Sequence[DomainZ], config: TransferConfig = TransferConfig()
+) -> dict[str, dict[str, dict[str, float]]]:
+    """Leave-one-domain-out: each set scored by an ensemble trained on the other domains' sets.
+
+    Every set of the held-out (model, cluster) domain is left out of its training, whatever
+    dataset it came from. Returns ``{set name: {"lodo": {"pairwise_accuracy"}, "analytical":
+    {"pairwise_accuracy"}}}``; a set is left out when no other domain has pairs to train on.
+    """
+    out: dict[str, dict[str, dict[str, float]]] = {}
+    ensembles: dict[str, TransferEnsemble] = {}
+    for d in domains:
+        others = [o for o in domains if o.domain != d.domain and len(o) >= 2]
+        if not others or len(d) < 2:
+            continue
+        if d.domain not in ensembles:
+            ensembles[d.domain] = EnsembleTrainer(others, config).fit()
+        ens = ensembles[d.domain]
+        out[d.name] = {
+            "lodo": {"pairwise_accuracy": accuracy(ens, d)},
+            "analytical": {"pairwise_accuracy": analytical_accuracy(d)},
+        }
+    return out
+
+
+def held_out_accuracy(trainer: EnsembleTrainer, target: DomainZ) -> tuple[float, float]:
+    """(learned, analytical) pairwise accuracy on ``target`` from out-of-fold predictions.
+
+    ``folds``-fold cross-fitting: each fold is scored by the ensemble fine-tuned on the other
+    folds, so no strategy is scored by a model that saw it; all pairs of the out-of-fold scores
+    are compared (the folds' models share the sources' standardisation and most of their data,
+    so their scores are on one scale). Folds are assigned by position modulo ``folds``.
+    """
+    n = len(target)
+    folds = max(2, min(trainer.config.folds, n))
+    score = np.empty(n)
+    for f in range(folds):
+        test = np.arange(f, n, folds)
+        train = np.setdiff1d(np.arange(n), test)
+        score[test] = trainer.fit(target.subset(train)).scores(target.z[test])
+    return pairwise_accuracy(score, target.times), analytical_accuracy(target)
+
+
+Choice = Literal["learned", "analytical"]
+
+
+@dataclass(frozen=True)
+class ScorerDecision:
+    """The fallback rule's verdict and its evidence (shown in logs, versions and the benchmark)."""
+
+    choice: Choice
+    evidence: Literal["held-out", "lodo"]
+    learned_accuracy: float
+    analytical_accuracy: float
+    strategies: int  # measured strategies the evidence rests on (held-out) or LODO domains
+
+    def as_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+def choose_from_lodo(lodo: dict[str, dict[str, dict[str, float]]]) -> ScorerDecision:
+    """The LODO half of the rule: learned when its mean LODO accuracy beats the analytical mean."""
+    rows = [
+        (m["lodo"]["pairwise_accuracy"], m["analytical"]["pairwise_accuracy"])
+        for m in lodo.values()
+        if np.isfinite(m["lodo"]["pairwise_accuracy"]) and np.isfinite(m["analytical"]["pairwise_accuracy"])
+    ]
+    if not rows:
+        return ScorerDecision("analytical", "lodo", float("nan"), float("nan"), 0)
+    learned, analytical = (float(np.mean(c)) for c in zip(*rows, strict=True))
+    return ScorerDecision(
+        "learned" if learned > analytical else "analytical", "lodo", learned, analytical, len(rows)
+    )
+
+
+def choose(
+    trainer: EnsembleTrainer,
+    target: DomainZ | None,
+    lodo: dict[str, dict[str, dict[str, float]]],
+) -> ScorerDecision:
+    """The fallback rule (module docstring): held-out evidence when there is enough, else LODO."""
+    cfg = trainer.config
+    if target is None or len(target) < cfg.min_held_out:
+        return choose_from_lodo(lodo)
+    learned, analytical = held_out_accuracy(trainer, target)
+    if not np.isfinite(learned) or not np.isfinite(analytical):
+        return choose_from_lodo(lodo)
+    return ScorerDecision(
+        "learned" if learned >= analytical else "analytical", "held-out", learned, analytical, len(target)
+    )
+
+
+def key_digest(key: str) -> str:
+    """A runtime record's strategy identity in a version's provenance: sha256 of its key, 16 hex."""
+    return hashlib.sha256(key.encode()).hexdigest()[:16]
+
+
+def code_commit(root: Path | None = None) -> dict[str, Any]:
+    """The git commit of the code that trains (and whether the tree had uncommitted changes)."""
+    where = root or Path(__file__).resolve().parents[2]
+    try:
+        head = subprocess.run(
+            ["git", "rev-parse", "HEAD"], cwd=where, capture_output=True, text=True, timeout=10, check=True
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no", "--", "simulator"],
+            cwd=where,
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=True,
+        ).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return {"commit": None, "dirty": None}
+    return {"commit": head, "dirty": bool(dirty)}
