@@ -57,12 +57,7 @@ class Worker:
             torch.cuda.set_device(self.device)
         gpu = self.cluster.device_type(self.L.node_of(rank))
         self.gpu = gpu
-        self.mem = DeviceMemory(
-            self.L.devices[rank],
-            gpu.name,
-            gpu.memory_gb * GB * self.cfg.memory_fraction,
-            0.0 if self.real else self.cfg.scale,
-        )
+        self.mem = DeviceMemory(self.L.devices[rank], gpu.name, gpu.memory_gb * GB * self.cfg.memory_fraction)
         self.busy = 0.0
 
     # ------------------------------------------------------------------ set-up

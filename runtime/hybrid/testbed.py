@@ -1,0 +1,169 @@
+"""Measure a HybridPlan on the heterogeneous testbed (or loopback): the benchmark's entry point.
+
+``measure_plan(model, cluster, plan, iterations=N)`` runs the plan in replay mode: every emulated
+GPU sleeps its own type's compute time (the roofline of ``simulator.analytical.compute`` for its
+rows), communicates scaled tensors for real over links shaped to the cluster's NICs, and charges
+its memory ledger against its type's capacity. It returns a ``HybridRun``: ``iteration_s`` (median
+step), ``busy_s`` per device (median compute seconds), both in the real cluster's seconds (time
+dilation divided out), or ``status == "oom"`` with the device and the allocation that did not fit.
+
+Scale and dilation are the executor's (``runtime.testbed.dilated_scales``): bytes are divided by
+``scale``, links by ``scale x dilation``, replayed compute runs ``dilation`` times longer.
+
+Pipelined plans (``num_micro_batches > 1``) run on the pipeline issue's executor
+(``runtime.pipeline.run_pipeline`` with ``plan.to_plan()`` and the same ``ExecutorConfig`` scale,
+dilation and efficiency). Their memory is checked before
+launch with the same ledger: each device's stage parameters, gradients, optimizer state and the
+kFkB stash bound ``min(N_d, (P - r) k)`` micro-batches of activations (``expected_peak_stashed``).
+Limits there: that executor replays a stage's compute at its *first* device's type for every
+nested replica, and refuses split stages and unequal replicate degrees.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import statistics
+from collections.abc import Iterator
+
+from runtime.hybrid.config import HybridConfig
+from runtime.hybrid.memory import GB, DeviceMemory, DeviceOutOfMemory
+from runtime.hybrid.run import HybridRun, run_hybrid
+from runtime.launch import Launcher
+from simulator.pipeline import expected_peak_stashed
+from simulator.spec import ClusterSpec, HybridPlan, ModelSpec, hybrid_issues
+
+
+@contextlib.contextmanager
+def _launcher(cluster: ClusterSpec, link_scale: float, testbed: bool) -> Iterator[Launcher]:
+    if not testbed:
+        from runtime.executor import LocalLauncher
+
+        yield LocalLauncher()
+        return
+    from runtime.testbed import make_launcher
+
+    with make_launcher(cluster, link_scale) as launcher:
+        yield launcher
+
+
+def measure_plan(
+    model: ModelSpec,
+    cluster: ClusterSpec,
+    plan: HybridPlan,
+    *,
+    iterations: int = 5,
+    warmup: int = 1,
+    testbed: bool = True,
+    scale: float | None = None,
+    dilation: float | None = None,
+    efficiency: float = 1.0,
+    memory_fraction: float = 1.0,
+    optimizer_state_factor: float = 0.0,
+    timeout_s: float = 600.0,
+    launcher: Launcher | None = None,
+) -> HybridRun:
+    """Run ``plan`` (replay) for ``warmup + iterations`` steps; see the module docstring.
+
+    ``testbed``: shaped network namespaces (falling back to unshaped loopback with a warning
+    where they cannot be built); False: loopback. ``scale``/``dilation`` None: the executor's
+    ``dilated_scales(cluster)``. ``launcher``: use this one (already built) instead.
+    """
+    from runtime.testbed import dilated_scales
+
+    if scale is None:
+        scale, d = dilated_scales(cluster, dilation)
+    else:
+        d = dilation or 1.0
+    cfg = HybridConfig(
+        compute="replay",
+        warmup=warmup,
+        iterations=iterations,
+        scale=scale,
+        dilation=d,
+        efficiency=efficiency,
+        memory_fraction=memory_fraction,
+        optimizer_state_factor=optimizer_state_factor,
+        timeout_s=timeout_s,
+    )
+    issues = hybrid_issues(plan, model, cluster)
+    if issues:
+        return HybridRun("invalid", f"invalid plan: {issues[0]}")
+    if plan.num_micro_batches > 1:
+        oom = pipeline_memory_failure(model, cluster, plan, cfg)
+        if oom:
+            return HybridRun("oom", oom)
+    with contextlib.ExitStack() as stack:
+        if launcher is None:
+            launcher = stack.enter_context(_launcher(cluster, scale * d, testbed))
+        if plan.num_micro_batches > 1:
+            return _run_pipelined(model, cluster, plan, launcher, cfg)
+        return run_hybrid(model, cluster, plan, launcher, cfg)
+
+
+def pipeline_memory_failure(
+    model: ModelSpec, cluster: ClusterSpec, plan: HybridPlan, cfg: HybridConfig
+) -> str | None:
+    """The out-of-memory reason of the first device whose ledger overflows, or None."""
+    p = plan.to_plan()
+    P = len(p.stages)
+    for s, st in enumerate(p.stages):
+        params = sum(
+            v.bytes for layer in model.layers[st.first_layer : st.last_layer] for v in layer.variables
+        )
+        acts = sum(layer.activation_bytes for layer in model.layers[st.first_layer : st.last_layer])
+        for d, dev in enumerate(st.devices):
+            gpu = cluster.device_type(dev.rpartition(":")[0])
+            mem = DeviceMemory(dev, gpu.name, gpu.memory_gb * GB * cfg.memory_fraction)
+            n = p.replica_micro_batches(d)
+            stash = expected_peak_stashed(P, n, p.group_size(n), s)
+            try:
+                mem.allocate(f"stage {s} parameters", params)
+                mem.allocate(f"stage {s} gradients", params)
+                mem.allocate(f"stage {s} optimizer state", cfg.optimizer_state_factor * params)
+                mem.allocate(f"stage {s} activations ({stash} micro-batches of {p.micro_batch_size})",
+                             stash * p.micro_batch_size * acts)  # fmt: skip
+            except DeviceOutOfMemory as e:
+                return str(e)
+    return None
+
+
+def _run_pipelined(
+    model: ModelSpec, cluster: ClusterSpec, plan: HybridPlan, launcher: Launcher, cfg: HybridConfig
+) -> HybridRun:
+    from runtime.executor import ExecutorConfig
+    from runtime.pipeline import PipelineConfig, run_pipeline
+
+    p = plan.to_plan()
+    ex = ExecutorConfig(
+        compute="replay",
+        warmup=cfg.warmup,
+        iterations=cfg.iterations,
+        timeout_s=cfg.timeout_s,
+        scale=cfg.scale,
+        dilation=cfg.dilation,
+        efficiency=cfg.efficiency,
+    )
+    try:
+        run = run_pipeline(model, cluster, p, launcher, PipelineConfig(executor=ex))
+    except ValueError as e:
+        return HybridRun("unsupported", str(e))
+    m = run.measurements[0]
+    if m.failure:
+        return HybridRun("failed", m.failure)
+    P = len(p.stages)
+    busy: dict[str, float] = {}
+    for rank, rec in run.records.items():
+        dev = p.stages[rank % P].devices[rank // P]
+        per_step = [
+            sum(e - s for k, _, s, e in rec["events"] if k in ("F", "B") and t0 <= s < t1)
+            for _, t0, t1 in rec["steps"][cfg.warmup :]
+        ]
+        busy[dev] = statistics.median(per_step) / cfg.dilation
+    # run_pipeline's Measurement is already in the real cluster's seconds (divided by the dilation)
+    return HybridRun(
+        "ok",
+        iteration_s=statistics.median(m.iteration_times),
+        busy_s=busy,
+        measurement=m,
+        records=run.records,
+    )

@@ -1,0 +1,115 @@
+"""Heterogeneous replay: each emulated GPU computes at its own type's speed and enforces its memory.
+
+Runs on loopback (no namespaces needed); the shaped testbed is the same code with another launcher.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from runtime.hybrid.config import HybridConfig
+from runtime.hybrid.layout import Layout, Route
+from runtime.hybrid.testbed import measure_plan, pipeline_memory_failure
+from simulator.analytical.compute import layer_times
+from simulator.analytical.params import CostParams
+from simulator.extract.zoo_clusters import P100, V100
+from simulator.spec import ClusterSpec, HybridPlan, Layer, ModelSpec, Node, TaskGraph, Variable, VirtualDevice
+
+CLUSTER = ClusterSpec(
+    name="v100+p100",
+    device_types=(V100, P100),
+    nodes=(
+        Node(name="v", device=V100.name, gpus=1, nic_gbps=50.0),
+        Node(name="p", device=P100.name, gpus=1, nic_gbps=50.0),
+    ),
+    intra_node_gbps=100.0,
+)
+
+
+def model(activation_bytes: float, flops: float) -> ModelSpec:
+    layers = tuple(
+        Layer(
+            name=f"l{i}",
+            kind="linear",
+            fwd_flops=flops,
+            activation_bytes=activation_bytes,
+            variables=(Variable(name=f"l{i}.w", shape=(256, 256)),),
+        )
+        for i in range(3)
+    )
+    return ModelSpec(name="big", batch_size=8, layers=layers)
+
+
+def dp(shares: dict[str, int]) -> HybridPlan:
+    tg = TaskGraph(first_layer=0, last_layer=3, degree=2, virtual_devices=(VirtualDevice(devices=("v:0", "p:0")),),
+                   batch_shares=shares)  # fmt: skip
+    return HybridPlan(task_graphs=(tg,), global_batch=sum(shares.values()))
+
+
+def test_each_device_replays_its_own_type() -> None:
+    m = model(1e6, 1e10)
+    run = measure_plan(m, CLUSTER, dp({"v:0": 8, "p:0": 8}), iterations=3, warmup=1, testbed=False, scale=1.0)
+    assert run.status == "ok", run.reason
+    for dev, gpu in (("v:0", V100), ("p:0", P100)):
+        want = layer_times(m, gpu, 8, CostParams()).step
+        assert run.busy_s[dev] == pytest.approx(want, rel=0.15, abs=0.005), dev
+    assert run.busy_s["p:0"] > 1.2 * run.busy_s["v:0"]  # the P100 is slower (10.6 vs 15.7 TFLOPS)
+    assert run.iteration_s is not None and run.iteration_s >= 0.9 * run.busy_s["p:0"]
+    assert run.peak_memory_bytes["p:0"] == pytest.approx(2 * 256 * 256 * 4 * 3 + 8 * 3 * 1e6)
+
+
+def test_a_plan_that_does_not_fit_fails_as_out_of_memory() -> None:
+    # 1 GB of activations per sample and layer: 20 samples need 60 GB > both; 4 on the P100 fit 16 GB
+    m = model(1e9, 1e8)
+    even = measure_plan(
+        m, CLUSTER, dp({"v:0": 6, "p:0": 6}), iterations=1, warmup=0, testbed=False, scale=1.0
+    )
+    assert even.status == "oom"
+    assert "p:0 (P100-SXM2-16GB)" in even.reason and "task_graphs.0 activations (6 samples)" in even.reason
+    balanced = measure_plan(
+        m, CLUSTER, dp({"v:0": 8, "p:0": 4}), iterations=1, warmup=0, testbed=False, scale=1.0
+    )
+    assert balanced.status == "ok", balanced.reason
+    assert balanced.peak_memory_bytes["v:0"] > 16e9  # holds more than the P100 could
+
+
+def test_pipeline_memory_puts_the_stash_on_each_stage() -> None:
+    m = model(1e9, 1e8)
+
+    def pipe(first: str, second: str) -> HybridPlan:
+        tgs = (
+            TaskGraph(first_layer=0, last_layer=2, virtual_devices=(VirtualDevice(devices=(first,)),)),
+            TaskGraph(first_layer=2, last_layer=3, virtual_devices=(VirtualDevice(devices=(second,)),)),
+        )
+        return HybridPlan(task_graphs=tgs, global_batch=8, num_micro_batches=8, schedule="gpipe")
+
+    cfg = HybridConfig(compute="replay")
+    # GPipe stashes all 8 micro-batches: stage 0 holds 8 x 2 GB = 16 GB + weights: too much for a P100
+    reason = pipeline_memory_failure(m, CLUSTER, pipe("p:0", "v:0"), cfg)
+    assert reason is not None and "p:0 (P100-SXM2-16GB)" in reason and "stage 0 activations" in reason
+    assert pipeline_memory_failure(m, CLUSTER, pipe("v:0", "p:0"), cfg) is None  # larger memory first
+
+
+def test_bridge_routes_cover_every_row_once() -> None:
+    cluster = ClusterSpec(name="4", device_types=(V100,), nodes=(Node(name="n", device=V100.name, gpus=4, nic_gbps=1.0),),
+                          intra_node_gbps=1.0)  # fmt: skip
+    vd = lambda *i: VirtualDevice(devices=tuple(f"n:{j}" for j in i))  # noqa: E731
+    plan = HybridPlan(
+        task_graphs=(
+            TaskGraph(first_layer=0, last_layer=1, degree=3, virtual_devices=(vd(0, 1, 2),),
+                      batch_shares={"n:0": 1, "n:1": 4, "n:2": 1}),
+            TaskGraph(first_layer=1, last_layer=3, primitive="split", degree=2, virtual_devices=(vd(1, 3),)),
+        ),
+        global_batch=6,
+    )  # fmt: skip
+    L = Layout(model(1.0, 1.0), cluster, plan)
+    fwd = L.routes(0)
+    # rank order is first use: n:0, n:1, n:2, n:3 -> 0..3; split devices n:1 (rank 1), n:3 (rank 3)
+    assert sorted(fwd, key=lambda r: (r.dst, r.lo)) == [
+        Route(0, 1, 0, 1), Route(1, 1, 1, 5), Route(2, 1, 5, 6),
+        Route(0, 3, 0, 1), Route(1, 3, 1, 5), Route(2, 3, 5, 6),
+    ]  # fmt: skip
+    # backward: the split devices hold identical gradients; n:1 answers for itself and for the others
+    assert sorted(L.routes(0, backward=True), key=lambda r: r.dst) == [
+        Route(1, 0, 0, 1), Route(1, 1, 1, 5), Route(1, 2, 5, 6),
+    ]  # fmt: skip
