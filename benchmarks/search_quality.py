@@ -55,7 +55,7 @@ from simulator.analytical.baselines import baseline
 from simulator.spec import ClusterSpec, ModelSpec
 
 SIM = AnalyticalSimulator()
-AUTOSYNC = AutoSyncConfig(pool_factor=5, pool_min=0, qualify_fraction=0.5, alpha=0.1)
+AUTOSYNC = AutoSyncConfig(pool_factor=5, pool_min=0)  # the round itself: search.round.DEFAULTS
 
 MAKERS: dict[str, Callable[[ModelSpec, ClusterSpec, int], Searcher]] = {
     "random": lambda m, c, s: RandomSearcher(m, c, s),

@@ -9,6 +9,9 @@ Public API:
     MemoryModel(model, cluster).check(s) -> Feasibility   device and PS-host memory, with reasons
     FactorSimilarity / HiddenSimilarity     sim(S_i, S_j) behind Similarity
     select_diverse(strategies, scores, k, alpha, similarity) -> Selection   Eq. 11
+    run_round(model, cluster, scorer, samples=M, k=K, seed=S) -> RoundResult   the one round
+        (search.round: sample under the constraints -> score -> qualify -> Eq. 11), DEFAULTS,
+        RoundScorer / SampleBatch / RoundScores (the scorer interface), ArraySampler
     Searcher.ask(n) / tell(strategies, times): RandomSearcher, ConstrainedSearcher (AutoSync(-s)),
         AutoSyncSearcher, TPESearcher, CMAESSearcher (search.searchers)
 """
@@ -19,6 +22,16 @@ from typing import Literal
 
 from search.constraints import adjacent_merge, load_balance
 from search.feasibility import Feasibility, MemoryConfig, MemoryModel
+from search.round import (
+    DEFAULTS,
+    AllTriedError,
+    RoundDefaults,
+    RoundResult,
+    RoundScorer,
+    RoundScores,
+    SampleBatch,
+    run_round,
+)
 from search.samplers import (
     ConstrainedSampler,
     Constraints,
@@ -26,6 +39,7 @@ from search.samplers import (
     Sampler,
     UniformSampler,
 )
+from search.samplers.arrays import ArraySampler, ChoiceArrays
 from search.samplers.partial import Prior
 from search.searchers import (
     AutoSyncConfig,
@@ -73,9 +87,13 @@ def make_sampler(
 
 
 __all__ = [
+    "DEFAULTS",
+    "AllTriedError",
+    "ArraySampler",
     "AutoSyncConfig",
     "AutoSyncSearcher",
     "CMAESSearcher",
+    "ChoiceArrays",
     "ConstrainedSampler",
     "ConstrainedSearcher",
     "Constraints",
@@ -87,6 +105,11 @@ __all__ = [
     "MemoryModel",
     "Prior",
     "RandomSearcher",
+    "RoundDefaults",
+    "RoundResult",
+    "RoundScorer",
+    "RoundScores",
+    "SampleBatch",
     "Sampler",
     "SamplerKind",
     "Searcher",
@@ -99,6 +122,7 @@ __all__ = [
     "adjacent_merge",
     "load_balance",
     "make_sampler",
+    "run_round",
     "select_diverse",
     "select_exact",
 ]

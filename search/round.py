@@ -286,11 +286,16 @@ def scorer_for(simulator: Simulator | RoundScorer) -> RoundScorer:
 # ---------------------------------------------------------------------------------- the round
 
 
+class AllTriedError(RuntimeError):
+    """Every sample of a round was already tried (or dropped): nothing is left to choose from."""
+
+
 @dataclass(frozen=True)
 class RoundResult:
     """The K chosen strategies of a round (pick order) and what the round knew about them."""
 
     strategies: tuple[Strategy, ...]
+    identities: tuple[int, ...]  # content hash of each (``ChoiceArrays.identity``)
     indices: tuple[int, ...]  # positions among the round's pool (the M samples less exclusions)
     predicted: tuple[float, ...]  # the scorer's seconds of each chosen strategy
     uncertainty: tuple[float | None, ...]
@@ -328,6 +333,7 @@ def run_round(
     constraints: Constraints | None = None,
     prior: Prior = "hierarchical",
     exclude: Iterable[Strategy] = (),
+    exclude_ids: Iterable[int] = (),
     lossy_only: bool = False,
     path: Literal["arrays", "objects"] = "arrays",
     sampler: ArraySampler | None = None,
@@ -343,7 +349,9 @@ def run_round(
     choose the same set (tests/search/test_round.py).
 
     ``exclude``: strategies already tried (by content, ``strategy_key``'s meaning); ones that
-    cannot be drawn (a hybrid plan, staleness, another model) are ignored. ``lossy_only`` drops
+    cannot be drawn (a hybrid plan, staleness, another model) are ignored; ``exclude_ids`` are
+    content hashes of more of them (``RoundResult.identities``, ``ChoiceArrays.identity``), which a
+    caller that runs many rounds keeps instead of re-encoding its tried strategies. ``lossy_only`` drops
     samples that compress no shard (the lossy half of a lossy search's round). ``sampler`` may be
     passed to continue a stream across rounds (the searcher does); otherwise one is made from
     ``seed``, ``space``, ``memory`` (None: default MemoryConfig; False: no memory check),
@@ -363,7 +371,7 @@ def run_round(
             prior,
             chunk=min(CHUNK, samples),
         )
-    excluded = list(exclude)
+    excluded = _excluded_identities(sp, list(exclude)) | {int(i) for i in exclude_ids}
     run = _round_objects if path == "objects" else _round_arrays
     return run(
         model, cluster, scorer_for(scorer), sp, sampler, mm, samples, k, defaults, excluded, lossy_only
@@ -399,7 +407,7 @@ def _round_arrays(
     samples: int,
     k: int,
     defaults: RoundDefaults,
-    excluded: list[Strategy],
+    excluded: set[int],
     lossy_only: bool,
 ) -> RoundResult:
     times: dict[str, float] = {}
@@ -411,13 +419,12 @@ def _round_arrays(
     ident = drawn.identity()
     keep = _first_occurrences(ident)
     if excluded:
-        seen = np.array(sorted(_excluded_identities(space, excluded)), dtype=np.uint64)
-        keep &= ~np.isin(ident, seen)
+        keep &= ~np.isin(ident, np.array(sorted(excluded), dtype=np.uint64))
     if lossy_only:
         keep &= _lossy(drawn)
     pool = drawn if keep.all() else drawn.take(np.flatnonzero(keep))
     if pool.size == 0:
-        raise RuntimeError(f"all {samples} sampled strategies were already tried in this search")
+        raise AllTriedError(f"all {samples} sampled strategies were already tried in this search")
     t2 = _clock()
     times["pool"] = t2 - t1
     scored = _score_chunks(model, cluster, scorer, space, pool)
@@ -437,7 +444,10 @@ def _round_arrays(
     chosen = [int(qualified[i]) for i in choice.indices]
     strategies = [pool.strategy(space, i) for i in chosen]
     times["materialise"] = _clock() - t4
-    return _result(scored, chosen, strategies, choice, samples, pool.size, len(qualified), "arrays", times)
+    ids = ident[np.flatnonzero(keep)[chosen]]
+    return _result(
+        scored, chosen, strategies, ids, choice, samples, pool.size, len(qualified), "arrays", times
+    )
 
 
 def _round_objects(
@@ -450,7 +460,7 @@ def _round_objects(
     samples: int,
     k: int,
     defaults: RoundDefaults,
-    excluded: list[Strategy],
+    excluded: set[int],
     lossy_only: bool,
 ) -> RoundResult:
     """The reference: every sample a Strategy object, checked, scored and compared as objects."""
@@ -471,16 +481,21 @@ def _round_objects(
             raise InfeasibleSpaceError(f"{misses} infeasible draws for {len(drawn)}/{samples} strategies")
     t1 = _clock()
     times["sample"] = t1 - t0
-    seen = {strategy_key(s) for s in excluded}
-    pool: list[Strategy] = []
+    seen: set[str] = set()
+    fresh: list[Strategy] = []
     for s in drawn:
         key = strategy_key(s)
         if key in seen or (lossy_only and space_of(s) == "lossless"):
             continue
         seen.add(key)
-        pool.append(s)
+        fresh.append(s)
+    if not fresh:
+        raise AllTriedError(f"all {samples} sampled strategies were dropped (lossless in a lossy round)")
+    every = ChoiceArrays.of_batch(encode(model_arrays(model), cluster_arrays(cluster), fresh)).identity()
+    pool = [s for s, i in zip(fresh, every.tolist(), strict=True) if i not in excluded]
+    ids = [i for i in every.tolist() if i not in excluded]
     if not pool:
-        raise RuntimeError(f"all {samples} sampled strategies were already tried in this search")
+        raise AllTriedError(f"all {samples} sampled strategies were already tried in this search")
     t2 = _clock()
     times["pool"] = t2 - t1
     simulator = getattr(scorer, "simulator", None)
@@ -503,8 +518,18 @@ def _round_objects(
     times["select"] = _clock() - t3
     choice = Choice(picked.indices, picked.predicted, picked.similarity, picked.alpha, picked.objective)
     chosen = [int(qualified[i]) for i in picked.indices]
+    chosen_ids = np.array([ids[i] for i in chosen], dtype=np.uint64)
     return _result(
-        scored, chosen, list(picked.strategies), choice, samples, len(pool), len(qualified), "objects", times
+        scored,
+        chosen,
+        list(picked.strategies),
+        chosen_ids,
+        choice,
+        samples,
+        len(pool),
+        len(qualified),
+        "objects",
+        times,
     )
 
 
@@ -569,6 +594,7 @@ def _result(
     scored: RoundScores,
     chosen: list[int],
     strategies: list[Strategy],
+    ids: np.ndarray,
     choice: Choice,
     samples: int,
     pool: int,
@@ -579,6 +605,7 @@ def _result(
     unc = scored.uncertainty
     return RoundResult(
         strategies=tuple(strategies),
+        identities=tuple(int(i) for i in ids),
         indices=tuple(chosen),
         predicted=tuple(float(scored.seconds[i]) for i in chosen),
         uncertainty=tuple(None if unc is None else float(unc[i]) for i in chosen),

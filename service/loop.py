@@ -48,7 +48,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from service import domain as d
 from service.db import repository as repo
 from service.loop_jobs import JobBudget, JobOutcome, RoundJobs, baselines_job, plan_round_job
-from service.loop_round import RoundConfig, due_baselines, strategy_key
+from service.loop_round import RoundConfig, due_baselines
 from service.loop_simulators import RetrainConfig, Retrainer, usable_version
 from service.loop_store import search_specs
 from service.queue.nudge import Nudger
@@ -295,7 +295,7 @@ class SearchLoop:
                 "samples": search.samples_per_round,
                 "k": k,
                 "seed": search.seed * 1_000 + search.current_round + 1,
-                "exclude": {strategy_key(t.strategy) for t in trials},
+                "exclude": [t.strategy for t in trials],
                 "config": self.config.round,
                 "compression": search.compression,
             }

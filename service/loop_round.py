@@ -1,51 +1,37 @@
-"""One round's decision: sample M strategies under the constraints, score them, pick K diverse ones.
+"""The service's round: orchestration around ``search.round.run_round`` (the one round).
 
-AutoSync supplementary §7: the M sampled strategies are first filtered by the simulator's score
-(the best ``qualified_fraction`` of them are "qualified"), then K are chosen by Eq. 11's greedy
-diverse selection (``search.selection.select_diverse``). Strategies a search already tried are
-never proposed again. For the 'cost' objective the order is the same as for time: one search runs
-on one cluster, whose price per second is fixed.
+``run_round`` samples M strategies under the constraints, scores them, keeps the qualified
+fraction and picks K by Eq. 11, with ``search.round.DEFAULTS`` (the reasons for each value are
+there). This module only adds what is the service's: already-tried strategies are excluded, a
+lossy search's round is split into a lossless and a lossy half, and the picks become
+persistence-facing ``CandidateDraft``s. For the 'cost' objective the order is the same as for
+time: one search runs on one cluster, whose price per second is fixed.
 """
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 
-from search import make_sampler
-from search.selection import select_diverse
+from search.round import AllTriedError, RoundDefaults, RoundResult, run_round
 from search.similarity import FactorSimilarity, HiddenSimilarity, Similarity
-from search.space import Compression, SpaceConfig, compressor_kinds, space_of
+from search.space import Compression, SpaceConfig, compressor_kinds
 from service.domain import CandidateDraft, Search, Trial
 from simulator.base import Simulator
 from simulator.spec import ClusterSpec, ModelSpec, Strategy
+from simulator.spec import strategy_key as _strategy_key
 from simulator.spec.io import parse_as
 
-
-@dataclass(frozen=True)
-class RoundConfig:
-    """How one round samples, filters and selects."""
-
-    # Sampler of the round: 'constrained' (Alg. 1 + 2, AutoSync) or 'random' (the ablation).
-    sampler: Literal["constrained", "random"] = "constrained"
-    # Fraction of the M samples, best predicted first, that qualify for selection (at least K).
-    qualified_fraction: float = 0.25
-    # Eq. 11's trade-off between low predicted time and low similarity among the picks.
-    alpha: float = 0.5
-    # Similarity of Eq. 11: 'factor' (shared per-variable choices) or 'hidden' (simulator cosine).
-    similarity: Literal["factor", "hidden"] = "factor"
+#: The service's round settings are the round's own (``search.round.RoundDefaults``).
+RoundConfig = RoundDefaults
 
 
 def strategy_key(strategy: Strategy | dict[str, Any]) -> str:
-    """A strategy's identity for "already tried": its content, not its label or names."""
-    s = strategy if isinstance(strategy, Strategy) else parse_as(Strategy, strategy)
-    body = s.model_dump(mode="json", exclude={"name", "model", "cluster"})
-    return json.dumps(body, sort_keys=True)
+    """``simulator.spec.strategy_key`` (the one identity) of a Strategy or of a stored strategy dict."""
+    return _strategy_key(strategy if isinstance(strategy, Strategy) else parse_as(Strategy, strategy))
 
 
 def plan_round(
@@ -56,23 +42,24 @@ def plan_round(
     samples: int,
     k: int,
     seed: int,
-    exclude: Iterable[str] = (),
-    config: RoundConfig = RoundConfig(),
+    exclude: Iterable[Strategy | dict[str, Any]] = (),
+    config: RoundDefaults = RoundDefaults(),
     compression: Compression = "none",
 ) -> list[CandidateDraft]:
     """The K candidates of a round, rank 1 = fastest predicted, with their mean similarity to the others.
 
-    ``compression`` is the search's opt-in: 'none' samples the lossless space only. Decision for a
-    lossy opt-in: each round is split, half of the samples (and K // 2 picks) from the lossless space
-    and the rest from the opted-in space, selected separately. Almost every strategy drawn from a
-    space with compressors compresses some shard, so without the split a lossy search would never
-    measure a lossless candidate, and its lossless winner (the one comparable with the lossless
-    baselines, with no accuracy question) would be missing from its report.
+    ``exclude``: the search's already-tried strategies (objects or stored dicts); they are never
+    proposed again. ``compression`` is the search's opt-in: 'none' samples the lossless space
+    only. Decision for a lossy opt-in: each round is split, half of the samples (and K // 2 picks)
+    from the lossless space and the rest from the opted-in space (lossy samples only), selected
+    separately. Almost every strategy drawn from a space with compressors compresses some shard,
+    so without the split a lossy search would never measure a lossless candidate, and its
+    lossless winner (the one comparable with the lossless baselines, with no accuracy question)
+    would be missing from its report.
     """
     if k < 1 or samples < k:
         raise ValueError(f"samples/k: need samples >= k >= 1, got samples={samples}, k={k}")
-    seen = set(exclude)
-    similarity = _similarity(config, simulator, model, cluster)
+    tried = [s if isinstance(s, Strategy) else parse_as(Strategy, s) for s in exclude]
     if compression == "none" or k < 2:
         parts = [(compression, samples, k)]
     else:
@@ -80,46 +67,43 @@ def plan_round(
     chosen: list[Strategy] = []
     predicted: list[float] = []
     for i, (comp, n, kk) in enumerate(parts):
-        picks, times = _pick(
-            model, cluster, simulator, similarity, n, kk, seed + 7919 * i, seen, config, comp
-        )
-        chosen += picks
-        predicted += times
+        result = _part(model, cluster, simulator, n, kk, seed + 7919 * i, tried, config, comp)
+        if result is not None:
+            chosen += result.strategies
+            predicted += result.predicted
     if not chosen:
         raise RuntimeError(f"all {samples} sampled strategies were already tried in this search")
+    similarity = _similarity(config, simulator, model, cluster)
     return drafts(chosen, predicted, similarity.matrix(chosen).tolist())
 
 
-def _pick(
+def _part(
     model: ModelSpec,
     cluster: ClusterSpec,
     simulator: Simulator,
-    similarity: Similarity,
     samples: int,
     k: int,
     seed: int,
-    seen: set[str],
-    config: RoundConfig,
+    tried: list[Strategy],
+    config: RoundDefaults,
     compression: Compression,
-) -> tuple[list[Strategy], list[float]]:
-    """Sample ``samples`` new strategies of one space, keep the best predicted, choose ``k`` by Eq. 11."""
-    pool: list[Strategy] = []
-    space = SpaceConfig(compressors=compressor_kinds(compression))
-    for s in make_sampler(config.sampler, model, cluster, seed, space=space).sample(samples):
-        if compression != "none" and space_of(s) == "lossless":
-            continue  # the lossless half of the round has its own samples
-        key = strategy_key(s)
-        if key not in seen:
-            seen.add(key)
-            pool.append(s)
-    if not pool:
-        return [], []
-    k = min(k, len(pool))
-    predicted = np.asarray(simulator.predict(model, cluster, pool), dtype=np.float64)
-    n_qualified = max(k, math.ceil(config.qualified_fraction * len(pool)))
-    qualified = np.argsort(predicted, kind="stable")[:n_qualified]
-    chosen = select_diverse([pool[i] for i in qualified], predicted[qualified], k, config.alpha, similarity)
-    return list(chosen.strategies), list(chosen.predicted)
+) -> RoundResult | None:
+    """One space's share of the round (None when every sample was already tried)."""
+    try:
+        return run_round(
+            model,
+            cluster,
+            simulator,
+            samples=samples,
+            k=min(k, samples),
+            seed=seed,
+            defaults=config,
+            space=SpaceConfig(compressors=compressor_kinds(compression)),
+            exclude=tried,
+            lossy_only=compression != "none",
+        )
+    except AllTriedError:
+        return None
 
 
 def drafts(
@@ -142,8 +126,9 @@ def drafts(
 
 
 def _similarity(
-    config: RoundConfig, simulator: Simulator, model: ModelSpec, cluster: ClusterSpec
+    config: RoundDefaults, simulator: Simulator, model: ModelSpec, cluster: ClusterSpec
 ) -> Similarity:
+    """The round's similarity, for the similarity shown with the K candidates of both halves."""
     if config.similarity == "hidden":
         return HiddenSimilarity(simulator, model, cluster)
     return FactorSimilarity(model)

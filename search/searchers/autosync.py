@@ -1,17 +1,14 @@
-"""AutoSync's searcher: constrained sampling, simulator scoring, then diverse selection (Eq. 11)."""
+"""AutoSync's searcher: each ask is one round of ``search.round.run_round`` (the one round)."""
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
-import numpy as np
-
 from search.feasibility import MemoryModel
-from search.samplers import ConstrainedSampler, Constraints
+from search.round import CHUNK, DEFAULTS, RoundDefaults, RoundResult, run_round
+from search.samplers import Constraints
+from search.samplers.arrays import ArraySampler
 from search.searchers.base import Searcher
-from search.selection import Selection, select_diverse
-from search.similarity import FactorSimilarity, Similarity
 from search.space import Space, SpaceConfig
 from simulator.base import Simulator
 from simulator.spec import ClusterSpec, ModelSpec, Strategy
@@ -19,24 +16,28 @@ from simulator.spec import ClusterSpec, ModelSpec, Strategy
 
 @dataclass(frozen=True)
 class AutoSyncConfig:
-    """How one ask round of AutoSync is made."""
+    """How many strategies one ask samples: M = max(pool_min, pool_factor x n) for n asked.
 
-    # Strategies sampled and scored per strategy asked (the pool is pool_factor x n, at least pool_min).
+    Everything else (qualified fraction, alpha, similarity, sampler) is the round's
+    ``search.round.DEFAULTS``, the same as the service's and the CLI's.
+    """
+
     pool_factor: int = 20
     pool_min: int = 100
-    # Fraction of the pool, best predicted first, that qualifies for selection (the "filter").
-    qualify_fraction: float = 0.25
-    # Eq. 11 trade-off between predicted time and similarity (normalised, see search.selection).
-    alpha: float = 0.1
+
+    def __post_init__(self) -> None:
+        if self.pool_factor < 1 or self.pool_min < 0:
+            raise ValueError(f"pool_factor >= 1 and pool_min >= 0, got {self.pool_factor}, {self.pool_min}")
 
 
 class AutoSyncSearcher(Searcher):
-    """Sample a pool with the constrained sampler, score it with ``simulator``, keep the best
-    ``qualify_fraction`` (the M qualified strategies of §7), and pick ``n`` of them by Eq. 11.
+    """Each ``ask(n)`` runs one round: M constrained samples, scored by ``simulator``, the
+    qualified fraction kept, ``n`` chosen by Eq. 11 (``search.round.run_round``).
 
-    ``simulator`` may be replaced between rounds (the service retrains it from told results);
-    strategies already asked are never asked again. ``last_selection`` keeps the last round's
-    Selection (predicted times and pairwise similarities) for display.
+    The sampler's stream continues across asks (one seeded ``ArraySampler``); strategies already
+    asked are excluded from later rounds. ``simulator`` may be replaced between rounds (the service
+    retrains it from told results). ``last_selection`` keeps the last round's result (predicted
+    times and pairwise similarities) for display.
     """
 
     name = "autosync"
@@ -48,33 +49,38 @@ class AutoSyncSearcher(Searcher):
         simulator: Simulator,
         seed: int = 0,
         config: AutoSyncConfig | None = None,
-        similarity: Similarity | None = None,
+        defaults: RoundDefaults = DEFAULTS,
         space: SpaceConfig | None = None,
         constraints: Constraints | None = None,
     ) -> None:
         super().__init__(model, cluster, seed)
         self.simulator = simulator
         self.config = config or AutoSyncConfig()
-        self.similarity = similarity or FactorSimilarity(model)
-        self.sampler = ConstrainedSampler(
-            Space(model, cluster, space), seed, MemoryModel(model, cluster), constraints
+        self.defaults = defaults
+        self.sampler = ArraySampler(
+            Space(model, cluster, space),
+            seed,
+            MemoryModel(model, cluster),
+            defaults.sampler,
+            constraints if defaults.sampler == "constrained" else None,
+            chunk=min(CHUNK, max(self.config.pool_min, self.config.pool_factor)),
         )
-        self.last_selection: Selection | None = None
-        self._asked: set[str] = set()
+        self.last_selection: RoundResult | None = None
+        self._asked: set[int] = set()  # content hashes of the strategies asked so far
 
     def ask(self, n: int) -> list[Strategy]:
         c = self.config
-        pool = [
-            s
-            for s in self.sampler.sample(max(c.pool_min, c.pool_factor * n))
-            if s.model_dump_json() not in self._asked
-        ]
-        scores = np.asarray(self.simulator.predict(self.model, self.cluster, pool), dtype=np.float64)
-        m = max(n, math.ceil(c.qualify_fraction * len(pool)))
-        qualified = np.argsort(scores, kind="stable")[:m]
-        selection = select_diverse(
-            [pool[i] for i in qualified], scores[qualified], min(n, m), c.alpha, self.similarity
+        result = run_round(
+            self.model,
+            self.cluster,
+            self.simulator,
+            samples=max(c.pool_min, c.pool_factor * n, n),
+            k=n,
+            seed=self.seed,
+            defaults=self.defaults,
+            exclude_ids=self._asked,
+            sampler=self.sampler,
         )
-        self.last_selection = selection
-        self._asked.update(s.model_dump_json() for s in selection.strategies)
-        return list(selection.strategies)
+        self.last_selection = result
+        self._asked.update(result.identities)
+        return list(result.strategies)

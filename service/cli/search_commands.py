@@ -3,13 +3,15 @@
     strategist sample --model M --cluster C -n N --seed S [--no-constraints] --json
     strategist select --model M --cluster C -n M -k K --alpha A --seed S --json
 
-``select`` draws M feasible strategies with the constrained sampler, scores them with the
-analytical cost model (Eq. 1-3), and picks K of them by Eq. 11.
+``select`` runs one round (``search.round.run_round``, the same round as the service's and the
+AutoSync searcher's, with the same defaults): M feasible strategies from the constrained sampler,
+scored by the analytical cost model (Eq. 1-3), the qualified fraction kept, K picked by Eq. 11.
 """
 
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from typing import Any
 
 import typer
@@ -17,8 +19,7 @@ from rich.console import Console
 from rich.table import Table
 
 from search import InfeasibleSpaceError, Sampler, make_sampler
-from search.selection import select_diverse
-from search.similarity import FactorSimilarity, HiddenSimilarity, Similarity
+from search.round import DEFAULTS, run_round
 from search.space import COMPRESSIONS, SpaceConfig, compressor_kinds
 from service.cli.spec_commands import fail, resolve_cluster, resolve_model
 from simulator.analytical import AnalyticalSimulator
@@ -98,27 +99,54 @@ def select(
         100, "-n", min=1, max=LIMITS.samples_per_round, help="Candidates M sampled and scored."
     ),
     k: int = typer.Option(5, "-k", min=1, max=LIMITS.candidates_per_round, help="Strategies K chosen."),
-    alpha: float = typer.Option(0.1, "--alpha", min=0.0, help="Eq. 11 similarity weight (normalised)."),
+    alpha: float = typer.Option(
+        DEFAULTS.alpha, "--alpha", min=0.0, help="Eq. 11 similarity weight (normalised)."
+    ),
+    qualified_fraction: float = typer.Option(
+        DEFAULTS.qualified_fraction,
+        "--qualified-fraction",
+        min=0.0,
+        max=1.0,
+        help="Best-predicted fraction of the M that qualifies for Eq. 11 (at least K).",
+    ),
     seed: int = typer.Option(0, "--seed", min=0, max=LIMITS.seed, help="Sampler seed."),
     compression: str = typer.Option("none", "--compression", help=COMPRESSION_HELP),
-    similarity: str = typer.Option("factor", "--similarity", help="'factor' or 'hidden' (cosine)."),
+    similarity: str = typer.Option(
+        DEFAULTS.similarity, "--similarity", help="'factor' or 'hidden' (cosine)."
+    ),
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
-    """Sample M strategies, score them with the analytical model and choose K by Eq. 11."""
+    """One round (``search.round.run_round``): M strategies sampled under the constraints, scored by
+    the analytical model, the qualified fraction kept, K chosen by Eq. 11."""
     if k > m:
         raise fail(f"-k: {k} is more than the {m} candidates of -n")
     if similarity not in ("factor", "hidden"):
         raise fail(f"--similarity: unknown {similarity!r}; expected 'factor' or 'hidden'")
+    if compression not in COMPRESSIONS:
+        raise fail(f"--compression: must be one of {', '.join(COMPRESSIONS)}, got {compression!r}")
+    if qualified_fraction <= 0:
+        raise fail(f"--qualified-fraction: must be > 0, got {qualified_fraction}")
     model_spec, cluster_spec = resolve_model(model), resolve_cluster(cluster)
-    candidates = _draw("constrained", model_spec, cluster_spec, m, seed, compression)
-    simulator = AnalyticalSimulator()
-    scores = simulator.predict(model_spec, cluster_spec, candidates)
-    sim: Similarity = (
-        FactorSimilarity(model_spec)
-        if similarity == "factor"
-        else HiddenSimilarity(simulator, model_spec, cluster_spec)
+    defaults = replace(
+        DEFAULTS,
+        alpha=alpha,
+        qualified_fraction=qualified_fraction,
+        similarity=similarity,  # type: ignore[arg-type]
     )
-    chosen = select_diverse(candidates, scores, k, alpha, sim)
+    simulator = AnalyticalSimulator()
+    try:
+        chosen = run_round(
+            model_spec,
+            cluster_spec,
+            simulator,
+            samples=m,
+            k=k,
+            seed=seed,
+            defaults=defaults,
+            space=SpaceConfig(compressors=compressor_kinds(compression)),
+        )
+    except InfeasibleSpaceError as e:
+        raise fail(f"model: nothing fits in memory on {cluster_spec.name}: {e}") from None
     if as_json:
         out = {
             "model": model_spec.name,
@@ -126,6 +154,8 @@ def select(
             "candidates": m,
             "k": k,
             "alpha": alpha,
+            "qualified_fraction": qualified_fraction,
+            "qualified": chosen.qualified,
             "seed": seed,
             "similarity": similarity,
             "simulator": simulator.name,
@@ -140,8 +170,8 @@ def select(
         typer.echo(json.dumps(out, indent=1))
         return
     table = Table(
-        title=f"{k} of {m} candidates, {model_spec.name} on {cluster_spec.name}, alpha {alpha} "
-        f"(best of all: {scores.min() * 1e3:.2f} ms)"
+        title=f"{k} of {m} candidates ({chosen.qualified} qualified), {model_spec.name} on "
+        f"{cluster_spec.name}, alpha {alpha}"
     )
     for col in ("candidate", "predicted ms", "PS shards", "merge groups", "mean sim to others"):
         table.add_column(col, justify="right")

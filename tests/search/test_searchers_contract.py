@@ -9,7 +9,7 @@ import numpy as np
 import optuna
 import pytest
 
-from search import MemoryModel
+from search import DEFAULTS, ArraySampler, MemoryModel
 from search.searchers import (
     AutoSyncConfig,
     AutoSyncSearcher,
@@ -24,7 +24,7 @@ from simulator.spec import ClusterSpec, ModelSpec, Strategy
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 SIM = AnalyticalSimulator()
-SMALL = AutoSyncConfig(pool_factor=4, pool_min=20, qualify_fraction=0.5, alpha=0.2)
+SMALL = AutoSyncConfig(pool_factor=4, pool_min=20)
 
 SEARCHERS: dict[str, Callable[[ModelSpec, ClusterSpec, int], Searcher]] = {
     "random": lambda m, c, seed: RandomSearcher(m, c, seed),
@@ -96,9 +96,11 @@ def test_autosync_asks_diverse_qualified_strategies(model: ModelSpec, cluster: C
     sel = searcher.last_selection
     assert sel is not None and list(sel.strategies) == batch
     assert np.allclose(sel.predicted, SIM.predict(model, cluster, batch))
-    # the pool it was chosen from: 20 constrained draws, best half qualified
-    pool = searcher.sampler.__class__(searcher.sampler.space, 0, searcher.sampler.memory).sample(20)
-    cutoff = np.sort(SIM.predict(model, cluster, pool))[9]
+    # one round of the shared implementation: M = 20 draws, the round's qualified fraction
+    assert sel.samples == 20 and sel.qualified == max(5, math.ceil(DEFAULTS.qualified_fraction * sel.pool))
+    fresh = ArraySampler(searcher.sampler.space, 0, searcher.sampler.memory, chunk=searcher.sampler.chunk)
+    pool = fresh.sample(20)
+    cutoff = np.sort(SIM.predict(model, cluster, pool))[sel.qualified - 1]
     assert max(sel.predicted) <= cutoff + 1e-12
     later = searcher.ask(5)
     assert not {s.model_dump_json() for s in later} & {s.model_dump_json() for s in batch}

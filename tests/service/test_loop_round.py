@@ -6,8 +6,9 @@ import numpy as np
 import pytest
 
 from runtime.worker_pools import fits_gpus, fits_testbed, runnable_clusters, trial_processes
-from search import make_sampler
+from search import DEFAULTS, ArraySampler, MemoryModel, Space, run_round
 from search.similarity import FactorSimilarity
+from search.space import space_of
 from service.loop_round import RoundConfig, drafts, plan_round, strategy_key
 from simulator.analytical import AnalyticalSimulator
 from simulator.spec import ClusterSpec, ModelSpec, Strategy
@@ -53,7 +54,7 @@ def test_plan_round_picks_k_distinct_untried_strategies_ranked_by_prediction() -
     np.testing.assert_allclose(sim.predict(m, c, strategies), times)
     assert len({strategy_key(s) for s in strategies}) == 3
     # the same seed again, excluding what was tried: none of the first round comes back
-    again = plan_round(m, c, sim, samples=40, k=3, seed=5, exclude={strategy_key(s) for s in strategies})
+    again = plan_round(m, c, sim, samples=40, k=3, seed=5, exclude=[d.strategy for d in first])
     assert not {strategy_key(d.strategy) for d in again} & {strategy_key(s) for s in strategies}
 
 
@@ -61,9 +62,26 @@ def test_alpha_zero_takes_the_best_predicted_of_the_sample() -> None:
     m, c = model(), cluster()
     sim = AnalyticalSimulator()
     picked = plan_round(m, c, sim, samples=30, k=2, seed=1, config=RoundConfig(alpha=0.0))
-    sampled = make_sampler("constrained", m, c, 1).sample(30)
+    sampled = ArraySampler(Space(m, c), 1, MemoryModel(m, c), chunk=30).sample(30)
     best = np.sort(np.unique(sim.predict(m, c, sampled)))[:1]
     assert picked[0].predicted_time == pytest.approx(best[0])
+
+
+def test_the_service_round_is_the_search_round() -> None:
+    """plan_round is run_round with the same defaults: the same picks for the same seed."""
+    m, c = model(), cluster()
+    sim = AnalyticalSimulator()
+    assert RoundConfig() == DEFAULTS
+    drafts_ = plan_round(m, c, sim, samples=50, k=4, seed=3)
+    direct = run_round(m, c, sim, samples=50, k=4, seed=3)
+    assert {strategy_key(d.strategy) for d in drafts_} == {strategy_key(s) for s in direct.strategies}
+
+
+def test_lossy_round_is_split_in_a_lossless_and_a_lossy_half() -> None:
+    m, c = model(), cluster()
+    picks = plan_round(m, c, AnalyticalSimulator(), samples=40, k=4, seed=0, compression="fp16")
+    spaces = [space_of(Strategy.model_validate(d.strategy)) for d in picks]
+    assert sorted(spaces) == ["lossless", "lossless", "lossy", "lossy"]
 
 
 def test_drafts_similarity_is_the_mean_over_the_other_picks() -> None:
