@@ -1,5 +1,12 @@
 """Deciding hybrid plans on heterogeneous GPUs (Whale §3.3): intra- and inter-TaskGraph balancing.
 
+Where it lives (DESIGN.md's layout): load balancers and partitioners *decide*, so they are in
+``search/``; the step-time prediction they are judged by is ``simulator.hybrid`` (everything that
+predicts a cost is in ``simulator/``). The memory model is ``search.feasibility.MemoryModel``
+(parameters, gradients, optimizer state, activations stashed per schedule, buffers), the one the
+sampler and the pipeline candidates use; every memory check here goes through it, so this package
+is in ``search/`` where it can import it (``simulator`` may not import ``search``).
+
 Public API:
     memory_constrained_balance(profile, devices) -> Balance    Algorithm 1 (intra-TaskGraph shares)
     replicate_profile / split_profile / device_slots            its inputs from the memory and compute models

@@ -11,16 +11,17 @@ from simulator.hybrid.cost import (
     collective_seconds,
     predict,
     ring_gbps,
-    split_layers,
     stage_seconds,
 )
+from simulator.hybrid.sharding import ShardOp, shard_ops
 
 __all__ = [
     "HybridCost",
+    "ShardOp",
     "TaskGraphCost",
     "collective_seconds",
     "predict",
     "ring_gbps",
-    "split_layers",
+    "shard_ops",
     "stage_seconds",
 ]

@@ -16,14 +16,11 @@ Every part is an existing model, called rather than restated:
   replica's own devices, boundary transfers = ``simulator.pipeline.cost.boundary_bytes`` over the
   link between the two stages' nodes; each stage's all-reduce over the nested replicas starts when
   the last replica finished that stage: step = max_s (max_r end_{r,s} + sync_s);
-- split collectives (Megatron-style, as the executor's sharding patterns): in a split TaskGraph
-  the linear layers alternate column- and row-parallel, attention is split by heads, embeddings
-  by vocabulary rows. A row-parallel linear, an attention layer and an embedding all-reduce their
-  output in the forward pass; a column-parallel linear and an attention layer all-reduce their input
-  gradient in the backward pass; a column-parallel linear left without its row partner all-gathers
-  its output. Bytes = the layer's activation bytes × the replica's batch; Eq. 3 over the
-  VirtualDevice's ring. Sharded layers' compute is scaled by the device's split fraction; other
-  layers run whole on every device.
+- split collectives: the shard ops of ``simulator.hybrid.sharding`` (the executor's Megatron-style
+  patterns: column/row-parallel linears, attention by heads, vocab-parallel embeddings) and the
+  collectives they issue; bytes = the layer's activation bytes × the replica's batch; Eq. 3 over
+  the VirtualDevice's ring. Sharded layers' compute is scaled by the device's split fraction;
+  other layers run whole on every device.
 
 Decisions where neither the paper nor the executor fixes it:
 - Non-pipelined plans run their TaskGraphs one after another on every nested replica (a bridge
@@ -44,9 +41,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from simulator.analytical.compute import layer_times, op_class
+from simulator.analytical.compute import layer_times
 from simulator.analytical.formulas import Primitive, collective_terms, one_way_latency_s
 from simulator.analytical.params import CostParams
+from simulator.hybrid.sharding import SHARDED, shard_ops
 from simulator.pipeline.cost import boundary_bytes
 from simulator.pipeline.events import simulate
 from simulator.pipeline.schedule import kfkb
@@ -129,31 +127,6 @@ def _compute(
     return sum(stage_seconds(model, device, first, last, rows, params))
 
 
-_SHARDED = ("gemm", "attention", "embedding")
-
-
-def split_layers(model: ModelSpec, first: int, last: int) -> list[tuple[int, str]]:
-    """(layer, 'col' | 'row' | 'attn' | 'emb' | 'col-gather') of the sharded layers of a split TaskGraph."""
-    out: list[tuple[int, str]] = []
-    col_open = False
-    for li in range(first, last):
-        layer = model.layers[li]
-        cls = op_class(layer.kind)
-        if not layer.variables or cls not in _SHARDED:
-            continue
-        if layer.kind == "linear":
-            out.append((li, "row" if col_open else "col"))
-            col_open = not col_open
-            continue
-        if col_open:
-            out[-1] = (out[-1][0], "col-gather")
-            col_open = False
-        out.append((li, "attn" if cls == "attention" else "emb"))
-    if col_open:
-        out[-1] = (out[-1][0], "col-gather")
-    return out
-
-
 def _split_compute(
     model: ModelSpec,
     device: DeviceType,
@@ -167,7 +140,7 @@ def _split_compute(
     if rows <= 0:
         return 0.0
     t = layer_times(model, device, rows, params)
-    sharded = {li for li, _ in split_layers(model, first, last)}
+    sharded = {op.layer for op in shard_ops(model, first, last) if op.kind in SHARDED}
     total = 0.0
     for li in range(first, last):
         s = float(t.fwd[li] + t.bwd[li])
@@ -184,16 +157,18 @@ def _split_comm(
     rows: int,
     params: CostParams,
 ) -> float:
+    """Seconds of a split TaskGraph's collectives for ``rows`` samples (``sharding``'s rule)."""
     total = 0.0
-    for li, kind in split_layers(model, first, last):
+    for op in shard_ops(model, first, last):
+        li = op.layer
         out = model.layers[li].activation_bytes * rows
-        prev = model.layers[li - 1].activation_bytes * rows if li > 0 else 0.0
-        if kind in ("row", "attn", "emb"):
+        if op.kind in ("row", "emb", "attn"):
             total += collective_seconds(cluster, devices, "allreduce", out, params)
-        if kind in ("col", "attn", "col-gather") and li > first:
-            total += collective_seconds(cluster, devices, "allreduce", prev, params)
-        if kind == "col-gather":
+        if op.kind == "col" and op.gather_after:
             total += collective_seconds(cluster, devices, "allgather", out, params)
+        if op.kind in ("col", "attn") and li > 0:
+            prev = model.layers[li - 1].activation_bytes * rows
+            total += collective_seconds(cluster, devices, "allreduce", prev, params)
     return total
 
 

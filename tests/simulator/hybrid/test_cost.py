@@ -6,7 +6,7 @@ import pytest
 
 from simulator.analytical.compute import OpEfficiency
 from simulator.analytical.params import CostParams
-from simulator.hybrid import collective_seconds, predict, split_layers
+from simulator.hybrid import collective_seconds, predict, shard_ops
 from simulator.pipeline.cost import pipeline_length, prior_transfers
 from simulator.spec import (
     GBPS,
@@ -159,8 +159,11 @@ def test_pipelined_task_graphs_need_degree_one() -> None:
 
 def test_split_shards_compute_and_adds_collectives() -> None:
     model, c = chain(4), cluster(per_node=2)
-    assert [k for _, k in split_layers(model, 0, 4)] == ["col", "row", "col", "row"]
-    assert [k for _, k in split_layers(model, 0, 3)] == ["col", "row", "col-gather"]
+    assert [(o.kind, o.gather_after) for o in shard_ops(model, 0, 3)] == [
+        ("col", False),
+        ("row", False),
+        ("col", True),
+    ]
     whole = TaskGraph(
         first_layer=0, last_layer=4, degree=1, virtual_devices=(VirtualDevice(devices=("f:0",)),)
     )
