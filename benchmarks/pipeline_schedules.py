@@ -1,54 +1,129 @@
-"""Pipeline schedules on the shaped testbed: 1F1B, GPipe, fixed kFkB on the memory curve, the tuner.
+"""Pipeline schedules on the shaped testbed: 1F1B, fixed kFkB on the memory curve, the tuner (issue 17).
 
-``python benchmarks/pipeline_schedules.py [--network steady|preempted|both] [--iterations 4]``
-(needs root for network namespaces). A GPT-Medium-like model (24 blocks, hidden 1024, sequence
-256, fp32 replay) is cut into 4 stages of 6 blocks on 4 single-GPU nodes (V100, 1 Gbit/s cloud
-links, bytes and bandwidth divided by ``--scale``). The global batch is 32; the (k, b) candidates
-are the memory-limit curve of ``search.pipeline.memory_curve`` under a per-GPU memory limit chosen
-so the curve has several points. For each network it runs every fixed candidate as one phase of
-one set of processes (same network pattern: the preemption trace is periodic), then the online
-tuner starting on 1F1B, and prints per plan: measured median step, predicted step from the cost
-model fed with this run's profiled transfers, and the pairwise ranking agreement of the two.
+``python benchmarks/pipeline_schedules.py [--model gpt|unet|both] [--network steady|preempted|both]
+[--repeats 3] [--iterations 4] [--dilation auto|D]`` (needs root for network namespaces).
 
-Preempted network: background TCP flows between the nodes of adjacent stages, on for 1.5 s of
-every 3 s in both directions (``runtime.pipeline.preempt``), competing for the shaped links.
-Compute is replayed (sleeps), so the machine's load shows up as noise: run on a quiet machine.
+Models, 4 stages on 4 single-GPU nodes (V100 replayed, fp32, efficiency 0.5), global batch 32:
+- ``gpt``: GPT-Medium-like, 24 blocks (hidden 1024, sequence 256), 6 per stage, 2.5 Gbit/s links;
+- ``unet``: a U-Net-like CNN (256x256 images, 64..1024 channels, 4 levels), cut where its
+  stage FLOPs are most even; the encoder outputs its skip connections carry cross the cuts with the
+  activation (``simulator.pipeline.cost.cut_bytes``), 100 Gbit/s links.
+The memory limit is the one at which 1F1B's largest micro-batch is ``--b1`` (4), so the memory
+curve (``search.pipeline.memory_curve``) is (k=1, b=4), (k=2, b=2), (k=4, b=1). A control plan,
+1F1B with b = 1 (below the curve: it uses a quarter of the stash), separates what smaller
+micro-batches give (fewer bubbles) from what grouping gives (overlapping transfers).
+
+Protocol (the testbed's, runtime/testbed/README.md): time dilation D (``runtime.testbed.
+dilated_scales``: links keep ``suggest_scale``'s rates, bytes / (scale / D), compute x D, times / D)
+and the per-call probe on the run's processes (``per_call_overhead_s``). Each repeat starts fresh
+processes and runs every fixed plan as one phase (warm-up step + ``--iterations``; the order
+rotates every repeat), then the online tuner from 1F1B (``iterations + 2`` measured steps, one
+evaluation every 2 steps); repeats are interleaved, so load drifts hit every plan alike. A plan's
+figure is the median of its pooled iteration times over the repeats with a 95 % bootstrap interval
+(``simulator.metrics.median_ci95``); a speed-up's interval is the 2.5-97.5 % range of the ratio
+of bootstrap medians. Predictions: ``prior`` = the cost model from the compute model and bytes /
+bandwidth only; ``profiled`` = the cost model fed with this plan's measured compute and
+moving-average transfers (the tuner's inputs). Preempted network: TCP flows in both directions of
+every link between adjacent stages, on for 1.5 s of every 3 s (real-cluster seconds; x D on the
+wall clock), competing with the pipeline for the shaped links.
 """
 
 from __future__ import annotations
 
 import argparse
 import itertools
+import random
 import statistics
 import time
 from typing import Any
 
+from runtime.executor.config import ExecutorConfig
 from runtime.pipeline import PipelineConfig, TunerConfig, TunerRun, run_pipeline
 from runtime.pipeline.preempt import Background, Flow, PreemptionTrace
 from runtime.pipeline.profile import profile_records
-from runtime.testbed import Testbed
+from runtime.testbed import Testbed, dilated_scales
 from search.feasibility import MemoryConfig, MemoryModel
-from search.pipeline import memory_curve, plan_memory_reasons
-from simulator.pipeline.cost import TransferWindow, pipeline_length, prior_transfers
+from search.pipeline import memory_curve, plan_memory, plan_memory_reasons
+from search.pipeline.candidates import with_kb
+from simulator.metrics import median_ci95
+from simulator.pipeline.cost import (
+    TransferWindow,
+    pipeline_length,
+    plan_stage_times,
+    prior_transfers,
+)
 from simulator.spec import ClusterSpec, DeviceType, Layer, ModelSpec, Node, Plan, Stage, Variable
 
 V100 = DeviceType(name="V100", fp32_tflops=15.7, fp16_tflops=125.0, memory_gb=32.0, memory_bw_gbs=900.0)
-STAGES, BLOCKS, HIDDEN, SEQ, BATCH = 4, 24, 1024, 256, 32
+STAGES, BATCH, EFFICIENCY = 4, 32, 0.5
 
 
-def gpt_medium() -> ModelSpec:
-    """24 transformer blocks: 12·h² parameters, 24·h²·s forward FLOPs and s·h·4 output bytes per sample."""
+def gpt_medium(blocks: int = 24, hidden: int = 1024, seq: int = 256) -> ModelSpec:
+    """Transformer blocks: 12·h² parameters, 24·h²·s forward FLOPs and s·h·4 output bytes per sample."""
     layers = tuple(
         Layer(
             name=f"block{i}",
-            kind="linear",  # a block is dominated by its GEMMs (backward 2x forward)
-            fwd_flops=24.0 * HIDDEN * HIDDEN * SEQ,
-            activation_bytes=4.0 * SEQ * HIDDEN,
-            variables=(Variable(name=f"block{i}.w", shape=(12 * HIDDEN, HIDDEN)),),
+            kind="linear",  # a block is dominated by its GEMMs (backward 2x forward: inputs named)
+            fwd_flops=24.0 * hidden * hidden * seq,
+            activation_bytes=4.0 * seq * hidden,
+            variables=(Variable(name=f"block{i}.w", shape=(12 * hidden, hidden)),),
+            inputs=(f"block{i - 1}",) if i else (),
         )
-        for i in range(BLOCKS)
+        for i in range(blocks)
     )
     return ModelSpec(name="GPT-Medium-like", family="LM", batch_size=BATCH, layers=layers)
+
+
+def unet(image: int = 256, base: int = 64, levels: int = 4) -> ModelSpec:
+    """A U-Net-like CNN: encoder blocks (two 3x3 convs), bottleneck, decoder (2x2 up-conv, concat
+    with the encoder output of the same level, two 3x3 convs), 1x1 head. Per-sample fp32 bytes."""
+    layers: list[Layer] = []
+
+    def add(
+        name: str, flops: float, out_elems: float, shapes: list[tuple[int, ...]], inputs: tuple[str, ...]
+    ) -> None:
+        variables = tuple(Variable(name=f"{name}.w{j}", shape=s) for j, s in enumerate(shapes))
+        layers.append(
+            Layer(name=name, kind="conv2d", fwd_flops=flops, activation_bytes=4.0 * out_elems,
+                  variables=variables, inputs=inputs)
+        )  # fmt: skip
+
+    cin, prev = 3, ""
+    for lvl in range(levels + 1):  # encoder levels, then the bottleneck
+        c, hw = base << lvl, (image >> lvl) ** 2
+        name = f"enc{lvl + 1}" if lvl < levels else "bottleneck"
+        add(
+            name,
+            2 * 9 * hw * (cin * c + c * c),
+            c * hw,
+            [(c, cin, 3, 3), (c, c, 3, 3)],
+            (prev,) if prev else (),
+        )
+        cin, prev = c, name
+    for lvl in reversed(range(levels)):
+        c, hw = base << lvl, (image >> lvl) ** 2
+        add(f"up{lvl + 1}", 2 * 4 * hw * cin * c, c * hw, [(cin, c, 2, 2)], (prev,))
+        add(f"dec{lvl + 1}", 2 * 9 * hw * (2 * c * c + c * c), c * hw, [(c, 2 * c, 3, 3), (c, c, 3, 3)],
+            (f"up{lvl + 1}", f"enc{lvl + 1}"))  # fmt: skip
+        cin, prev = c, f"dec{lvl + 1}"
+    add("head", 2 * image * image * cin * 2, 2 * image * image, [(2, cin, 1, 1)], (prev,))
+    return ModelSpec(name="U-Net-like", family="CV", batch_size=BATCH, layers=tuple(layers))
+
+
+def balanced_cuts(model: ModelSpec, stages: int) -> list[int]:
+    """Layer boundaries of ``stages`` contiguous stages minimising the largest stage's FLOPs."""
+    f = [layer.fwd_flops for layer in model.layers]
+    best: tuple[float, list[int]] | None = None
+    for cuts in itertools.combinations(range(1, len(f)), stages - 1):
+        bounds = [0, *cuts, len(f)]
+        worst = max(sum(f[a:b]) for a, b in itertools.pairwise(bounds))
+        if best is None or worst < best[0]:
+            best = (worst, bounds)
+    assert best is not None
+    return best[1]
+
+
+MODELS = {"gpt": (gpt_medium, 2.5), "unet": (unet, 100.0)}
 
 
 def cluster(gbps: float) -> ClusterSpec:
@@ -56,22 +131,27 @@ def cluster(gbps: float) -> ClusterSpec:
     return ClusterSpec(name="cloud-4", device_types=(V100,), nodes=nodes, intra_node_gbps=300.0)
 
 
-def template() -> Plan:
-    per = BLOCKS // STAGES
+def template(model: ModelSpec) -> Plan:
+    bounds = balanced_cuts(model, STAGES)
     stages = tuple(
-        Stage(first_layer=s * per, last_layer=(s + 1) * per, devices=(f"n{s}:0",)) for s in range(STAGES)
+        Stage(first_layer=a, last_layer=b, devices=(f"n{s}:0",))
+        for s, (a, b) in enumerate(itertools.pairwise(bounds))
     )
-    return Plan(
-        stages=stages,
-        global_batch=BATCH,
-        batch_shares={"n0:0": BATCH},
-        micro_batch_size=BATCH,
-        num_micro_batches=1,
+    return Plan(stages=stages, global_batch=BATCH, batch_shares={"n0:0": BATCH}, micro_batch_size=BATCH,
+                num_micro_batches=1)  # fmt: skip
+
+
+def memory_model(model: ModelSpec, cl: ClusterSpec, b1: int, activation_factor: float) -> MemoryModel:
+    """The memory model whose limit lets 1F1B run micro-batches of ``b1`` and no larger."""
+    probe = MemoryModel(model, cl, MemoryConfig(activation_factor=activation_factor, device_usable=1.0))
+    need = max(v.memory.total / v.capacity for v in plan_memory(with_kb(template(model), 1, b1), probe))
+    return MemoryModel(
+        model, cl, MemoryConfig(activation_factor=activation_factor, device_usable=need * 1.001)
     )
 
 
 def trace() -> PreemptionTrace:
-    flows = [Flow(src=a, dst=b, start_s=0.0, end_s=1.5) for a in range(STAGES - 1) for b in (a + 1,)]
+    flows = [Flow(src=a, dst=a + 1, start_s=0.0, end_s=1.5) for a in range(STAGES - 1)]
     flows += [Flow(src=a + 1, dst=a, start_s=0.0, end_s=1.5) for a in range(STAGES - 1)]
     return PreemptionTrace(flows=tuple(flows), period_s=3.0)
 
@@ -87,82 +167,154 @@ def pairwise(a: list[float], b: list[float]) -> float:
     return agree / len(pairs) if pairs else float("nan")
 
 
-def phase_records(records: dict[int, dict[str, Any]], phase: int) -> dict[int, dict[str, Any]]:
+def ratio_ci(num: list[float], den: list[float], n: int = 2000, seed: int = 0) -> tuple[float, float, float]:
+    """median(num) / median(den) and the 2.5-97.5 % range of the ratio of bootstrap medians."""
+    rng = random.Random(seed)
+    rs = sorted(
+        statistics.median(rng.choices(num, k=len(num))) / statistics.median(rng.choices(den, k=len(den)))
+        for _ in range(n)
+    )
+    return statistics.median(num) / statistics.median(den), rs[int(0.025 * n)], rs[int(0.975 * n) - 1]
+
+
+def phase_records(records: dict[int, dict[str, Any]], phase: int, warmup: int) -> dict[int, dict[str, Any]]:
     """Every rank's events during phase ``phase``'s measured steps (warm-up left out)."""
     out = {}
     for r, rec in records.items():
-        steps = [st for st in rec["steps"] if st[0] == phase][1:]
+        steps = [st for st in rec["steps"] if st[0] == phase][warmup:]
         lo, hi = steps[0][1], steps[-1][2]
         out[r] = {**rec, "events": [e for e in rec["events"] if lo <= e[2] < hi]}
     return out
 
 
+def run_one(name: str, net: str, a: argparse.Namespace) -> None:
+    make, gbps = MODELS[name]
+    model, cl = make(), cluster(gbps)
+    mem = memory_model(model, cl, a.b1, a.activation_factor)
+    curve = memory_curve(template(model), mem)
+    plans = [c.plan for c in curve]
+    assert all(not plan_memory_reasons(p, mem) for p in plans), "a curve plan exceeds its memory limit"
+    control = with_kb(template(model), 1, 1)
+    runs = [*plans, control]
+    first = next(i for i, p in enumerate(plans) if p.schedule == "1f1b")
+    scale, d = dilated_scales(cl, None if a.dilation == "auto" else float(a.dilation))
+    ex = ExecutorConfig(compute="replay", warmup=1, iterations=a.iterations, scale=scale, dilation=d,
+                        efficiency=EFFICIENCY, timeout_s=900, startup_timeout_s=300)  # fmt: skip
+    cfg = PipelineConfig(ex)
+    times: list[list[float]] = [[] for _ in runs]
+    tuned: list[float] = []
+    predicted_prof: list[list[float]] = [[] for _ in runs]
+    overhead: list[dict[str, float]] = []
+    switches: list[str] = []
+    failures: list[str] = []
+    t_start = time.monotonic()
+    with Testbed(cl, scale=ex.link_scale) as tb:
+        bg = Background(trace(), tb, time_scale=d) if net == "preempted" else None
+        if bg:
+            bg.__enter__()
+        try:
+            for rep in range(a.repeats):
+                order = [runs[(i + rep) % len(runs)] for i in range(len(runs))]
+                fixed = run_pipeline(model, cl, order, tb, cfg)
+                for j, (p, m) in enumerate(zip(order, fixed.measurements, strict=True)):
+                    i = runs.index(p)
+                    if m.failure:
+                        failures.append(f"{label(p)}: {m.failure}")
+                        continue
+                    times[i].extend(m.iteration_times)
+                    overhead.append(m.environment["per_call_overhead_s"])
+                    prof = profile_records(phase_records(fixed.records, j, ex.warmup))
+                    window = prof.feed(TransferWindow(window=64))
+                    transfers = {
+                        **prior_transfers(model, cl, p),
+                        **{k: v / d for k, v in window.means().items()},
+                    }
+                    fwd, bwd = [f / d for f in prof.fwd], [b / d for b in prof.bwd]
+                    predicted_prof[i].append(pipeline_length(p, fwd, bwd, transfers))
+                tr = run_pipeline(model, cl, plans, tb, cfg,
+                                  TunerRun(steps=ex.warmup + a.iterations + 2, start=first,
+                                           config=TunerConfig(interval=2, margin=0.03)))  # fmt: skip
+                tm = tr.measurements[0]
+                if tm.failure:
+                    failures.append(f"adaptive: {tm.failure}")
+                    continue
+                tuned.extend(tm.iteration_times)
+                switches += [
+                    f"  repeat {rep} step {e['step']}: -> {label(plans[e['switch_to']])}: {e['reason']}"
+                    for e in tr.tuner_log
+                    if "switch_to" in e
+                ]
+        finally:
+            if bg:
+                bg.__exit__(None, None, None)
+    wall = time.monotonic() - t_start
+    prior = []
+    for p in runs:
+        f, b = plan_stage_times(model, cl, p, EFFICIENCY)
+        prior.append(pipeline_length(p, f, b, prior_transfers(model, cl, p)))
+    print(f"\n== {model.name} on the {net} network ({gbps:g} Gbit/s links; link scale {ex.link_scale:g}, "
+          f"bytes scale {scale:g}, dilation {d:g}; {a.repeats} interleaved repeats x {a.iterations} "
+          f"iterations; wall {wall:.0f} s) ==")  # fmt: skip
+    if overhead:
+        for kind in ("collective", "p2p_round"):
+            vals = [o[kind] for o in overhead if kind in o]
+            if vals:
+                print(f"per-call overhead ({kind}, dilated): median {1000 * statistics.median(vals):.2f} ms")
+    print(f"{'plan':<30} {'memory':>6} {'measured ms [95% CI]':>24} {'prior ms':>9} {'profiled ms':>12}")
+    med: list[float] = []
+    for i, p in enumerate(runs):
+        frac = max(v.memory.total / v.capacity for v in plan_memory(p, mem))
+        tag = label(p) + (" (control)" if p is control else "")
+        if times[i]:
+            lo, hi = median_ci95(times[i])
+            mid = statistics.median(times[i])
+            cell = f"{1000 * mid:.0f} [{1000 * lo:.0f}, {1000 * hi:.0f}]"
+        else:
+            mid, cell = float("nan"), "failed"
+        med.append(mid)
+        pcell = f"{1000 * statistics.median(predicted_prof[i]):.0f}" if predicted_prof[i] else "-"
+        print(f"{tag:<30} {frac:>6.0%} {cell:>24} {1000 * prior[i]:>9.0f} {pcell:>12}")
+    if tuned:
+        lo, hi = median_ci95(tuned)
+        cell = f"{1000 * statistics.median(tuned):.0f} [{1000 * lo:.0f}, {1000 * hi:.0f}]"
+        print(f"{'adaptive (tuner, from 1F1B)':<30} {'':>6} {cell:>24}")
+    print("\n".join(switches) if switches else "  (the tuner made no switch)")
+    for line in failures:
+        print("  FAILED", line)
+    n_curve = len(plans)
+    if tuned and times[first]:
+        r, lo, hi = ratio_ci(times[first], tuned)
+        print(f"adaptive vs 1F1B (k=1, b={plans[first].micro_batch_size}): {r:.2f}x [{lo:.2f}, {hi:.2f}]")
+        best = min(range(n_curve), key=lambda i: med[i])
+        r, lo, hi = ratio_ci(times[best], tuned)
+        print(f"adaptive vs best fixed ({label(plans[best])}): {r:.2f}x [{lo:.2f}, {hi:.2f}]")
+    if times[first] and times[-1]:
+        r, lo, hi = ratio_ci(times[first], times[-1])
+        print(f"control 1F1B b=1 vs 1F1B b={plans[first].micro_batch_size}: {r:.2f}x [{lo:.2f}, {hi:.2f}]")
+    ok = [i for i in range(n_curve) if times[i]]
+    prof_med = [statistics.median(predicted_prof[i]) for i in ok if predicted_prof[i]]
+    print(
+        f"cost model pairwise ranking of the measured curve plans: prior {pairwise([med[i] for i in ok], [prior[i] for i in ok]):.2f}"
+        + (f", profiled {pairwise([med[i] for i in ok], prof_med):.2f}" if len(prof_med) == len(ok) else "")
+    )
+    print("every curve plan within its memory limit (search.pipeline.plan_memory_reasons): yes")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--model", choices=["gpt", "unet", "both"], default="both")
     ap.add_argument("--network", choices=["steady", "preempted", "both"], default="both")
+    ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--iterations", type=int, default=4)
-    ap.add_argument("--scale", type=float, default=20.0)
-    ap.add_argument("--gbps", type=float, default=2.5)
-    ap.add_argument("--memory-gb", type=float, default=3.2, help="usable GPU memory that bends the curve")
-    ap.add_argument("--activation-factor", type=float, default=16.0, help="stored activations / block output")
+    ap.add_argument(
+        "--dilation", default="auto", help="time dilation D, or 'auto' (runtime.testbed.suggest_dilation)"
+    )
+    ap.add_argument("--b1", type=int, default=4, help="1F1B's largest micro-batch under the memory limit")
+    ap.add_argument("--activation-factor", type=float, default=16.0, help="stored activations / layer output")
     a = ap.parse_args()
-    model, cl = gpt_medium(), cluster(a.gbps)
-    mem = MemoryModel(
-        model, cl, MemoryConfig(activation_factor=a.activation_factor, device_usable=a.memory_gb / 32.0)
-    )
-    curve = memory_curve(template(), mem)
-    plans = [c.plan for c in curve]
-    one_f_one_b = next((p for p in plans if p.schedule == "1f1b"), None)
-    print(
-        "memory curve:", ", ".join(f"(k={c.k}, b={c.micro_batch_size}, {c.peak_fraction:.0%})" for c in curve)
-    )
-    assert all(not plan_memory_reasons(p, mem) for p in plans)
-    cfg = PipelineConfig(compute="replay", warmup=1, iterations=a.iterations, scale=a.scale, timeout_s=600)
-    networks = ["steady", "preempted"] if a.network == "both" else [a.network]
-    for net in networks:
-        with Testbed(cl, scale=a.scale) as tb:
-            bg = Background(trace(), tb) if net == "preempted" else None
-            if bg:
-                bg.__enter__()
-            try:
-                t = time.monotonic()
-                fixed = run_pipeline(model, cl, plans, tb, cfg)
-                tuned = run_pipeline(
-                    model, cl, plans, tb, cfg,
-                    TunerRun(steps=len(plans) * (a.iterations + 1), start=plans.index(one_f_one_b) if one_f_one_b else 0,
-                             config=TunerConfig(interval=2, margin=0.03)),
-                )  # fmt: skip
-                wall = time.monotonic() - t
-            finally:
-                if bg:
-                    bg.__exit__(None, None, None)
-        measured = [
-            statistics.median(m.iteration_times) if not m.failure else float("nan")
-            for m in fixed.measurements
-        ]
-        predicted = []
-        for i, p in enumerate(plans):
-            # the paper profiles every plan: this phase's compute and transfers, prior where unsampled
-            prof = profile_records(phase_records(fixed.records, i))
-            window = prof.feed(TransferWindow(window=64))
-            transfers = {**prior_transfers(model, cl, p), **window.means()}
-            predicted.append(pipeline_length(p, prof.fwd, prof.bwd, transfers))
-        print(f"\n== {net} network ({a.gbps} Gbit/s links, scale {a.scale}; wall {wall:.0f} s) ==")
-        print(f"{'plan':<22} {'measured ms':>12} {'predicted ms':>13}")
-        for p, m, q in zip(plans, measured, predicted, strict=True):
-            print(f"{label(p):<22} {1000 * m:>12.0f} {1000 * q:>13.0f}")
-        tm = tuned.measurements[0]
-        tuned_ms = 1000 * statistics.median(tm.iteration_times) if not tm.failure else float("nan")
-        print(f"{'adaptive (tuner)':<22} {tuned_ms:>12.0f} {'':>13}")
-        for e in tuned.tuner_log:
-            if "switch_to" in e:
-                print(f"  step {e['step']}: -> {label(plans[e['switch_to']])}: {e['reason']}")
-        if one_f_one_b is not None:
-            base = measured[plans.index(one_f_one_b)]
-            print(
-                f"adaptive vs 1F1B: {base / (tuned_ms / 1000):.2f}x; vs best fixed: {min(measured) / (tuned_ms / 1000):.2f}x"
-            )
-        print(f"cost model pairwise ranking of the measured plans: {pairwise(measured, predicted):.2f}")
+    for name in ["gpt", "unet"] if a.model == "both" else [a.model]:
+        for net in ["steady", "preempted"] if a.network == "both" else [a.network]:
+            run_one(name, net, a)
 
 
 if __name__ == "__main__":

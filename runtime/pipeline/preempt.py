@@ -86,8 +86,13 @@ class Background:
     trace: PreemptionTrace
     launcher: Launcher
     port: int = PORT
+    # Wall seconds per trace second: the time dilation D of the run the flows compete with (the
+    # trace is in the real cluster's seconds; a dilated run lasts D times longer).
+    time_scale: float = 1.0
 
     def __post_init__(self) -> None:
+        if not self.time_scale > 0:
+            raise ValueError(f"time_scale: must be > 0, got {self.time_scale}")
         self.procs: list[subprocess.Popen[bytes]] = []
         self.t0 = 0.0
 
@@ -100,9 +105,10 @@ class Background:
         self.t0 = time.monotonic()
         for f in self.trace.flows:
             argv = [*me, "send", "--host", self.launcher.address(f.dst), "--port", str(self.port)]
-            argv += ["--t0", repr(self.t0), "--window", repr(f.start_s), repr(f.end_s)]
+            ts = self.time_scale
+            argv += ["--t0", repr(self.t0), "--window", repr(f.start_s * ts), repr(f.end_s * ts)]
             if self.trace.period_s:
-                argv += ["--period", repr(self.trace.period_s)]
+                argv += ["--period", repr(self.trace.period_s * ts)]
             self.procs.append(self.launcher.spawn(f.src, argv, {}, stdout=subprocess.DEVNULL))
         return self
 

@@ -34,7 +34,7 @@ from runtime.executor.probe import call_seconds
 from runtime.launch import Launcher
 from runtime.pipeline.stage_net import unsupported_layers
 from runtime.pipeline.tuner import TunerConfig
-from simulator.pipeline.cost import stage_compute_seconds
+from simulator.pipeline.cost import cut_bytes, stage_compute_seconds
 from simulator.spec import ClusterSpec, ModelSpec, Plan
 from simulator.spec.measurement import Measurement
 from simulator.spec.plan import plan_issues
@@ -146,7 +146,7 @@ def _replay_job(
                 model, device, st.first_layer, st.last_layer, plan.micro_batch_size, ex.efficiency
             )
             fwd[i][s], bwd[i][s] = f * ex.dilation, b * ex.dilation
-        out_bytes = model.layers[st.last_layer - 1].activation_bytes
+        out_bytes = cut_bytes(model, st.last_layer)
         out.append(max(1, math.ceil(out_bytes / 4 / ex.scale)))
         pbytes = sum(
             v.bytes for layer in model.layers[st.first_layer : st.last_layer] for v in layer.variables

@@ -61,9 +61,26 @@ class TransferWindow:
         return {k: sum(q) / len(q) for k, q in self._samples.items() if q}
 
 
+def cut_bytes(model: ModelSpec, boundary: int) -> float:
+    """Bytes per sample that cross a pipeline cut before layer ``boundary``.
+
+    Every output of a layer before the cut that a layer at or after it reads (``Layer.inputs``; a
+    layer naming no inputs reads its predecessor): for a chain, the last layer's output; for a
+    U-Net, also the encoder outputs its skip connections carry past the cut (a decision: they
+    travel with the activation, one message per micro-batch; their gradients come back the same way).
+    """
+    before = {layer.name: layer for layer in model.layers[:boundary]}
+    crossing: set[str] = set()
+    for j in range(boundary, len(model.layers)):
+        layer = model.layers[j]
+        sources = layer.inputs or ((model.layers[j - 1].name,) if j > 0 else ())
+        crossing.update(n for n in sources if n in before)
+    return float(sum(before[n].activation_bytes for n in crossing))
+
+
 def boundary_bytes(model: ModelSpec, plan: Plan, stage: int) -> float:
-    """Bytes stage ``stage`` sends forward per micro-batch (its last layer's output activation)."""
-    return model.layers[plan.stages[stage].last_layer - 1].activation_bytes * plan.micro_batch_size
+    """Bytes stage ``stage`` sends forward per micro-batch (``cut_bytes`` after its last layer)."""
+    return cut_bytes(model, plan.stages[stage].last_layer) * plan.micro_batch_size
 
 
 def prior_transfers(model: ModelSpec, cluster: ClusterSpec, plan: Plan) -> dict[tuple[int, int], float]:

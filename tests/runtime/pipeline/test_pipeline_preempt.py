@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import subprocess
 import time
 from pathlib import Path
 
@@ -75,3 +76,30 @@ def test_background_flows_run_inside_the_nodes_and_stop() -> None:
 def _tx_bytes(ns: str) -> int:
     out = netns.run(["ip", "-n", ns, "-s", "-j", "link", "show", "eth0"]).stdout
     return int(json.loads(out)[0]["stats64"]["tx"]["bytes"])
+
+
+class _Recorder:
+    """A launcher that records what it would start (and starts a process that exits at once)."""
+
+    def __init__(self) -> None:
+        self.argvs: list[list[str]] = []
+
+    def address(self, node: int) -> str:
+        return f"10.0.0.{node + 1}"
+
+    def spawn(self, node: int, argv: list[str], env: dict[str, str], **kw: object) -> subprocess.Popen[bytes]:
+        self.argvs.append(list(argv))
+        return subprocess.Popen(["true"])
+
+
+def test_a_dilated_run_stretches_the_trace_windows() -> None:
+    tr = PreemptionTrace(flows=(Flow(src=0, dst=1, start_s=0.5, end_s=1.5),), period_s=3.0)
+    rec = _Recorder()
+    with Background(tr, rec, time_scale=4.0):  # type: ignore[arg-type]
+        pass
+    send = next(a for a in rec.argvs if "send" in a)
+    i = send.index("--window")
+    assert [float(x) for x in send[i + 1 : i + 3]] == [2.0, 6.0]
+    assert float(send[send.index("--period") + 1]) == 12.0
+    with pytest.raises(ValueError, match="time_scale"):
+        Background(tr, rec, time_scale=0.0)  # type: ignore[arg-type]

@@ -104,3 +104,32 @@ def test_slow_links_favour_groups() -> None:
     one = pipeline_length(plan("1f1b"), [1, 1], [2, 2], slow)
     two = pipeline_length(plan("kfkb", 2), [1, 1], [2, 2], slow)
     assert two <= one
+
+
+def test_cut_bytes_counts_the_skip_tensors_that_cross_the_cut() -> None:
+    from simulator.pipeline.cost import cut_bytes
+    from simulator.spec import Layer, ModelSpec, Variable
+
+    def layer(name: str, out: float, inputs: tuple[str, ...] = ()) -> Layer:
+        var = (Variable(name=f"{name}.w", shape=(2, 2)),)
+        return Layer(
+            name=name, kind="conv2d", fwd_flops=1.0, activation_bytes=out, variables=var, inputs=inputs
+        )
+
+    # enc1 -> enc2 -> mid -> dec2(mid, enc2) -> dec1(dec2, enc1)
+    unet = ModelSpec(
+        name="u",
+        batch_size=2,
+        layers=(
+            layer("enc1", 100.0),
+            layer("enc2", 10.0, ("enc1",)),
+            layer("mid", 1.0, ("enc2",)),
+            layer("dec2", 20.0, ("mid", "enc2")),
+            layer("dec1", 200.0, ("dec2", "enc1")),
+        ),
+    )
+    assert [cut_bytes(unet, c) for c in (1, 2, 3, 4)] == [100.0, 110.0, 111.0, 120.0]
+    chain = unet.model_copy(
+        update={"layers": tuple(la.model_copy(update={"inputs": ()}) for la in unet.layers)}
+    )
+    assert [cut_bytes(chain, c) for c in (1, 2, 3, 4)] == [100.0, 10.0, 1.0, 20.0]
