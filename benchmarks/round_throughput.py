@@ -1,0 +1,112 @@
+"""A full AutoSync round, array path against object path: strategies per CPU-second per stage.
+
+Run: python benchmarks/round_throughput.py [--model BERT-large] [--cluster B7] [--samples 10000]
+         [--k 8] [--seed 0] [--cpu N] [--skip-objects]
+
+One round of ``search.round.run_round`` with ``search.round.DEFAULTS``: M samples under c_lb + c_am
+and the memory check, scored by the analytical model, the qualified fraction kept, K chosen by
+Eq. 11 (factor similarity). Both paths run on the same seed in one process pinned to one core,
+timed with CPU time (time.process_time), so other processes on the machine slow the figures less
+than wall-clock timing would (they still share caches and memory bandwidth). Stages:
+
+    sample       arrays: ArraySampler draws + memory check on arrays (ChoiceArrays)
+                 objects: the same draws decoded into Strategy objects + MemoryModel.check each
+    pool         duplicates and already-tried strategies dropped (content hashes / strategy_key)
+    score        arrays: the vectorised Eq. 1-3 on StrategyBatch chunks of the pool
+                 objects: Simulator.predict on the Strategy objects (encode + the same scorer)
+    select       qualified fraction + Eq. 11 (arrays: factor codes from the arrays; objects:
+                 FactorSimilarity.embed on Strategy objects), then the K chosen as objects
+
+Each column is M / seconds of that stage; "end to end" is M / the round's total. The last line
+says whether both paths chose the same K strategies (the same positions and the same content).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import resource
+import time
+
+from rich.console import Console
+from rich.table import Table
+
+from search.round import DEFAULTS, RoundResult, run_round
+from simulator import zoo
+from simulator.analytical import AnalyticalSimulator
+from simulator.spec import strategy_key
+
+
+def stages(r: RoundResult) -> dict[str, float]:
+    t = dict(r.timings)
+    t["select"] = t.get("select", 0.0) + t.pop("materialise", 0.0)
+    return t
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--model", default="BERT-large")
+    ap.add_argument("--cluster", default="B7")
+    ap.add_argument("--samples", type=int, default=10_000)
+    ap.add_argument("--k", type=int, default=8)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--cpu", type=int, default=None, help="core to pin to (default: the first allowed)")
+    ap.add_argument("--skip-objects", action="store_true", help="run the array path only")
+    args = ap.parse_args()
+    cpu = args.cpu if args.cpu is not None else min(os.sched_getaffinity(0))
+    os.sched_setaffinity(0, {cpu})
+    model, cluster = zoo.model(args.model), zoo.cluster(args.cluster)
+    sim = AnalyticalSimulator()
+    kw = {"samples": args.samples, "k": args.k, "seed": args.seed}
+    run_round(model, cluster, sim, samples=64, k=args.k, seed=args.seed + 1)  # warm the caches
+    results: dict[str, RoundResult] = {}
+    for path in ("arrays", "objects"):
+        if path == "objects" and args.skip_objects:
+            continue
+        start = time.process_time()
+        results[path] = run_round(model, cluster, sim, path=path, **kw)  # type: ignore[arg-type]
+        results[path].timings["total"] = time.process_time() - start
+    table = Table(
+        "path",
+        "sample /s",
+        "pool /s",
+        "score /s",
+        "select /s",
+        "end to end /s",
+        "round s",
+        title=(
+            f"One round: M = {args.samples:,} samples, K = {args.k}, {args.model} on {args.cluster}, "
+            f"alpha {DEFAULTS.alpha}, qualified {DEFAULTS.qualified_fraction}, {DEFAULTS.similarity} "
+            f"similarity (strategies per CPU second, one core: cpu {cpu})"
+        ),
+    )
+    for path, r in results.items():
+        t = stages(r)
+        total = t["total"]
+        table.add_row(
+            path,
+            *(
+                f"{args.samples / t[s]:,.0f}" if t[s] > 0 else "-"
+                for s in ("sample", "pool", "score", "select")
+            ),
+            f"{args.samples / total:,.0f}",
+            f"{total:.2f}",
+        )
+    console = Console(width=160)
+    console.print(table)
+    a = results["arrays"]
+    console.print(
+        f"pool {a.pool:,} after duplicates, qualified {a.qualified:,}; chosen predicted "
+        f"{min(a.predicted) * 1e3:.2f}-{max(a.predicted) * 1e3:.2f} ms; peak RSS "
+        f"{resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MiB"
+    )
+    if "objects" in results:
+        o = results["objects"]
+        same = a.indices == o.indices and [strategy_key(s) for s in a.strategies] == [
+            strategy_key(s) for s in o.strategies
+        ]
+        console.print(f"same chosen set on both paths: {'yes' if same else 'NO'} (indices {list(a.indices)})")
+
+
+if __name__ == "__main__":
+    main()
