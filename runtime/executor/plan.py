@@ -3,7 +3,7 @@
 Every process derives the same plan from (model, cluster, strategy), so collectives are issued in
 the same order on all ranks without any negotiation. A *unit* is one collective bucket (the
 shards of one merge group that share algorithm and compressor, fused into one flat buffer) or one
-PS shard. Units are ordered by when they become ready in backward (variables become ready in
+PS shard (the fusion rule is ``simulator.spec.comm.unit_key``, shared with the cost model). Units are ordered by when they become ready in backward (variables become ready in
 reverse forward order); a unit is launched only after every unit before it, which keeps the issue
 order identical across ranks even if autograd reports gradients in a slightly different order.
 """
@@ -20,6 +20,7 @@ from simulator.spec import (
     ModelSpec,
     PSSync,
     Strategy,
+    comm,
 )
 
 
@@ -143,8 +144,7 @@ def build_plan(model: ModelSpec, cluster: ClusterSpec, strategy: Strategy) -> Sy
     ps: list[tuple[int, PSSync]] = []
     for sh in shards:
         if isinstance(sh.sync, CollectiveSync):
-            c = sh.sync
-            keyed.setdefault((c.group, c.algorithm, c.compressor.kind, c.compressor.rank), []).append(sh.id)
+            keyed.setdefault(comm.unit_key(sh.sync), []).append(sh.id)
         else:
             ps.append((sh.id, sh.sync))
     pending: list[tuple[int, int, Unit]] = []

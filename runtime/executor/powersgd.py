@@ -3,7 +3,7 @@
 PyTorch's ``powerSGD_hook`` only runs inside DDP's reducer (it takes a ``dist.GradBucket``, which
 cannot be built outside DDP), and our buckets are the strategy's merge groups, not DDP's. So the
 hook's algorithm is followed step by step here, with PyTorch's own ``_orthogonalize`` (and, in
-:mod:`runtime.executor.shards`, its ``_should_compress``):
+:mod:`runtime.executor.shards`, the shared rule ``simulator.spec.comm.powersgd_rank``):
 
     M  <- G + E                       (error feedback; E starts at 0)
     P  <- M Q                         (Q warm-started from the last step; first Q random, orthogonalised)

@@ -12,27 +12,26 @@ import math
 from abc import ABC, abstractmethod
 
 import torch
-from torch.distributed.algorithms.ddp_comm_hooks.powerSGD_hook import _should_compress
 
 from runtime.executor.model import SpecNet
 from runtime.executor.plan import ShardInfo, SyncPlan
-from simulator.spec import CollectiveSync
-
-# Compress a matrix with PowerSGD whenever that sends fewer elements (PyTorch's hook defaults to
-# 2; the strategy asked for compression, so it is kept wherever it saves anything).
-MIN_COMPRESSION_RATE = 1.0
+from simulator.spec import CollectiveSync, comm
 
 
 def powersgd_rank(info: ShardInfo) -> int | None:
-    """The approximation rank if PowerSGD compresses this shard, else None (sent uncompressed)."""
+    """The approximation rank if PowerSGD compresses this shard, else None (sent uncompressed).
+
+    The rule is ``simulator.spec.comm.powersgd_rank``, shared with the cost model: compress
+    whenever that sends fewer elements (torch's hook defaults to a minimum rate of 2; the
+    strategy asked for compression, so it is kept wherever it saves anything).
+    """
     sync = info.sync
     if not isinstance(sync, CollectiveSync) or sync.compressor.kind != "powersgd" or info.sparse:
         return None
     if len(info.shape) < 2:
         return None
     n, m = info.matrix
-    rank = min(n, m, sync.compressor.rank or 1)
-    return rank if _should_compress(n, m, rank, MIN_COMPRESSION_RATE)[0] else None
+    return comm.powersgd_rank(n, m, sync.compressor.rank or 1)
 
 
 def replay_shape(info: ShardInfo, scale: float) -> tuple[int, ...]:

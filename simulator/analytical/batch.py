@@ -27,6 +27,7 @@ from simulator.spec import (
     PSSync,
     Strategy,
     VariableStrategy,
+    comm,
 )
 
 
@@ -34,7 +35,9 @@ from simulator.spec import (
 class StrategyBatch:
     """N strategies as flat shard rows; rows of strategy n are ``offsets[n]:offsets[n+1]``.
 
-    Shapes: N strategies, T shard rows, G collective calls (distinct (strategy, group, op)).
+    Shapes: N strategies, T shard rows, G collective calls: the executor's units
+    (``simulator.spec.comm.unit_key``: merge group, algorithm, compressor, rank), split by op
+    (dense all-reduce or sparse all-gather).
         offsets (N+1,) int64; strategy (T,) int64; variable (T,) int64 (forward index);
         axis, num_shards, shard_index (T,) int64 (the variable's partition and this shard);
         is_ps (T,) bool; server (T,) int64 node index (-1 for collective rows);
@@ -44,7 +47,10 @@ class StrategyBatch:
         2 powersgd); rank (T,) int64 (PowerSGD rank, 0 otherwise);
         op (T,) int64 collective op code (``arrays.OP_NAMES``; -1 for PS rows);
         call (T,) int64 index of the row's collective call in [0, G) (-1 for PS rows);
-        call_strategy, call_group, call_op (G,) int64: each call's strategy, group id and op.
+        call_strategy, call_group, call_op (G,) int64: each call's strategy, group id and op;
+        call_repeats (G,) float64: how many times the call runs its op (all-reduce: 1 for an
+            uncompressed part plus 2 for a PowerSGD part, ``comm.primitive_calls``; all-gather: 1,
+            whose price already counts its three gathers).
         geo: ``ShardGeometry`` of the rows (sizes, m_i, c_i(m_i); independent of CostParams);
         code (T,) int64: index into ``ClusterArrays.code_*`` (2·server + I_p, or 2·J + op);
         bin (T,) int64: where the row's time accumulates: strategy·J + server for PS rows,
@@ -73,6 +79,7 @@ class StrategyBatch:
     call_strategy: np.ndarray
     call_group: np.ndarray
     call_op: np.ndarray
+    call_repeats: np.ndarray
     geo: ShardGeometry
     code: np.ndarray
     bin: np.ndarray
@@ -109,7 +116,7 @@ def make_batch(
     """Build a batch from per-row choices (all shape (T,), rows grouped by strategy 0..N-1).
 
     Derives the collective op of each row (all-gather for sparse variables, else the row's
-    all-reduce algorithm) and numbers the distinct (strategy, group, op) collective calls.
+    all-reduce algorithm) and numbers the distinct collective calls (strategy, unit key, op).
     Raises ValueError naming the field and first bad row when a value is out of range; it does
     not check that every variable is covered exactly once (``decode`` + ``Strategy.check`` do).
     """
@@ -150,8 +157,18 @@ def make_batch(
     cc = ~is_ps
     call = np.full(strategy.shape, -1, dtype=np.int64)
     gspan = int(group.max()) + 1 if cc.any() else 1
-    key = (strategy[cc] * gspan + group[cc]) * 3 + op[cc]
-    uniq, call[cc] = _dense_rank(key, n * gspan * 3)
+    rspan = int(rank[cc].max()) + 1 if cc.any() else 1
+    # Mixed radix over (strategy, group, algorithm, compressor, rank, op): comm.unit_key + op.
+    unit = ((group[cc] * 2 + algorithm[cc]) * 3 + compressor[cc]) * rspan + rank[cc]
+    uspan = gspan * 2 * 3 * rspan
+    key = (strategy[cc] * uspan + unit) * 3 + op[cc]
+    uniq, call[cc] = _dense_rank(key, n * uspan * 3)
+    geo = shard_geometry(ma, variable, axis, num_shards, shard_index, compressor, rank)
+    calls = len(uniq)
+    lowrank = np.bincount(call[cc], weights=geo.lowrank[cc], minlength=calls) > 0
+    plain = np.bincount(call[cc], weights=~geo.lowrank[cc], minlength=calls) > 0
+    call_op = uniq % 3
+    repeats = np.where(call_op == OP_ALLGATHER, 1.0, plain + comm.POWERSGD_ALLREDUCES * lowrank)
     server = np.where(is_ps, server, -1)
     local_replication = np.asarray(local_replication, dtype=bool) & is_ps
     j = len(ca.gpus)
@@ -172,10 +189,11 @@ def make_batch(
         rank=rank,
         op=op,
         call=call,
-        call_strategy=uniq // (3 * gspan),
-        call_group=(uniq // 3) % gspan,
-        call_op=uniq % 3,
-        geo=shard_geometry(ma, variable, axis, num_shards, shard_index, compressor, rank),
+        call_strategy=uniq // (3 * uspan),
+        call_group=(uniq // (3 * uspan // gspan)) % gspan,
+        call_op=call_op,
+        call_repeats=repeats.astype(np.float64),
+        geo=geo,
         code=np.where(is_ps, 2 * server + local_replication, 2 * j + op),
         bin=np.where(is_ps, strategy * j + server, n * j + call),
     )

@@ -5,8 +5,10 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+import numpy as np
+
 from simulator.analytical import formulas as f
-from simulator.analytical.arrays import OP_NAMES, cluster_arrays, model_arrays
+from simulator.analytical.arrays import COMPRESSORS, OP_NAMES, cluster_arrays, model_arrays
 from simulator.analytical.batch import encode
 from simulator.analytical.params import CostParams
 from simulator.analytical.vectorised import score
@@ -87,7 +89,13 @@ def cost_breakdown(
     for g in range(len(b.call_strategy)):
         op = OP_NAMES[int(b.call_op[g])]
         group = int(b.call_group[g])
-        collective[f"{group}/{op}"] = CallCost(
+        row = int(np.flatnonzero(b.call == g)[0])
+        key = f"{group}/{op}"  # one executor unit per key (simulator.spec.comm.unit_key)
+        if op == "allgather" and b.algorithm[row] == 1:
+            key += "/hierarchical"
+        if b.compressor[row]:
+            key += f"/{COMPRESSORS[int(b.compressor[row])]}{int(b.rank[row]) or ''}"
+        collective[key] = CallCost(
             group=group,
             op=op,
             time=float(s.call_time[g]),

@@ -106,7 +106,9 @@ def features(ma: ModelArrays, ca: ClusterArrays, b: StrategyBatch) -> Features:
     server_shards = np.bincount(ps_key, weights=ps.astype(np.float64), minlength=n * j)
     server_bytes = np.bincount(ps_key, weights=np.where(ps, c, 0.0), minlength=n * j)
     z = np.empty((b.rows, 3))
-    shared = np.where(cc, call_shards[call], 1.0)
+    # A call's constant terms, split evenly over its shards, once per run of its op (PowerSGD: 2).
+    repeats = b.call_repeats if len(b.call_repeats) else np.ones(1)
+    shared = np.where(cc, call_shards[call] / repeats[call], 1.0)
     z[:, 0] = np.where(ps, c * ca.ps_transfer[srv, lr], c * ca.cc_transfer[op])
     z[:, 1] = np.where(ps, ca.ps_phi[srv, lr], ca.cc_phi[op] / shared)
     z[:, 2] = 1.0 / shared

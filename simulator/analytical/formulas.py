@@ -12,7 +12,7 @@ from typing import Literal, NamedTuple
 
 from simulator.analytical import compute
 from simulator.analytical.params import CostParams
-from simulator.spec import GBPS, ClusterSpec, ModelSpec
+from simulator.spec import GBPS, ClusterSpec, ModelSpec, comm
 
 Primitive = Literal["allreduce", "reducescatter", "allgather", "broadcast", "reduce"]
 CompressorKind = Literal["none", "fp16", "powersgd"]
@@ -56,15 +56,17 @@ def compressed_bytes(
     """c_i(m_i): the bytes actually sent for a message of ``values_bytes`` (+ ``index_bytes``).
 
     none: unchanged. fp16: values cast to 2-byte floats (half of fp32; indices unchanged).
-    powersgd (dense matrices only): the rank-r factors P (rows x r) and Q (cols x r), i.e.
-    ``rank·(rows + cols)`` values of the variable's dtype, with rows = shape[0] and
-    cols = prod(shape[1:]) of the shard.
+    powersgd (dense matrices only): the factors P (rows x r) and Q (cols x r), i.e.
+    ``r·(rows + cols)`` values of the variable's dtype, with rows = shape[0] and
+    cols = prod(shape[1:]) of the shard and r the effective rank of ``simulator.spec.comm``
+    (``min(rows, cols, rank)``); a matrix that compression would not shrink is sent as it is.
     """
     if kind == "none":
         return values_bytes + index_bytes
     if kind == "fp16":
         return values_bytes * min(1.0, 2.0 / dtype_bytes) + index_bytes
-    return float(rank * (rows + cols) * dtype_bytes)
+    eff = comm.powersgd_rank(rows, cols, rank)
+    return float(eff * (rows + cols) * dtype_bytes) if eff is not None else values_bytes + index_bytes
 
 
 def ps_terms(cluster: ClusterSpec, server: int, local_replication: bool, message_bytes: float) -> Terms:

@@ -8,6 +8,7 @@ import numpy as np
 
 from simulator.analytical import formulas as f
 from simulator.analytical.arrays import ModelArrays
+from simulator.spec import comm
 
 #: Rows per chunk of ``shard_geometry``.
 CHUNK = 1 << 16
@@ -20,7 +21,8 @@ class ShardGeometry:
     Shapes: T rows, all float64 (T,): numel; rows, cols of the shard as a matrix
     (rows = shape[0], cols = prod(shape[1:])); values_bytes (the shard's parameter bytes);
     message_bytes (m_i: density-scaled values plus int64 row indices for sparse gradients);
-    sent_bytes (c_i(m_i), ``formulas.compressed_bytes``).
+    sent_bytes (c_i(m_i), ``formulas.compressed_bytes``); lowrank (bool: PowerSGD compresses
+    the shard, so its unit issues PowerSGD's two all-reduces; ``simulator.spec.comm``).
     """
 
     numel: np.ndarray
@@ -29,6 +31,7 @@ class ShardGeometry:
     values_bytes: np.ndarray
     message_bytes: np.ndarray
     sent_bytes: np.ndarray
+    lowrank: np.ndarray
 
 
 def shard_geometry(
@@ -79,13 +82,16 @@ def _geometry(
     values = numel * ma.dtype_bytes_f[v]
     message = numel * ma.message_per_element[v] + rows * ma.index_per_row[v]
     sent = message.copy()
+    lowrank = np.zeros(len(v), dtype=bool)
     squeezed = np.flatnonzero(compressor != 0)
     if squeezed.size:
         vs, cs = v[squeezed], compressor[squeezed]
         index = rows[squeezed] * ma.index_per_row[vs]
         fp16 = (message[squeezed] - index) * np.minimum(1.0, 2.0 / ma.dtype_bytes_f[vs]) + index
         cols_s = numel[squeezed] / rows[squeezed]
-        psgd = rank[squeezed] * (rows[squeezed] + cols_s) * ma.dtype_bytes_f[vs]
+        eff = comm.powersgd_rank(rows[squeezed], cols_s, rank[squeezed])  # 0: sent uncompressed
+        psgd = np.where(eff > 0, eff * (rows[squeezed] + cols_s) * ma.dtype_bytes_f[vs], message[squeezed])
         sent[squeezed] = np.where(cs == 1, fp16, psgd)
+        lowrank[squeezed] = (cs == 2) & (eff > 0)
     assert f.INDEX_BYTES > 0  # index_per_row in ModelArrays is density * INDEX_BYTES
-    return ShardGeometry(numel, rows, numel / rows, values, message, sent)
+    return ShardGeometry(numel, rows, numel / rows, values, message, sent, lowrank)

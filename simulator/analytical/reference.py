@@ -11,14 +11,13 @@ from dataclasses import dataclass
 
 from simulator.analytical import compute
 from simulator.analytical import formulas as f
-from simulator.analytical.arrays import OP_NAMES
 from simulator.analytical.params import CostParams
-from simulator.spec import DTYPE_BYTES, ClusterSpec, ModelSpec, PSSync, Strategy
+from simulator.spec import DTYPE_BYTES, ClusterSpec, ModelSpec, PSSync, Strategy, comm
 
 
 @dataclass(frozen=True)
 class ReferenceCost:
-    """One strategy's times, seconds; servers by node index, calls by (group, op name)."""
+    """One strategy's times, seconds; servers by node index, calls by ``CallKey``."""
 
     t_comp: float
     t_ps: float
@@ -26,15 +25,20 @@ class ReferenceCost:
     t_sync: float
     t_iter: float
     server_time: dict[int, float]
-    call_time: dict[tuple[int, str], float]
+    call_time: dict[CallKey, float]
+
+
+#: A collective call: the executor's unit (``comm.unit_key``) and whether its shards are sparse.
+CallKey = tuple[int, str, str, int | None, bool]
 
 
 def reference_cost(model: ModelSpec, cluster: ClusterSpec, s: Strategy, params: CostParams) -> ReferenceCost:
     """Eq. 1-3 for one strategy, shard by shard."""
     server_time: dict[int, float] = {}
-    call_bytes: dict[tuple[int, str], float] = {}
+    call_bytes: dict[CallKey, float] = {}
+    call_lowrank: dict[CallKey, set[bool]] = {}
     ready = _layer_ready(model, cluster, params)
-    call_ready: dict[tuple[int, str], float] = {}
+    call_ready: dict[CallKey, float] = {}
     ps_units: list[tuple[int, float, float]] = []  # (server, ready, seconds) per PS shard
     for shard in s.shards(model):
         var = model.variables[shard.var_index]
@@ -60,32 +64,45 @@ def reference_cost(model: ModelSpec, cluster: ClusterSpec, s: Strategy, params: 
         else:
             comp = sync.compressor
             c = f.compressed_bytes(comp.kind, values, index, dtype_bytes, rows, cols, comp.rank or 0)
-            op = "allgather" if shard.sparse else f"allreduce-{sync.algorithm}"
-            key = (sync.group, op)
+            key = (*comm.unit_key(sync), shard.sparse)
             call_bytes[key] = call_bytes.get(key, 0.0) + c
+            lowrank = comp.kind == "powersgd" and comm.powersgd_rank(rows, cols, comp.rank or 0) is not None
+            call_lowrank.setdefault(key, set()).add(lowrank)
             r = ready[model.variable_layer[shard.var_index]]
             call_ready[key] = max(call_ready.get(key, 0.0), r)
     w = cluster.num_gpus
     ring = f.ring_bandwidth_gbps(cluster)
-    call_time = {}
-    for (group, op), nbytes in call_bytes.items():
-        if op == "allgather":
+    call_time: dict[CallKey, float] = {}
+    for key, nbytes in call_bytes.items():
+        _, algorithm, _, _, sparse = key
+        issued = comm.primitive_calls(
+            algorithm,
+            plain=not sparse and False in call_lowrank[key],
+            lowrank=True in call_lowrank[key],
+            sparse=sparse,
+        )
+        if sparse:
             terms = f.collective_terms("allgather", w * nbytes, w, ring)
-        elif op == "allreduce-ring":
+        elif algorithm == "ring":
             terms = f.collective_terms("allreduce", nbytes, w, ring)
         else:
             terms = f.hierarchical_allreduce_terms(cluster, nbytes)
-        alphas = params.call_alphas()
-        if alphas is None:
-            if op == "allgather":
+        if params.call_overhead_s is None:  # Eq. 3's constant and the hops' latency, per op run
+            if sparse:
                 latency = f.collective_latency_s("allgather", cluster)
-            elif op == "allreduce-ring":
+            elif algorithm == "ring":
                 latency = f.collective_latency_s("allreduce", cluster)
             else:
                 latency = f.hierarchical_latency_s(cluster)
-            call_time[(group, op)] = terms.seconds(params) + latency
-        else:  # measured α per executor call: hierarchical and all-gather issue three
-            call_time[(group, op)] = terms.transfer + alphas[OP_NAMES.index(op)]
+            runs = 1 if sparse else issued["allreduce"] // comm.calls_per_allreduce(algorithm)
+            call_time[key] = terms.transfer + runs * (terms.seconds(params) - terms.transfer + latency)
+        else:  # the measured α of every backend call the executor issues
+            ag = params.allgather_call_s if params.allgather_call_s is not None else params.call_overhead_s
+            call_time[key] = (
+                terms.transfer
+                + issued.get("allreduce", 0) * params.call_overhead_s
+                + issued.get("allgather", 0) * ag
+            )
     t_ps = max(server_time.values(), default=0.0)
     t_cc = sum(call_time.values())
     t_sync = t_ps + t_cc if params.combine == "sum" else max(t_ps, t_cc)

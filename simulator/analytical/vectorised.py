@@ -89,7 +89,7 @@ def score(
         call_const = np.asarray(alphas)
     else:
         call_const = params.phi * ca.cc_phi + params.delta + ca.cc_latency
-    call_time = acc[n * j :] + call_const[b.call_op]
+    call_time = acc[n * j :] + call_const[b.call_op] * b.call_repeats
     t_cc = np.bincount(b.call_strategy, weights=call_time, minlength=n)
     t_sync = t_ps + t_cc if params.combine == "sum" else np.maximum(t_ps, t_cc)
     t_comp = np.full(n, f.compute_time(ma.model, ca.cluster, params))
@@ -153,7 +153,12 @@ def _detail(ca: ClusterArrays, b: StrategyBatch, n: int, j: int, g: int) -> dict
     return dict(
         server_terms=np.stack([transfer[:cut], phi[:cut], delta[:cut]], -1).reshape(n, j, 3),
         call_terms=np.stack(
-            [transfer[cut:] + ca.cc_latency[b.call_op], ca.cc_phi[b.call_op], np.ones(g)], -1
+            [
+                transfer[cut:] + ca.cc_latency[b.call_op] * b.call_repeats,
+                ca.cc_phi[b.call_op] * b.call_repeats,
+                b.call_repeats,
+            ],
+            -1,
         ),
         server_bytes=nbytes[:cut].reshape(n, j),
         call_bytes=nbytes[cut:],

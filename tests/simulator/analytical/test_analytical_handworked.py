@@ -137,13 +137,20 @@ def test_fp16_and_powersgd_compression() -> None:
     model = make_model([W])
     fp16 = CollectiveSync(compressor=Compressor(kind="fp16"))
     r = both(model, four, Strategy(variables=(one("w", fp16),)))
-    assert r.collective["0/allreduce-ring"].bytes == pytest.approx(500_000)  # half of 1e6
+    assert r.collective["0/allreduce-ring/fp16"].bytes == pytest.approx(500_000)  # half of 1e6
     assert r.t_cc == pytest.approx(500_000 * 1.2e-9 + 4e-4 + 5e-5)  # 6e-4 s transfer
-    # PowerSGD rank 2 of the 1000 x 250 matrix: 2 · (1000 + 250) fp32 values = 10,000 bytes.
+    # PowerSGD rank 2 of the 1000 x 250 matrix: 2 · (1000 + 250) fp32 values = 10,000 bytes, sent
+    # by two all-reduces (P, then Q; simulator.spec.comm), so Eq. 3's constant is paid twice.
     psgd = CollectiveSync(compressor=Compressor(kind="powersgd", rank=2))
     r = both(model, four, Strategy(variables=(one("w", psgd),)))
-    assert r.collective["0/allreduce-ring"].bytes == pytest.approx(10_000)
-    assert r.t_cc == pytest.approx(1.2e-5 + 4e-4 + 5e-5)
+    assert r.collective["0/allreduce-ring/powersgd2"].bytes == pytest.approx(10_000)
+    assert r.t_cc == pytest.approx(1.2e-5 + 2 * (4e-4 + 5e-5))
+    # Rank 200: (1000 + 250) · 200 = 250,000 values is not fewer than 1000 · 250, so the matrix
+    # goes uncompressed in one all-reduce, as the executor (torch's _should_compress rule) does.
+    big = CollectiveSync(compressor=Compressor(kind="powersgd", rank=200))
+    r = both(model, four, Strategy(variables=(one("w", big),)))
+    assert r.collective["0/allreduce-ring/powersgd200"].bytes == pytest.approx(1e6)
+    assert r.t_cc == pytest.approx(1e6 * 1.2e-9 + 4e-4 + 5e-5)
 
 
 def test_merge_group_of_three_variables() -> None:

@@ -15,6 +15,8 @@ from simulator.analytical import (
     model_arrays,
     score,
 )
+from simulator.analytical.arrays import ALGORITHMS, COMPRESSORS
+from simulator.analytical.batch import StrategyBatch
 from simulator.analytical.reference import reference_cost
 from simulator.analytical.testing import make_cluster, make_model, random_strategies
 from simulator.spec import ClusterSpec, ModelSpec, Variable
@@ -66,10 +68,7 @@ def test_vectorised_matches_reference(cluster_name: str, params: CostParams) -> 
             assert getattr(got, name)[n] == pytest.approx(getattr(ref, name), rel=1e-9, abs=0.0), name
         for j, t in ref.server_time.items():
             assert got.server_time[n, j] == pytest.approx(t, rel=1e-9)
-        calls = {
-            (int(b.call_group[g]), OP_NAMES[int(b.call_op[g])]): got.call_time[g]
-            for g in np.flatnonzero(b.call_strategy == n)
-        }
+        calls = {_call_key(b, g): got.call_time[g] for g in np.flatnonzero(b.call_strategy == n)}
         assert calls.keys() == ref.call_time.keys()
         for key, t in ref.call_time.items():
             assert calls[key] == pytest.approx(t, rel=1e-9)
@@ -77,6 +76,20 @@ def test_vectorised_matches_reference(cluster_name: str, params: CostParams) -> 
     if params.call_overhead_s is None and params.ps_round_s is None:  # else α is measured, not φ/δ
         lin = got.sync_terms @ np.array([1.0, params.phi, params.delta])
         np.testing.assert_allclose(lin, got.t_sync, rtol=1e-9)
+
+
+def _call_key(b: StrategyBatch, g: int) -> tuple[int, str, str, int | None, bool]:
+    """The reference's key of call ``g``: its unit (``comm.unit_key``) and whether it is sparse."""
+    row = int(np.flatnonzero(b.call == g)[0])
+    rank = int(b.rank[row]) or None
+    sparse = OP_NAMES[int(b.call_op[g])] == "allgather"
+    return (
+        int(b.call_group[g]),
+        ALGORITHMS[int(b.algorithm[row])],
+        COMPRESSORS[int(b.compressor[row])],
+        rank,
+        sparse,
+    )
 
 
 def test_real_zoo_cluster_agreement() -> None:
