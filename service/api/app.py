@@ -27,6 +27,7 @@ from service.api.routes import (
     workers,
 )
 from service.api.schemas.common import Message
+from service.api.zoo_cache import ZooCache
 from service.db import repository as repo
 from service.db.engine import make_engine, session_factory, upgrade
 from service.settings import Settings
@@ -99,6 +100,7 @@ def create_app(settings: Settings | None = None, *, orchestrator: Orchestrator |
     app.state.engine = engine
     app.state.sessions = sessions
     app.state.orchestrator = orchestrator or StoreOnly()
+    app.state.zoo = ZooCache()
     errors.install(app)
     app.add_middleware(RequestGuard, max_body_bytes=settings.max_body_bytes, api_prefix=API_PREFIX)
     for module in (

@@ -11,6 +11,7 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from sqlalchemy.orm import Session
 
 from service.api.hooks import Orchestrator
+from service.api.zoo_cache import ZooCache
 from service.db import repository as repo
 from service.domain import Principal, Role
 from service.settings import Settings
@@ -31,6 +32,11 @@ def get_settings(request: Request) -> Settings:
     return settings
 
 
+def get_zoo(request: Request) -> ZooCache:
+    zoo: ZooCache = request.app.state.zoo
+    return zoo
+
+
 def get_orchestrator(request: Request) -> Orchestrator:
     orchestrator: Orchestrator = request.app.state.orchestrator
     return orchestrator
@@ -39,6 +45,8 @@ def get_orchestrator(request: Request) -> Orchestrator:
 SessionDep = Annotated[Session, Depends(get_session)]
 SettingsDep = Annotated[Settings, Depends(get_settings)]
 OrchestratorDep = Annotated[Orchestrator, Depends(get_orchestrator)]
+#: The app's cache of zoo entries (service.api.zoo_cache).
+ZooDep = Annotated[ZooCache, Depends(get_zoo)]
 
 
 def get_principal(

@@ -91,16 +91,21 @@ def zoo_spec(session: Session, *, kind: d.SpecKind, name: str) -> d.SpecRecord:
         return convert.spec(row)
 
 
+def upload_named(session: Session, *, kind: d.SpecKind, name: str, owner_id: int) -> d.SpecRecord | None:
+    """The owner's newest upload of ``kind`` named ``name``, or None."""
+    with session.begin():
+        row = session.scalars(
+            select(SpecRow)
+            .where(SpecRow.kind == kind, SpecRow.name == name, SpecRow.origin == "upload")
+            .where(SpecRow.owner_id == owner_id)
+            .order_by(SpecRow.id.desc())
+        ).first()
+        return convert.spec(row) if row is not None else None
+
+
 def resolve_spec(session: Session, *, kind: d.SpecKind, ref: str | int, owner_id: int) -> d.SpecRecord:
     """A spec by id, or by name: the owner's upload of that name first, then the zoo."""
     if isinstance(ref, int):
         return get_spec(session, spec_id=ref, viewer_id=owner_id)
-    with session.begin():
-        row = session.scalars(
-            select(SpecRow)
-            .where(SpecRow.kind == kind, SpecRow.name == ref, SpecRow.origin == "upload")
-            .where(SpecRow.owner_id == owner_id)
-            .order_by(SpecRow.id.desc())
-        ).first()
-        found = convert.spec(row) if row is not None else None
+    found = upload_named(session, kind=kind, name=ref, owner_id=owner_id)
     return found if found is not None else zoo_spec(session, kind=kind, name=ref)

@@ -43,7 +43,7 @@ from service.db.repo_searches import (
     set_round_state,
     transition_search,
 )
-from service.db.repo_specs import get_spec, list_specs, resolve_spec, store_spec, zoo_spec
+from service.db.repo_specs import get_spec, list_specs, resolve_spec, store_spec, upload_named, zoo_spec
 from service.db.repo_status import search_status
 from service.db.repo_trials import (
     claim_trial,
@@ -102,6 +102,7 @@ __all__ = [
     "store_spec",
     "touch_worker",
     "transition_search",
+    "upload_named",
     "user_usage",
     "verify_token",
     "waiting_on_workers",

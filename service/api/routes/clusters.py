@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Body, status
+from fastapi import APIRouter, Body, Response, status
 
-from service.api.deps import SessionDep, UserDep, owner_filter
+from service.api.deps import SessionDep, UserDep, ZooDep, owner_filter
 from service.api.errors import SpecInvalid
 from service.api.params import IdPath
 from service.api.schemas.specs import ClusterPublic, ClustersPublic, ZooPublic
@@ -62,9 +62,9 @@ def list_zoo_clusters(user: UserDep) -> ZooPublic:
 
 
 @router.get("/zoo/{name}", response_model=ClusterPublic)
-def get_zoo_cluster(name: str, session: SessionDep, user: UserDep) -> ClusterPublic:
-    """A zoo cluster by name; 404 if the zoo has none."""
-    return ClusterPublic.of(repo.zoo_spec(session, kind="cluster", name=name))
+def get_zoo_cluster(name: str, session: SessionDep, zoo_cache: ZooDep, user: UserDep) -> Response:
+    """A zoo cluster by name; 404 if the zoo has none (rendered once per process: ZooCache)."""
+    return zoo_cache.response(session, kind="cluster", name=name)
 
 
 @router.get("/{cluster_id}", response_model=ClusterPublic)

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Body, status
+from fastapi import APIRouter, Body, Response, status
 
-from service.api.deps import SessionDep, UserDep, owner_filter
+from service.api.deps import SessionDep, UserDep, ZooDep, owner_filter
 from service.api.errors import SpecInvalid
 from service.api.params import IdPath
 from service.api.schemas.specs import ModelPublic, ModelsPublic, ZooPublic
@@ -64,9 +64,9 @@ def list_zoo_models(user: UserDep) -> ZooPublic:
 
 
 @router.get("/zoo/{name}", response_model=ModelPublic)
-def get_zoo_model(name: str, session: SessionDep, user: UserDep) -> ModelPublic:
-    """A zoo model by name; 404 if the zoo has none."""
-    return ModelPublic.of(repo.zoo_spec(session, kind="model", name=name))
+def get_zoo_model(name: str, session: SessionDep, zoo_cache: ZooDep, user: UserDep) -> Response:
+    """A zoo model by name; 404 if the zoo has none (rendered once per process: ZooCache)."""
+    return zoo_cache.response(session, kind="model", name=name)
 
 
 @router.get("/{model_id}", response_model=ModelPublic)

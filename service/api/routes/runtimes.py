@@ -6,7 +6,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Query, status
 
-from service.api.deps import SessionDep, UserDep, owner_filter
+from service.api.deps import SessionDep, UserDep, ZooDep, owner_filter
 from service.api.errors import SpecInvalid
 from service.api.params import DomainQuery
 from service.api.routes._refs import resolve_field
@@ -20,11 +20,20 @@ router = APIRouter(prefix="/runtimes", tags=["runtimes"])
 
 
 @router.post("", status_code=status.HTTP_201_CREATED, response_model=RuntimePublic)
-def ingest_runtime(body: RuntimeCreate, session: SessionDep, user: UserDep) -> RuntimePublic:
+def ingest_runtime(
+    body: RuntimeCreate, session: SessionDep, user: UserDep, zoo_cache: ZooDep
+) -> RuntimePublic:
     """Store a measured runtime; the strategy must be valid for the model on the cluster (else 422)."""
-    model = resolve_field(session, kind="model", ref=body.model, owner_id=user.user_id, loc=["body", "model"])
+    model = resolve_field(
+        session, kind="model", ref=body.model, owner_id=user.user_id, loc=["body", "model"], zoo=zoo_cache
+    )
     cluster = resolve_field(
-        session, kind="cluster", ref=body.cluster, owner_id=user.user_id, loc=["body", "cluster"]
+        session,
+        kind="cluster",
+        ref=body.cluster,
+        owner_id=user.user_id,
+        loc=["body", "cluster"],
+        zoo=zoo_cache,
     )
     try:
         strategy = parse_as(Strategy, body.strategy)

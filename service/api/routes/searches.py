@@ -4,7 +4,15 @@ from __future__ import annotations
 
 from fastapi import APIRouter, status
 
-from service.api.deps import OrchestratorDep, SessionDep, SettingsDep, UserDep, notify, owner_filter
+from service.api.deps import (
+    OrchestratorDep,
+    SessionDep,
+    SettingsDep,
+    UserDep,
+    ZooDep,
+    notify,
+    owner_filter,
+)
 from service.api.params import IdPath
 from service.api.routes._refs import resolve_field
 from service.api.schemas.common import Message
@@ -36,6 +44,7 @@ def create_search(
     settings: SettingsDep,
     user: UserDep,
     orchestrator: OrchestratorDep,
+    zoo_cache: ZooDep,
 ) -> SearchPublic:
     """Store a search in state 'pending'; the search loop starts round 1 and the baselines.
 
@@ -54,9 +63,16 @@ def create_search(
             f"your searches have {usage.queued_trials} queued trials, the limit is"
             f" {settings.max_queued_trials}; wait for workers to take them"
         )
-    model = resolve_field(session, kind="model", ref=body.model, owner_id=user.user_id, loc=["body", "model"])
+    model = resolve_field(
+        session, kind="model", ref=body.model, owner_id=user.user_id, loc=["body", "model"], zoo=zoo_cache
+    )
     cluster = resolve_field(
-        session, kind="cluster", ref=body.cluster, owner_id=user.user_id, loc=["body", "cluster"]
+        session,
+        kind="cluster",
+        ref=body.cluster,
+        owner_id=user.user_id,
+        loc=["body", "cluster"],
+        zoo=zoo_cache,
     )
     search = repo.create_search(
         session,
@@ -95,9 +111,10 @@ def get_search(
     st = SearchStatusPublic.model_validate(
         repo.search_status(session, search_id=search_id, owner_id=owner_filter(user))
     )
-    st.state_detail = repo.waiting_on_workers(
-        session, search_id=search_id, owner_id=owner_filter(user), live_s=settings.heartbeat_timeout_s
-    )
+    if st.trials_by_state.get("queued", 0) or st.trials_by_state.get("running", 0):
+        st.state_detail = repo.waiting_on_workers(
+            session, search_id=search_id, owner_id=owner_filter(user), live_s=settings.heartbeat_timeout_s
+        )
     return st
 
 

@@ -1,0 +1,396 @@
+"""API throughput: requests/s, p50/p99 latency, errors and server memory per endpoint class and client count.
+
+Run: python benchmarks/api_throughput.py [--clients 10,50,200] [--duration 30] [--api-workers 1]
+         [--classes healthz,zoo,status,trials,create] [--server-cpus 0] [--client-cpus 1]
+
+The server is started the way docker-compose starts it (``strategist serve --no-worker`` on
+PostgreSQL) but without the search loop (``--no-loop``), so that what is measured is the API
+alone: a created search stays 'pending' instead of starting round jobs that would compete for the
+same cores. ``--api-workers N`` (N > 1) is passed through to ``serve`` (uvicorn worker processes).
+A fresh PostgreSQL database is created on ``--pg`` (default: the tests' server), migrated, seeded
+with ``--searches`` searches of 10 measured trials each, and dropped at the end.
+
+The load comes from ``--procs`` separate driver processes (pinned to ``--client-cpus``; the
+server is pinned to ``--server-cpus``), each an asyncio loop of httpx.AsyncClient tasks: every
+client task sends its next request as soon as the previous answer arrived (closed loop), for
+``--duration`` seconds per (class, clients) cell. Latency is from send to the last byte. An error
+is a transport failure or any status other than the class's expected one. Server memory is the
+resident set of the server and its children, sampled every 0.5 s; "RSS MiB" gives start → end
+(max) of the cell. "server CPU ms/req" is the server's user+system CPU time over the cell divided by
+the requests answered: the per-request cost, which other jobs sharing the machine inflate far less
+than they inflate wall-clock rates and latencies (a shared 2-core host is not a quiet one).
+
+Endpoint classes:
+    healthz  GET /healthz: the floor (no database)
+    zoo      GET /api/v1/models/zoo/{name}: a zoo model as stored (the "cached read")
+    status   GET /api/v1/searches/{id}: progress, best trial, baselines and speed-up intervals
+    trials   GET /api/v1/searches/{id}/trials: a search's trials with measurements
+    create   POST /api/v1/searches (NCF-dense on B9): store and enqueue a search
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import multiprocessing as mp
+import os
+import random
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+from sqlalchemy import create_engine, text
+from sqlalchemy.engine import make_url
+
+PG_DEFAULT = "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
+CLASSES = ("healthz", "zoo", "status", "trials", "create")
+ZOO_MODELS = ("ResNet50", "VGG16", "NCF-dense", "BERT-3L")
+
+
+@dataclass(frozen=True)
+class Target:
+    """What one driver process requests."""
+
+    base: str
+    token: str
+    kind: str
+    search_ids: tuple[int, ...]
+
+
+def request_of(t: Target, rnd: random.Random) -> tuple[str, str, dict[str, object] | None, int]:
+    """(method, path, json body, expected status) of the next request of class ``t.kind``."""
+    if t.kind == "healthz":
+        return "GET", "/healthz", None, 200
+    if t.kind == "zoo":
+        return "GET", f"/api/v1/models/zoo/{rnd.choice(ZOO_MODELS)}", None, 200
+    if t.kind == "status":
+        return "GET", f"/api/v1/searches/{rnd.choice(t.search_ids)}", None, 200
+    if t.kind == "trials":
+        return "GET", f"/api/v1/searches/{rnd.choice(t.search_ids)}/trials", None, 200
+    body: dict[str, object] = {"model": "NCF-dense", "cluster": "B9", "trial_budget": 4, "name": "load"}
+    return "POST", "/api/v1/searches", body, 201
+
+
+def drive(t: Target, clients: int, duration_s: float, cpus: list[int], out: mp.Queue) -> None:  # type: ignore[type-arg]
+    """One driver process: ``clients`` closed-loop tasks for ``duration_s``; puts (latencies, errors)."""
+    if cpus:
+        os.sched_setaffinity(0, cpus)
+
+    async def main() -> tuple[list[float], int, dict[str, int], float, float]:
+        latencies: list[float] = []
+        errors = 0
+        kinds: dict[str, int] = {}
+        limits = httpx.Limits(max_connections=clients, max_keepalive_connections=clients)
+        headers = {"Authorization": f"Bearer {t.token}"}
+        async with httpx.AsyncClient(base_url=t.base, headers=headers, limits=limits, timeout=60) as http:
+            deadline = time.monotonic() + duration_s
+
+            async def one(seed: int) -> None:
+                nonlocal errors
+                rnd = random.Random(seed)
+                while time.monotonic() < deadline:
+                    method, path, body, want = request_of(t, rnd)
+                    start = time.perf_counter()
+                    try:
+                        r = await http.request(method, path, json=body)
+                        ok = r.status_code == want
+                        if not ok:
+                            kinds[str(r.status_code)] = kinds.get(str(r.status_code), 0) + 1
+                    except httpx.HTTPError as e:
+                        ok = False
+                        kinds[type(e).__name__] = kinds.get(type(e).__name__, 0) + 1
+                    latencies.append(time.perf_counter() - start)
+                    errors += not ok
+
+            began = time.monotonic()
+            await asyncio.gather(*(one(i * 7919 + os.getpid()) for i in range(clients)))
+        return latencies, errors, kinds, began, time.monotonic()
+
+    out.put(asyncio.run(main()))
+
+
+def tree(pid: int) -> list[int]:
+    """``pid`` and all its descendants (from /proc)."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            with contextlib.suppress(OSError, ValueError, IndexError):
+                ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+                children.setdefault(ppid, []).append(int(entry.name))
+    found, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        found.append(p)
+        todo += children.get(p, [])
+    return found
+
+
+def rss_mib(pid: int) -> float:
+    """Resident memory of ``pid`` and all its descendants, MiB."""
+    total = 0
+    for p in tree(pid):
+        with contextlib.suppress(OSError):
+            for line in Path(f"/proc/{p}/status").read_text().splitlines():
+                if line.startswith("VmRSS:"):
+                    total += int(line.split()[1])
+    return total / 1024
+
+
+def cpu_s(pid: int) -> float:
+    """User + system CPU seconds of ``pid`` and its live descendants."""
+    tick = os.sysconf("SC_CLK_TCK")
+    total = 0
+    for p in tree(pid):
+        with contextlib.suppress(OSError, IndexError, ValueError):
+            fields = Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()
+            total += int(fields[11]) + int(fields[12])
+    return total / tick
+
+
+class Sampler:
+    """Samples the server's RSS every 0.5 s in a thread while a cell runs."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self.values: list[float] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.wait(0.5):
+            self.values.append(rss_mib(self.pid))
+
+    def __enter__(self) -> Sampler:
+        self.values.append(rss_mib(self.pid))
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+        self.values.append(rss_mib(self.pid))
+
+
+def run_cell(t: Target, clients: int, args: argparse.Namespace, server_pid: int) -> list[str]:
+    procs = max(1, min(args.procs, clients))
+    per = [clients // procs + (i < clients % procs) for i in range(procs)]
+    ctx = mp.get_context("fork")
+    out: mp.Queue = ctx.Queue()  # type: ignore[type-arg]
+    workers = [ctx.Process(target=drive, args=(t, n, args.duration, args.client_cpu_list, out)) for n in per]
+    cpu0 = cpu_s(server_pid)
+    with Sampler(server_pid) as mem:
+        for w in workers:
+            w.start()
+        results = [out.get() for _ in workers]
+        for w in workers:
+            w.join()
+    cpu = cpu_s(server_pid) - cpu0
+    elapsed = max(r[4] for r in results) - min(r[3] for r in results)
+    lat = sorted(x for r in results for x in r[0])
+    errors = sum(r[1] for r in results)
+    kinds: dict[str, int] = {}
+    for r in results:
+        for k, v in r[2].items():
+            kinds[k] = kinds.get(k, 0) + v
+    n = len(lat)
+    p50 = 1000 * lat[n // 2] if n else float("nan")
+    p99 = 1000 * lat[min(n - 1, int(0.99 * n))] if n else float("nan")
+    why = ",".join(f"{k}x{v}" for k, v in sorted(kinds.items()))
+    return [
+        t.kind,
+        str(clients),
+        str(n),
+        f"{n / elapsed:.0f}",
+        f"{p50:.1f}",
+        f"{p99:.1f}",
+        f"{1000 * cpu / max(n, 1):.2f}",
+        f"{errors}" + (f" ({why})" if why else ""),
+        f"{mem.values[0]:.0f} → {mem.values[-1]:.0f} ({max(mem.values):.0f})",
+    ]
+
+
+@contextlib.contextmanager
+def database(admin_url: str) -> Iterator[str]:
+    """A fresh PostgreSQL database, migrated to head; dropped afterwards."""
+    from service.db.engine import upgrade
+
+    admin = create_engine(make_url(admin_url), isolation_level="AUTOCOMMIT")
+    name = f"strategist_bench_{uuid.uuid4().hex[:10]}"
+    with admin.connect() as conn:
+        conn.execute(text(f'CREATE DATABASE "{name}"'))
+    url = make_url(admin_url).set(database=name).render_as_string(hide_password=False)
+    try:
+        upgrade(url)
+        yield url
+    finally:
+        with admin.connect() as conn:
+            conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+        admin.dispose()
+
+
+def seed(url: str, searches: int) -> tuple[str, tuple[int, ...]]:
+    """A user token and ``searches`` running searches of NCF-dense on B9, each with its baseline
+    trials (the tuned Horovod and PS variants) claimed and measured, so that a status read computes
+    families, speed-ups and bootstrap intervals as it does for a real search."""
+    from search.baselines import baseline_names, baseline_strategy
+    from service.db import repository as repo
+    from service.db.engine import make_engine, session_factory
+    from simulator import zoo
+    from simulator.spec.measurement import Measurement
+
+    engine = make_engine(url)
+    sessions = session_factory(engine)
+    rnd = random.Random(0)
+    with sessions() as s:
+        user = repo.create_token(s, name="bench", role="user")
+        model = repo.zoo_spec(s, kind="model", name="NCF-dense")
+        cluster = repo.zoo_spec(s, kind="cluster", name="B9")
+        m, c = zoo.model("NCF-dense"), zoo.cluster("B9")
+        plans = [(name, baseline_strategy(name, m, c)) for name in baseline_names()]
+        ids = []
+        for _ in range(searches):
+            search = repo.create_search(
+                s, owner_id=user.info.user_id, model=model, cluster=cluster, trial_budget=8
+            )
+            repo.transition_search(s, search_id=search.id, from_states=["pending"], to_state="running")
+            for name, strategy in plans:
+                repo.enqueue_trial(
+                    s, search_id=search.id, strategy=strategy.model_dump(mode="json"), baseline=name
+                )
+            while (claim := repo.claim_trial(s, worker="bench", clusters=["B9"])) is not None:
+                base = rnd.uniform(0.05, 0.2)
+                times = [base * rnd.uniform(0.97, 1.03) for _ in range(10)]
+                repo.report_trial(
+                    s,
+                    trial_id=claim.trial.id,
+                    attempt=claim.attempt,
+                    claim_token=claim.claim_token,
+                    measurement=Measurement(iteration_times=times, warmup=2),
+                )
+            ids.append(search.id)
+    engine.dispose()
+    return user.secret, tuple(ids)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def start_server(url: str, args: argparse.Namespace, data: Path) -> tuple[subprocess.Popen[bytes], str]:
+    port = free_port()
+    env = {
+        **os.environ,
+        "STRATEGIST_DATABASE_URL": url,
+        "STRATEGIST_DATA_DIR": str(data),
+        "STRATEGIST_MIGRATE_ON_START": "false",
+        "STRATEGIST_MAX_ACTIVE_SEARCHES": "1000000",
+        "STRATEGIST_MAX_QUEUED_TRIALS": "100000000",
+    }
+    argv = [
+        sys.executable,
+        "-c",
+        "from service.cli import main; main()",
+        "serve",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+    ]
+    argv += ["--no-worker", "--no-loop"]
+    if args.api_workers > 1:
+        argv += ["--api-workers", str(args.api_workers)]
+    if args.server_cpus:
+        argv = ["taskset", "-c", args.server_cpus, *argv]
+    proc = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    base = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"server exited: {proc.stderr.read().decode() if proc.stderr else ''}")
+        with contextlib.suppress(httpx.HTTPError):
+            if httpx.get(base + "/readyz", timeout=2).status_code == 200:
+                return proc, base
+        time.sleep(0.3)
+    proc.kill()
+    raise RuntimeError("server did not become ready in 300 s")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--clients", default="10,50,200")
+    parser.add_argument("--duration", type=float, default=30.0, help="Seconds per (class, clients) cell.")
+    parser.add_argument("--classes", default=",".join(CLASSES))
+    parser.add_argument("--api-workers", type=int, default=1, help="uvicorn worker processes (serve).")
+    parser.add_argument("--procs", type=int, default=2, help="Load-driver processes.")
+    parser.add_argument("--server-cpus", default="0", help="taskset CPU list of the server ('' = any).")
+    parser.add_argument("--client-cpus", default="1", help="CPU list of the drivers ('' = any).")
+    parser.add_argument("--searches", type=int, default=20, help="Seeded searches (status/trials reads).")
+    parser.add_argument("--pg", default=os.environ.get("STRATEGIST_BENCH_POSTGRES_URL", PG_DEFAULT))
+    parser.add_argument("--label", default="", help="A label printed above the table.")
+    args = parser.parse_args()
+    args.client_cpu_list = [int(c) for c in args.client_cpus.split(",") if c.strip()]
+    levels = [int(c) for c in args.clients.split(",")]
+    kinds = [k for k in args.classes.split(",") if k]
+    for k in kinds:
+        if k not in CLASSES:
+            parser.error(f"--classes: unknown class {k!r} (known: {', '.join(CLASSES)})")
+    rows: list[list[str]] = []
+    with database(args.pg) as url, tempfile.TemporaryDirectory(prefix="strategist-bench-") as tmp:
+        token, ids = seed(url, args.searches)
+        server, base = start_server(url, args, Path(tmp))
+        try:
+            for kind in kinds:
+                for clients in levels:
+                    row = run_cell(Target(base, token, kind, ids), clients, args, server.pid)
+                    print("  ".join(row), flush=True)
+                    rows.append(row)
+        finally:
+            server.terminate()
+            try:
+                server.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                server.kill()
+                server.wait()
+    head = [
+        "class",
+        "clients",
+        "requests",
+        "req/s",
+        "p50 ms",
+        "p99 ms",
+        "server CPU ms/req",
+        "errors",
+        "server RSS MiB start → end (max)",
+    ]
+    widths = [max(len(r[i]) for r in [head, *rows]) for i in range(len(head))]
+    print()
+    print(
+        f"{args.label or 'api_throughput'}: api-workers {args.api_workers}, server cpus {args.server_cpus or 'any'},"
+        f" drivers {args.procs} on cpus {args.client_cpus or 'any'}, {args.duration:.0f} s per cell,"
+        f" {statistics.mean([os.getloadavg()[0]]):.1f} load avg at the end"
+    )
+    for r in [head, *rows]:
+        print(
+            "  ".join(
+                c.ljust(w) if i in (0, 7, 8) else c.rjust(w)
+                for i, (c, w) in enumerate(zip(r, widths, strict=True))
+            )
+        )
+
+
+if __name__ == "__main__":
+    main()
