@@ -1,6 +1,6 @@
 """Hardware-aware load balancing on heterogeneous GPUs (Whale §3.3, §5.2): predicted and measured.
 
-``python benchmarks/heterogeneous_balance.py [--repeats 5] [--dilation 4] [--scale 20] [--no-measure]``
+``python benchmarks/heterogeneous_balance.py [--repeats 5] [--iterations 4] [--dilation D] [--no-measure]``
 (measuring needs root for the testbed's network namespaces).
 
 1. PREDICTED, at the paper's scale (cost model ``simulator.hybrid.predict``, memory from
@@ -13,10 +13,10 @@
    8 V100 + 8 P100 and on 2 A100-40GB + 2 T4): the even and the capacity-proportional shares
    overflow a device, Algorithm 1's do not.
 3. MEASURED on the emulated testbed (replayed compute at each device's own type, real gloo
-   communication on shaped links, bytes and bandwidth scaled by ``--scale``, time dilated by
-   ``--dilation``): 2 V100 + 2 P100 (four processes: this host has two shared cores), DP on both
-   models through ``runtime.hybrid.run_hybrid`` and the 4-stage pipeline through
-   ``runtime.pipeline.run_pipeline`` (``HybridPlan.to_plan``), the even and the balanced plan
+   communication on shaped links, bytes and bandwidth scaled and time dilated as the executor's
+   ``dilated_scales``): 2 V100 + 2 P100 (four processes: this host has two shared cores), DP on both
+   models and the 4-stage pipeline through ``runtime.hybrid.testbed.measure_plan`` (pipelines run
+   on ``runtime.pipeline`` with ``HybridPlan.to_plan``), the even and the balanced plan
    interleaved repeat by repeat; per repeat the speed-up is even / balanced median step; printed:
    the median over repeats with a 95 % bootstrap interval, and the prediction's error.
 
@@ -186,71 +186,57 @@ def interleave(runs: list[Callable[[], float]], repeats: int) -> list[list[float
 
 
 def measure(args: argparse.Namespace) -> None:
-    from runtime.executor.config import ExecutorConfig
-    from runtime.hybrid import HybridConfig, run_hybrid
-    from runtime.pipeline import PipelineConfig, run_pipeline
-    from runtime.testbed import Testbed
+    from runtime.hybrid.testbed import measure_plan
+    from runtime.testbed import dilated_scales, make_launcher
 
     rng = random.Random(0)
     cluster = two_types(V100, 2, P100, 2, "V100x2+P100x2")
-    link_scale = args.scale * args.dilation
-    hcfg = HybridConfig(
-        compute="replay", warmup=1, iterations=args.iterations, scale=args.scale, dilation=args.dilation,
-        memory_fraction=0.9, optimizer_state_factor=2.0, timeout_s=900,
-    )  # fmt: skip
-    pcfg = PipelineConfig(
-        executor=ExecutorConfig(
-            compute="replay", warmup=1, iterations=args.iterations, scale=args.scale, dilation=args.dilation,
-            timeout_s=900,
-        )
-    )  # fmt: skip
-
-    def hybrid(model: ModelSpec, plan: HybridPlan, tb: Testbed) -> Callable[[], float]:
-        def go() -> float:
-            run = run_hybrid(model, cluster, plan, tb, hcfg)
-            if run.status != "ok" or run.iteration_s is None:
-                raise RuntimeError(f"{plan.name}: {run.status}: {run.reason}")
-            return run.iteration_s
-
-        return go
-
-    def piped(model: ModelSpec, plan: HybridPlan, tb: Testbed) -> Callable[[], float]:
-        def go() -> float:
-            m = run_pipeline(model, cluster, plan.to_plan(), tb, pcfg).measurements[0]
-            if m.failure:
-                raise RuntimeError(f"{plan.name}: {m.failure}")
-            return statistics.median(m.iteration_times)
-
-        return go
-
+    scale, dilation = dilated_scales(cluster, args.dilation)
     print(
         f"\n== MEASURED on the testbed: 2 V100 + 2 P100 (two nodes, {NIC_GBPS:g} Gbit/s NICs), "
-        f"scale {args.scale:g}, dilation {args.dilation:g}, {args.repeats} interleaved repeats x "
-        f"{args.iterations} steps =="
+        f"bytes / {scale:g}, links / {scale * dilation:g}, dilation {dilation:g}, {args.repeats} "
+        f"interleaved repeats x {args.iterations} steps (runtime.hybrid.testbed.measure_plan) =="
     )
     params = CostParams()
-    with Testbed(cluster, scale=link_scale) as tb:
-        cases: list[tuple[str, ModelSpec, HybridPlan, HybridPlan, Callable[..., Callable[[], float]]]] = []
+    with make_launcher(cluster, scale * dilation) as launcher:
+        print(f"launcher: {getattr(launcher, 'environment', type(launcher).__name__)}")
+
+        def runner(model: ModelSpec, plan: HybridPlan) -> Callable[[], float]:
+            def go() -> float:
+                run = measure_plan(
+                    model, cluster, plan, iterations=args.iterations, warmup=1, scale=scale,
+                    dilation=dilation, memory_fraction=0.9, optimizer_state_factor=2.0, timeout_s=900,
+                    launcher=launcher,
+                )  # fmt: skip
+                if run.status != "ok" or run.iteration_s is None:
+                    raise RuntimeError(f"{plan.name}: {run.status}: {run.reason}")
+                return run.iteration_s
+
+            return go
+
+        cases: list[tuple[str, ModelSpec, HybridPlan, HybridPlan]] = []
         for name in ("ResNet50", "BERT-large"):
             model = zoo.model(name)
             batch = model.batch_size * 4
             hw, _ = balanced_data_parallel(model, cluster, MemoryModel(model, cluster), batch)
-            cases.append(
-                (f"DP {name} batch {batch}", model, even_data_parallel(model, cluster, batch), hw, hybrid)
-            )
+            cases.append((f"DP {name} batch {batch}", model, even_data_parallel(model, cluster, batch), hw))
         bert = zoo.model("BERT-large")
         mem = MemoryModel(bert, cluster)
         devs = devices(cluster)
         hwp = balanced_pipeline(bert, cluster, mem, devs, 4, 32, 4).plan
         evp = even_pipeline(bert, cluster, mem, devs, 4, 32, 4).plan
-        cases.append(("4-stage pipeline BERT-large batch 32 mb 4", bert, evp, hwp, piped))
+        cases.append(("4-stage pipeline BERT-large batch 32 mb 4", bert, evp, hwp))
         print(
             f"{'case':<42} {'even ms':>9} {'bal. ms':>9} {'pred. even':>10} {'pred. bal.':>10} "
             f"{'speed-up (95% CI)':>22} {'predicted':>9} {'error':>6}"
         )
-        for label, model, ev, hw, runner in cases:
+        for label, model, ev, hw in cases:
             t0 = time.monotonic()
-            even_s, bal_s = interleave([runner(model, ev, tb), runner(model, hw, tb)], args.repeats)
+            try:
+                even_s, bal_s = interleave([runner(model, ev), runner(model, hw)], args.repeats)
+            except RuntimeError as e:
+                print(f"{label:<42} FAILED: {e}")
+                continue
             ratios = [e / b for e, b in zip(even_s, bal_s, strict=True)]
             med, lo, hi = bootstrap(ratios, rng)
             pe, pb = predict(model, cluster, ev, params).seconds, predict(model, cluster, hw, params).seconds
@@ -260,6 +246,9 @@ def measure(args: argparse.Namespace) -> None:
                 f"{pe * 1e3:10.0f} {pb * 1e3:10.0f} {med:8.2f}x [{lo:.2f}, {hi:.2f}] {pred:8.2f}x "
                 f"{abs(pred - med) / med:6.0%}   ({time.monotonic() - t0:.0f} s)"
             )
+            print(
+                f"    per repeat (ms) even {[round(x * 1e3) for x in even_s]} balanced {[round(x * 1e3) for x in bal_s]}"
+            )
             sys.stdout.flush()
 
 
@@ -267,8 +256,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--iterations", type=int, default=4)
-    ap.add_argument("--scale", type=float, default=20.0)
-    ap.add_argument("--dilation", type=float, default=4.0)
+    ap.add_argument("--dilation", type=float, default=None, help="time dilation; default: the testbed's")
     ap.add_argument("--no-measure", action="store_true", help="print the predictions only")
     args = ap.parse_args()
 
