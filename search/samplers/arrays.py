@@ -91,6 +91,8 @@ class _Tables:
     """
 
     n_axes: np.ndarray  # (V,) splittable axes
+    n_axes_f: np.ndarray  # (V,) float32, max(n_axes, 1)
+    last_axis: np.ndarray  # (V,) max(n_axes - 1, 0)
     axis_tab: np.ndarray  # (V, A) the splittable axes
     kmax_tab: np.ndarray  # (V, A) k_max per splittable axis
     base: np.ndarray  # (V, A) layout id of k = 2 on that axis
@@ -160,6 +162,8 @@ def _tables(space: Space) -> _Tables:
     psgd = ~sparse[var] & (ndim[var] >= 2)
     return _Tables(
         n_axes=n_axes,
+        n_axes_f=np.maximum(n_axes, 1).astype(np.float32),
+        last_axis=np.maximum(n_axes - 1, 0),
         axis_tab=axis_tab,
         kmax_tab=kmax_tab,
         base=base,
@@ -335,11 +339,10 @@ class ArraySampler:
         have = 0 if self._buffer is None else self._buffer.size
         drawn = 0
         while have < n:
-            chunk = self._draw_chunk(np.random.default_rng([self.seed, self._chunks, 0x5A]))
+            chunk, ok = self._draw_chunk(np.random.default_rng([self.seed, self._chunks, 0x5A]))
             self._chunks += 1
             drawn += self.chunk
-            if self.memory is not None:
-                ok = self._fits(chunk)
+            if ok is not None:
                 self.rejected += int((~ok).sum())
                 if not ok.all():
                     chunk = chunk.take(np.flatnonzero(ok))
@@ -365,81 +368,88 @@ class ArraySampler:
         return [arrays.strategy(self.space, i) for i in range(arrays.size)]
 
     # ------------------------------------------------------------------ drawing
-    def _draw_chunk(self, rng: np.random.Generator) -> ChoiceArrays:
+    def _draw_chunk(self, rng: np.random.Generator) -> tuple[ChoiceArrays, np.ndarray | None]:
+        """One chunk of strategies, and (with a memory model) whether each fits."""
         t, cfg = self._t, self.space.config
         b, v = self.chunk, len(t.whole)
         kinds = cfg.compressors
         if self.prior == "hierarchical":
-            p = rng.random((b, 3))
+            p = rng.random((3, b), dtype=np.float32)
             kw = rng.standard_exponential((b, len(kinds)))
             aw = rng.standard_exponential((b, len(cfg.algorithms)))
         else:
-            p = np.full((b, 3), 0.5)
+            p = np.full((3, b), 0.5, dtype=np.float32)
             kw = np.ones((b, len(kinds)))
             aw = np.ones((b, len(cfg.algorithms)))
         u_groups = rng.random(b)
-        uv = rng.random((b, v, 3), dtype=np.float32)
-        split = (t.n_axes > 0)[None, :] & (uv[..., 0] < p[:, 0:1])
-        a_i = np.minimum((uv[..., 1] * np.maximum(t.n_axes, 1)).astype(np.int64), np.maximum(t.n_axes - 1, 0))
+        uv = rng.random((3, b, v), dtype=np.float32)
+        split = (t.n_axes > 0)[None, :] & (uv[0] < p[0][:, None])
+        a_i = np.minimum((uv[1] * t.n_axes_f).astype(np.int64), t.last_axis)
         vidx = np.arange(v)[None, :]
         kmax = t.kmax_tab[vidx, a_i]
-        k = 2 + np.minimum((uv[..., 2] * (kmax - 1)).astype(np.int64), kmax - 2)
+        k = 2 + np.minimum((uv[2] * (kmax - 1)).astype(np.int64), kmax - 2)
         lay = np.where(split, t.base[vidx, a_i] + k - 2, t.whole[None, :]).ravel()
         counts = t.lay_k[lay]
-        rows_total = int(counts.sum())
-        seg = np.repeat(np.arange(b * v, dtype=np.int64), counts)
+        per_draw = counts.reshape(b, v).sum(axis=1)
+        offsets = np.concatenate(([0], np.cumsum(per_draw))).astype(np.int64)
+        rows_total = int(offsets[-1])
         seg_start = np.cumsum(counts) - counts
-        shard_index = np.arange(rows_total, dtype=np.int64) - seg_start[seg]
-        entry = t.lay_start[lay][seg] + shard_index
-        row_draw = seg // v
-        variable = seg - row_draw * v
-        ur = rng.random((rows_total, 4), dtype=np.float32)
-        is_ps = ur[:, 0] < p[row_draw, 1]
-        lr = is_ps & (ur[:, 1] < p[row_draw, 2])
+        shard_index = np.arange(rows_total, dtype=np.int32) - np.repeat(seg_start.astype(np.int32), counts)
+        entry = np.repeat(t.lay_start[lay].astype(np.int32), counts) + shard_index
+        variable = np.repeat(np.tile(np.arange(v, dtype=np.int32), b), counts)
+        row_draw = np.repeat(np.arange(b, dtype=np.int32), per_draw)
+        is_ps = rng.random(rows_total, dtype=np.float32) < np.repeat(p[1], per_draw)
+        lr = is_ps & (rng.random(rows_total, dtype=np.float32) < np.repeat(p[2], per_draw))
         cc = ~is_ps
         # compressor: a kind among those the shard accepts, then an option of that kind
-        compressor = np.zeros(rows_total, dtype=np.int64)
-        rank = np.zeros(rows_total, dtype=np.int64)
         if len(kinds) > 1:
-            compressor, rank = self._compressors(kinds, kw, entry, row_draw, ur, cc)
-        # algorithm by weight
+            compressor, rank = self._compressors(kinds, kw, entry, row_draw, rng, cc)
+        else:
+            compressor = np.zeros(rows_total, dtype=np.int8)
+            rank = np.zeros(rows_total, dtype=np.int16)
+        # algorithm by weight (``partial._choose``: the first whose cumulative weight exceeds u)
         if len(cfg.algorithms) > 1:
-            cum = np.cumsum(aw, axis=1)
-            target = ur[:, 2] * cum[row_draw, -1]
-            alg_i = (target[:, None] >= cum[row_draw]).sum(axis=1)
-            algorithm = self._algorithms[np.minimum(alg_i, len(cfg.algorithms) - 1)]
+            frac = (np.cumsum(aw, axis=1) / aw.sum(axis=1, keepdims=True))[:, :-1].astype(np.float32)
+            u_alg = rng.random(rows_total, dtype=np.float32)
+            alg_i = np.zeros(rows_total, dtype=np.int64)
+            for c in range(frac.shape[1]):
+                alg_i += u_alg >= np.repeat(frac[:, c], per_draw)
+            algorithm = self._algorithms[alg_i]
         else:
             algorithm = np.full(rows_total, self._algorithms[0])
-        algorithm = np.where(cc, algorithm, 0)
-        offsets = np.concatenate(([0], np.cumsum(counts.reshape(b, v).sum(axis=1)))).astype(np.int64)
-        n_cc = np.bincount(row_draw, weights=cc, minlength=b).astype(np.int64)
+        algorithm = np.where(cc, algorithm, 0).astype(np.int8)
+        msg = t.msg[entry]
+        n_cc = np.add.reduceat(cc.astype(np.int64), offsets[:-1]) if rows_total else np.zeros(b, np.int64)
         n_groups = 1 + (u_groups * np.maximum(1, np.minimum(cfg.max_groups, n_cc))).astype(np.int64)
         if self.kind == "constrained" and self.constraints.load_balance:
-            server = self._load_balance(rng, offsets, is_ps, t.msg[entry], t.brank[entry])
+            server = self._load_balance(rng, row_draw, is_ps, msg, t.brank[entry])
         else:
             server = (rng.random(rows_total) * len(self.space.servers)).astype(np.int64)
-        server = np.where(is_ps, server, -1)
+        server = np.where(is_ps, server, -1).astype(np.int16)
         if self.kind == "constrained" and self.constraints.adjacent_merge:
-            group = _adjacent_merge(offsets, cc, t.msg[entry], n_groups)
+            group = _adjacent_merge(offsets, cc, msg, n_groups, row_draw)
         else:
-            group = np.minimum(
-                (rng.random(rows_total) * n_groups[row_draw]).astype(np.int64), n_groups[row_draw] - 1
-            )
-        group = np.where(cc, group, -1)
-        return ChoiceArrays(
+            ng = np.repeat(n_groups, per_draw)
+            group = np.minimum((rng.random(rows_total) * ng).astype(np.int64), ng - 1)
+        group = np.where(cc, group, -1).astype(np.int16)
+        fits = None
+        if self.memory is not None:
+            fits = self._fits_rows(b, row_draw, t.param[entry], is_ps, server, compressor)
+        arrays = ChoiceArrays(
             offsets=offsets,
-            variable=variable.astype(np.int32),
-            axis=t.lay_axis[lay][seg].astype(np.int8),
-            num_shards=t.lay_k[lay][seg].astype(np.int16),
+            variable=variable,
+            axis=np.repeat(t.lay_axis[lay].astype(np.int8), counts),
+            num_shards=np.repeat(counts.astype(np.int16), counts),
             shard_index=shard_index.astype(np.int16),
             is_ps=is_ps,
-            server=server.astype(np.int16),
+            server=server,
             local_replication=lr,
-            group=group.astype(np.int16),
-            algorithm=algorithm.astype(np.int8),
-            compressor=compressor.astype(np.int8),
-            rank=rank.astype(np.int16),
+            group=group,
+            algorithm=algorithm,
+            compressor=compressor,
+            rank=rank,
         )
+        return arrays, fits
 
     def _compressors(
         self,
@@ -447,12 +457,14 @@ class ArraySampler:
         kw: np.ndarray,
         entry: np.ndarray,
         row_draw: np.ndarray,
-        ur: np.ndarray,
+        rng: np.random.Generator,
         cc: np.ndarray,
     ) -> tuple[np.ndarray, np.ndarray]:
         """Compressor code and PowerSGD rank per row (``partial._pick`` then a uniform option)."""
         t, cfg = self._t, self.space.config
         n = len(entry)
+        u_kind = rng.random(n, dtype=np.float32)
+        u_rank = rng.random(n, dtype=np.float32)
         weight = {k: kw[row_draw, i] for i, k in enumerate(kinds)}
         zero = np.zeros(n)
         w_none = weight.get("none", zero)
@@ -463,29 +475,29 @@ class ArraySampler:
         ps_ok = n_ranks > 0
         w_fp = np.where(fp_ok, weight.get("fp16", zero), 0.0)
         w_ps = np.where(ps_ok, weight.get("powersgd", zero), 0.0)
-        target = ur[:, 1] * (w_none + w_fp + w_ps)
+        target = u_kind * (w_none + w_fp + w_ps)
         last = np.where(ps_ok, 2, np.where(fp_ok, 1, 0))  # _pick's fallback: the last kind on offer
         kind = np.where(
             target < w_none, 0, np.where(fp_ok & (target < w_none + w_fp), 1, np.where(ps_ok, 2, last))
         )
         kind = np.where(cc, kind, 0)
-        pick = np.minimum((ur[:, 3] * n_ranks).astype(np.int64), np.maximum(n_ranks - 1, 0))
+        pick = np.minimum((u_rank * n_ranks).astype(np.int64), np.maximum(n_ranks - 1, 0))
         pos = np.argmax(np.cumsum(allowed, axis=1) > pick[:, None], axis=1)
         rank = np.where(kind == 2, ranks[pos], 0)
-        return kind, rank
+        return kind.astype(np.int8), rank.astype(np.int16)
 
     def _load_balance(
         self,
         rng: np.random.Generator,
-        offsets: np.ndarray,
+        row_draw: np.ndarray,
         is_ps: np.ndarray,
         msg: np.ndarray,
         brank: np.ndarray,
     ) -> np.ndarray:
         """Algorithm 1 for every strategy of the chunk, in lockstep (step t: each t-th largest shard)."""
-        b = len(offsets) - 1
+        b = self.chunk
         ps_rows = np.flatnonzero(is_ps)
-        draw_of = np.searchsorted(offsets, ps_rows, side="right") - 1
+        draw_of = row_draw[ps_rows]
         # sort PS rows by (strategy, size descending, row): two stable radix passes
         by_size = np.argsort(brank[ps_rows], kind="stable")
         order = by_size[
@@ -506,58 +518,87 @@ class ArraySampler:
         n_sorted = n_ps[d_order]
         start_s = start[d_order]
         unit_s = mean[d_order] * temp
-        loads = np.zeros((b, j))
+        # servers x strategies (each server's row contiguous: the per-step reductions run over J rows)
+        loads = np.zeros((j, b))
+        flat = loads.reshape(-1)
         total = np.zeros(b)
+        w = np.empty((j, b))
+        cum = np.empty((j, b))
+        share_col = share[:, None]
+        inv_unit = np.divide(1.0, unit_s, out=np.zeros(b), where=unit_s > 0)
+        columns = np.arange(b)
         out = np.empty(len(rows), dtype=np.int64)
         steps = int(n_sorted[0]) if b else 0
         active = b
         for step in range(steps):
             while active and n_sorted[active - 1] <= step:
                 active -= 1
-            pos = start_s[:active] + step
+            a = active
+            pos = start_s[:a] + step
             s = sizes[pos]
-            ld = loads[:active]
-            tot = total[:active]
-            lag = tot[:, None] * share[None, :] - ld
-            top = lag.max(axis=1, keepdims=True)
+            lag = w[:, :a]
+            np.multiply(share_col, total[:a], out=lag)
+            lag -= loads[:, :a]  # how far each server lags its bandwidth share
+            top = lag.max(axis=0)
             if temp > 0:
-                w = np.exp((lag - top) / unit_s[:active, None])
+                lag -= top
+                lag *= inv_unit[:a]
+                np.exp(lag, out=lag)
             else:
-                w = (lag >= top - 1e-9 * np.maximum(1.0, np.abs(top))).astype(np.float64)
-            cum = np.cumsum(w, axis=1)
-            target = u[pos] * cum[:, -1]
-            pick = np.minimum((cum <= target[:, None]).sum(axis=1), j - 1)
+                np.greater_equal(lag, top - 1e-9 * np.maximum(1.0, np.abs(top)), out=lag, casting="unsafe")
+            c = cum[:, :a]
+            np.cumsum(lag, axis=0, out=c)
+            target = u[pos] * c[-1]
+            # inverse CDF: the servers whose cumulative weight is <= target are passed (the last
+            # server takes what rounding leaves)
+            pick = (c[:-1] <= target).sum(axis=0)
             out[pos] = pick
-            ld[np.arange(active), pick] += s
-            tot += s
+            flat[pick * b + columns[:a]] += s
+            total[:a] += s
         server = np.full(len(is_ps), -1, dtype=np.int64)
         server[rows] = out
         return server
 
-    def _fits(self, chunk: ChoiceArrays) -> np.ndarray:
-        """Per strategy: fits in device and PS-host memory (``MemoryModel.check``'s rule)."""
+    def _fits_rows(
+        self,
+        n: int,
+        row_draw: np.ndarray,
+        nbytes: np.ndarray,
+        is_ps: np.ndarray,
+        server: np.ndarray,
+        compressor: np.ndarray,
+    ) -> np.ndarray:
+        """Per strategy: fits in device and PS-host memory (``MemoryModel.check``'s rule): optimizer
+        state of collective shards and PowerSGD buffers within the device headroom, and per PS server
+        its shards x (2 + state factor) within its usable host memory."""
         mm = self.memory
         assert mm is not None
-        n, jn = chunk.size, len(self.space.servers)
-        counts = np.diff(chunk.offsets)
-        draw = np.repeat(np.arange(n), counts)
-        t = self._t
-        lay_base = _layout_entry(t, chunk.variable, chunk.axis, chunk.num_shards)
-        nbytes = t.param[lay_base + chunk.shard_index]
-        cc = ~chunk.is_ps
-        device_extra = mm.state_factor * nbytes * cc + nbytes * (cc & (chunk.compressor == 2))
-        extra = np.bincount(draw, weights=device_extra, minlength=n)
-        ok = extra <= mm.headroom()
-        if chunk.is_ps.any():
-            ps = chunk.is_ps
+        jn = len(self.space.servers)
+        cc = ~is_ps
+        device_extra = np.where(cc, mm.state_factor * nbytes, 0.0) + np.where(
+            cc & (compressor == 2), nbytes, 0.0
+        )
+        ok = np.bincount(row_draw, weights=device_extra, minlength=n) <= mm.headroom()
+        if is_ps.any():
             hosted = np.bincount(
-                draw[ps] * jn + chunk.server[ps], weights=nbytes[ps], minlength=n * jn
+                row_draw[is_ps].astype(np.int64) * jn + server[is_ps], weights=nbytes[is_ps], minlength=n * jn
             ).reshape(n, jn)
             cap = np.array(
                 [node.host_memory_gb * GB * mm.config.host_usable for node in self.space.cluster.nodes]
             )
             ok &= np.all(hosted * (2.0 + mm.state_factor) <= cap[None, :], axis=1)
         return ok
+
+    def _fits(self, chunk: ChoiceArrays) -> np.ndarray:
+        """Per strategy: fits in device and PS-host memory (``MemoryModel.check``'s rule)."""
+        mm = self.memory
+        assert mm is not None
+        n = chunk.size
+        counts = np.diff(chunk.offsets)
+        draw = np.repeat(np.arange(n), counts)
+        t = self._t
+        nbytes = t.param[_layout_entry(t, chunk.variable, chunk.axis, chunk.num_shards) + chunk.shard_index]
+        return self._fits_rows(n, draw, nbytes, chunk.is_ps, chunk.server.astype(np.int64), chunk.compressor)
 
 
 def _layout_entry(t: _Tables, variable: np.ndarray, axis: np.ndarray, k: np.ndarray) -> np.ndarray:
@@ -567,7 +608,13 @@ def _layout_entry(t: _Tables, variable: np.ndarray, axis: np.ndarray, k: np.ndar
     return t.lay_start[lay]
 
 
-def _adjacent_merge(offsets: np.ndarray, cc: np.ndarray, msg: np.ndarray, n_groups: np.ndarray) -> np.ndarray:
+def _adjacent_merge(
+    offsets: np.ndarray,
+    cc: np.ndarray,
+    msg: np.ndarray,
+    n_groups: np.ndarray,
+    row_draw: np.ndarray | None = None,
+) -> np.ndarray:
     """Algorithm 2 for every strategy: collective shards in back-propagation order (the reverse of
     row order), a group closes at the first shard where its bytes so far reach total / N.
 
@@ -578,7 +625,10 @@ def _adjacent_merge(offsets: np.ndarray, cc: np.ndarray, msg: np.ndarray, n_grou
     out = np.full(len(cc), -1, dtype=np.int64)
     if cc_rows.size == 0:
         return out
-    draw = np.searchsorted(offsets, cc_rows, side="right") - 1  # non-increasing
+    if row_draw is None:
+        draw = np.searchsorted(offsets, cc_rows, side="right") - 1  # non-increasing
+    else:
+        draw = row_draw[cc_rows].astype(np.int64)
     sizes = msg[cc_rows]
     cum = np.concatenate(([0.0], np.cumsum(sizes)))
     # segment of strategy d in the reversed array

@@ -13,6 +13,7 @@ from search import DEFAULTS, ArraySampler, MemoryModel, RoundScorer, Space, Spac
 from search.constraints import adjacent_merge, load_balance
 from search.feasibility import MemoryConfig
 from search.round import AllTriedError, RoundDefaults, RoundScores, SampleBatch
+from search.samplers import Constraints
 from search.samplers.arrays import ChoiceArrays, _adjacent_merge, _layout_entry
 from search.similarity import FactorSimilarity
 from simulator import zoo
@@ -153,16 +154,20 @@ class _Uniforms:
         return self.u
 
 
-def test_array_load_balance_is_algorithm_1(model: ModelSpec, cluster: ClusterSpec) -> None:
+@pytest.mark.parametrize("temperature", [1.0, 0.3, 0.0])
+def test_array_load_balance_is_algorithm_1(
+    model: ModelSpec, cluster: ClusterSpec, temperature: float
+) -> None:
     space = Space(model, cluster)
-    sampler = ArraySampler(space, 0, None, chunk=40)
+    sampler = ArraySampler(space, 0, None, constraints=Constraints(temperature=temperature), chunk=40)
     arrays = sampler.sample_arrays(40)
     t = sampler._t
 
     e = _layout_entry(t, arrays.variable, arrays.axis, arrays.num_shards) + arrays.shard_index
     is_ps = np.asarray(arrays.is_ps)
     u = np.random.default_rng(3).random(int(is_ps.sum()))
-    server = sampler._load_balance(_Uniforms(u), arrays.offsets, is_ps, t.msg[e], t.brank[e])  # type: ignore[arg-type]
+    row_draw = np.repeat(np.arange(arrays.size), np.diff(arrays.offsets))
+    server = sampler._load_balance(_Uniforms(u), row_draw, is_ps, t.msg[e], t.brank[e])  # type: ignore[arg-type]
     # the lockstep consumes uniforms per strategy, in (strategy, size descending) order
     used = 0
     for d in range(arrays.size):
@@ -170,7 +175,9 @@ def test_array_load_balance_is_algorithm_1(model: ModelSpec, cluster: ClusterSpe
         rows = rows[is_ps[rows]]
         mine = u[used : used + len(rows)]
         used += len(rows)
-        expected = load_balance(t.msg[e][rows], np.array(space.server_bandwidth), _Uniforms(mine))  # type: ignore[arg-type]
+        expected = load_balance(
+            t.msg[e][rows], np.array(space.server_bandwidth), _Uniforms(mine), temperature
+        )  # type: ignore[arg-type]
         assert np.array_equal(server[rows], expected), d
 
 
