@@ -106,7 +106,7 @@ def run_hybrid(
             procs.append(
                 launcher.spawn(nodes[rank], argv, {}, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL)
             )
-        status, reason = _wait(procs, time.monotonic() + config.timeout_s)
+        status, reason = _wait(procs, time.monotonic() + config.deadline_s)
         if status == "oom":
             rec = next(
                 (json.loads(p.read_text()) for p in sorted(out.glob("rank*.json"))
@@ -147,7 +147,7 @@ def _wait(procs: list[subprocess.Popen[bytes]], deadline: float) -> tuple[Status
         err = (p.stderr.read() if p.stderr else b"").decode(errors="replace").strip().splitlines()
         status, reason = "failed", f"rank {r} exited with code {p.returncode}: {err[-1] if err else ''}"
     elif any(p.poll() is None for p in procs):
-        status, reason = "timeout", "timeout: the hybrid run took longer than its timeout_s"
+        status, reason = "timeout", "timeout: the hybrid run took longer than timeout_s + startup_timeout_s"
     for p in procs:
         if p.poll() is None:
             p.kill()

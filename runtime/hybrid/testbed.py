@@ -11,8 +11,7 @@ Scale and dilation are the executor's (``runtime.testbed.dilated_scales``): byte
 ``scale``, links by ``scale x dilation``, replayed compute runs ``dilation`` times longer.
 
 Pipelined plans (``num_micro_batches > 1``) run on the pipeline issue's executor
-(``runtime.pipeline.run_pipeline`` with ``plan.to_plan()`` and the same ``ExecutorConfig`` scale,
-dilation and efficiency). Their memory is checked before
+(``runtime.pipeline.run_pipeline`` with ``plan.to_plan()`` and the same ``ExecutorConfig``). Their memory is checked before
 launch with the same ledger: each device's stage parameters, gradients, optimizer state and the
 kFkB stash bound ``min(N_d, (P - r) k)`` micro-batches of activations (``expected_peak_stashed``).
 Limits there: that executor replays a stage's compute at its *first* device's type for every
@@ -25,6 +24,7 @@ import contextlib
 import statistics
 from collections.abc import Iterator
 
+from runtime.executor.config import ExecutorConfig
 from runtime.hybrid.config import HybridConfig
 from runtime.hybrid.memory import GB, DeviceMemory, DeviceOutOfMemory
 from runtime.hybrid.run import HybridRun, run_hybrid
@@ -74,17 +74,16 @@ def measure_plan(
         scale, d = dilated_scales(cluster, dilation)
     else:
         d = dilation or 1.0
-    cfg = HybridConfig(
+    ex = ExecutorConfig(
         compute="replay",
         warmup=warmup,
         iterations=iterations,
         scale=scale,
         dilation=d,
         efficiency=efficiency,
-        memory_fraction=memory_fraction,
-        optimizer_state_factor=optimizer_state_factor,
         timeout_s=timeout_s,
     )
+    cfg = HybridConfig(ex, memory_fraction=memory_fraction, optimizer_state_factor=optimizer_state_factor)
     issues = hybrid_issues(plan, model, cluster)
     if issues:
         return HybridRun("invalid", f"invalid plan: {issues[0]}")
@@ -130,21 +129,11 @@ def pipeline_memory_failure(
 def _run_pipelined(
     model: ModelSpec, cluster: ClusterSpec, plan: HybridPlan, launcher: Launcher, cfg: HybridConfig
 ) -> HybridRun:
-    from runtime.executor import ExecutorConfig
     from runtime.pipeline import PipelineConfig, run_pipeline
 
     p = plan.to_plan()
-    ex = ExecutorConfig(
-        compute="replay",
-        warmup=cfg.warmup,
-        iterations=cfg.iterations,
-        timeout_s=cfg.timeout_s,
-        scale=cfg.scale,
-        dilation=cfg.dilation,
-        efficiency=cfg.efficiency,
-    )
     try:
-        run = run_pipeline(model, cluster, p, launcher, PipelineConfig(executor=ex))
+        run = run_pipeline(model, cluster, p, launcher, PipelineConfig(executor=cfg.executor))
     except ValueError as e:
         return HybridRun("unsupported", str(e))
     m = run.measurements[0]

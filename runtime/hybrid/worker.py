@@ -41,7 +41,7 @@ OOM_EXIT = 3
 
 class Worker:
     def __init__(self, job: dict[str, Any], rank: int) -> None:
-        self.cfg = HybridConfig(**job["config"])
+        self.cfg = HybridConfig.from_dict(job["config"])
         self.model = ModelSpec.model_validate(job["model"])
         self.cluster = ClusterSpec.model_validate(job["cluster"])
         self.plan = HybridPlan.model_validate(job["plan"])
@@ -277,7 +277,7 @@ def main(argv: list[str] | None = None) -> int:
         init_method=f"tcp://{a.master}:{a.port}",
         rank=a.rank,
         world_size=w.L.world,
-        timeout=timedelta(seconds=w.cfg.timeout_s),
+        timeout=timedelta(seconds=w.cfg.deadline_s),
     )
     groups = {key: dist.new_group(list(ranks)) for key, ranks in w.L.groups()}
     steps, grads = [], []

@@ -12,7 +12,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from runtime.executor import LocalLauncher
+from runtime.executor import ExecutorConfig, LocalLauncher
 from runtime.executor.reference import GPU, linear
 from runtime.hybrid import HybridConfig, HybridRun, run_hybrid
 from runtime.hybrid.reference import reference_grads
@@ -59,8 +59,8 @@ def devs(*idx: int) -> VirtualDevice:
 
 
 def run(plan: HybridPlan) -> HybridRun:
-    cfg = HybridConfig(compute="real", warmup=0, iterations=STEPS, lr=LR, seed=5, dtype="float64",
-                       attention_heads=HEADS, record_grads=True, timeout_s=60)  # fmt: skip
+    ex = ExecutorConfig(compute="real", warmup=0, iterations=STEPS, lr=LR, seed=5, timeout_s=120)
+    cfg = HybridConfig(ex, dtype="float64", attention_heads=HEADS, record_grads=True)
     result = run_hybrid(MODEL, CLUSTER, plan, LocalLauncher(), cfg)
     assert result.status == "ok", result.reason
     return result

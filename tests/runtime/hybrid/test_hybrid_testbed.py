@@ -83,7 +83,7 @@ def test_pipeline_memory_puts_the_stash_on_each_stage() -> None:
         )
         return HybridPlan(task_graphs=tgs, global_batch=8, num_micro_batches=8, schedule="gpipe")
 
-    cfg = HybridConfig(compute="replay")
+    cfg = HybridConfig()
     # GPipe stashes all 8 micro-batches: stage 0 holds 8 x 2 GB = 16 GB + weights: too much for a P100
     reason = pipeline_memory_failure(m, CLUSTER, pipe("p:0", "v:0"), cfg)
     assert reason is not None and "p:0 (P100-SXM2-16GB)" in reason and "stage 0 activations" in reason
