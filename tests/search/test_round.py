@@ -4,6 +4,7 @@ against their scalar / object references."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import pytest
@@ -175,9 +176,8 @@ def test_array_load_balance_is_algorithm_1(
         rows = rows[is_ps[rows]]
         mine = u[used : used + len(rows)]
         used += len(rows)
-        expected = load_balance(
-            t.msg[e][rows], np.array(space.server_bandwidth), _Uniforms(mine), temperature
-        )  # type: ignore[arg-type]
+        fake: Any = _Uniforms(mine)
+        expected = load_balance(t.msg[e][rows], np.array(space.server_bandwidth), fake, temperature)
         assert np.array_equal(server[rows], expected), d
 
 
