@@ -33,7 +33,7 @@ def _pdeathsig(sig: int) -> None:
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, sig)
 
 
-def _set_pdeathsig() -> None:
+def term_with_parent() -> None:
     """In the child, before exec: get SIGTERM when the worker dies (Linux prctl).
 
     SIGTERM, not SIGKILL: the trial process's testbed turns SIGTERM into its teardown, so a worker
@@ -77,7 +77,7 @@ class TrialProcess:
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             start_new_session=True,  # its own process group: a cancel stops everything it started
-            preexec_fn=_set_pdeathsig,
+            preexec_fn=term_with_parent,
         )
         head = {
             "model": model.model_dump(mode="json"),

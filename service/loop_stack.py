@@ -61,6 +61,10 @@ class StackConfig:
     # If set, a worker token with exactly this secret is ensured at start (bootstrapping remote
     # workers, e.g. docker-compose's, which are given the same secret).
     worker_token: str = ""
+    # uvicorn worker processes serving the API. 1: the API runs on a thread of this process with
+    # the loop as its orchestrator; more: `uvicorn --workers N` in a child process (one GIL each,
+    # so reads use several cores), whose apps store only and the loop polls the database.
+    api_workers: int = 1
 
 
 class Stack:
@@ -73,6 +77,7 @@ class Stack:
         self._threads: list[threading.Thread] = []
         self._stop_loop: object = None
         self._server: uvicorn.Server | None = None
+        self.api_process: subprocess.Popen[bytes] | None = None
         self.url = ""
 
     def __enter__(self) -> Stack:
@@ -113,10 +118,20 @@ class Stack:
         sock.bind((s.api_host, s.api_port if self.config.port is None else self.config.port))
         port = sock.getsockname()[1]
         self.url = f"http://{s.api_host}:{port}"
-        self._server = uvicorn.Server(uvicorn.Config(app, log_level=self.config.log_level, lifespan="on"))
-        api = threading.Thread(target=self._server.run, kwargs={"sockets": [sock]}, name="api", daemon=True)
-        api.start()
-        self._threads.append(api)
+        if self.config.api_workers > 1:
+            sock.close()
+            from service.api.processes import start_api_processes
+
+            self.api_process = start_api_processes(
+                app_settings, port=port, workers=self.config.api_workers, log_level=self.config.log_level
+            )
+        else:
+            self._server = uvicorn.Server(uvicorn.Config(app, log_level=self.config.log_level, lifespan="on"))
+            api = threading.Thread(
+                target=self._server.run, kwargs={"sockets": [sock]}, name="api", daemon=True
+            )
+            api.start()
+            self._threads.append(api)
         self._wait_api()
         if self.config.worker_token:
             with self.sessions() as session:
@@ -169,12 +184,21 @@ class Stack:
                 self.worker.wait()
         if self._server is not None:
             self._server.should_exit = True
+        if self.api_process is not None:
+            from service.api.processes import stop_api_processes
+
+            stop_api_processes(self.api_process)
         for t in self._threads:
             t.join(timeout=15)
         with contextlib.suppress(AttributeError):
             self.engine.dispose()
 
     def _wait_api(self, timeout_s: float = 30.0) -> None:
+        if self.api_process is not None:
+            from service.api.processes import wait_ready
+
+            wait_ready(self.api_process, self.url, timeout_s=max(timeout_s, 120.0))
+            return
         deadline = time.monotonic() + timeout_s
         while not (self._server is not None and self._server.started):
             if time.monotonic() > deadline or not self._threads[0].is_alive():

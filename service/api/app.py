@@ -54,6 +54,15 @@ Users see only their own searches; worker tokens may only claim, heartbeat and r
 """
 
 
+def app_from_env() -> FastAPI:
+    """The app of one uvicorn worker process (``uvicorn --factory service.api.app:app_from_env``).
+
+    Settings come from the environment; no orchestrator: the search loop runs in another process
+    and finds new searches, decisions and reports by polling the database (`service.loop`).
+    """
+    return create_app(Settings())
+
+
 def create_app(settings: Settings | None = None, *, orchestrator: Orchestrator | None = None) -> FastAPI:
     """Build the API on ``settings``'s database.
 

@@ -49,13 +49,25 @@ def serve(
             show_default=False,
         ),
     ] = "",
+    api_workers: Annotated[
+        int,
+        typer.Option(
+            min=1,
+            max=64,
+            help="uvicorn worker processes for the API (production: about one per core; 1 = a thread here).",
+        ),
+    ] = 1,
 ) -> None:
     """Run strategist: migrations, API, search loop and an embedded testbed worker, until Ctrl-C."""
     settings = Settings()
     if host:
         settings = settings.model_copy(update={"api_host": host})
     config = StackConfig(
-        embedded_worker=worker, loop=loop, port=port if port >= 0 else None, worker_token=worker_token
+        embedded_worker=worker,
+        loop=loop,
+        port=port if port >= 0 else None,
+        worker_token=worker_token,
+        api_workers=api_workers,
     )
     stack = Stack(settings, config)
     stack.start()
