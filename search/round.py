@@ -491,7 +491,8 @@ def _round_objects(
         fresh.append(s)
     if not fresh:
         raise AllTriedError(f"all {samples} sampled strategies were dropped (lossless in a lossy round)")
-    every = ChoiceArrays.of_batch(encode(model_arrays(model), cluster_arrays(cluster), fresh)).identity()
+    ma, ca = model_arrays(model), cluster_arrays(cluster)
+    every = np.concatenate([ChoiceArrays.of_batch(encode(ma, ca, part)).identity() for part in _parts(fresh)])
     pool = [s for s, i in zip(fresh, every.tolist(), strict=True) if i not in excluded]
     ids = [i for i in every.tolist() if i not in excluded]
     if not pool:
@@ -500,12 +501,11 @@ def _round_objects(
     times["pool"] = t2 - t1
     simulator = getattr(scorer, "simulator", None)
     if isinstance(scorer, AnalyticalScorer | SimulatorScorer) and isinstance(simulator, Simulator):
-        scored = RoundScores(
-            simulator.predict(model, cluster, pool), scorer.name, calibrated=not simulator.is_ranker
-        )
+        seconds = np.concatenate([simulator.predict(model, cluster, part) for part in _parts(pool)])
+        scored = RoundScores(seconds, scorer.name, calibrated=not simulator.is_ranker)
     else:
-        scored = scorer.score(
-            SampleBatch(model, cluster, encode(model_arrays(model), cluster_arrays(cluster), pool), pool)
+        scored = _concat_scores(
+            [scorer.score(SampleBatch(model, cluster, encode(ma, ca, part), part)) for part in _parts(pool)]
         )
     t3 = _clock()
     times["score"] = t3 - t2
@@ -533,6 +533,11 @@ def _round_objects(
     )
 
 
+def _parts(strategies: list[Strategy]) -> list[list[Strategy]]:
+    """CHUNK strategies at a time (the encoded arrays of 10,000 BERT-large strategies take GBs)."""
+    return [strategies[i : i + CHUNK] for i in range(0, len(strategies), CHUNK)]
+
+
 def _first_occurrences(ident: np.ndarray) -> np.ndarray:
     """Mask: the first sample of each identity."""
     _, first = np.unique(ident, return_index=True)
@@ -556,14 +561,18 @@ def _score_chunks(
     for lo in range(0, pool.size, CHUNK):
         part = pool.take(np.arange(lo, min(lo + CHUNK, pool.size))) if pool.size > CHUNK else pool
         parts.append(scorer.score(SampleBatch(model, cluster, part.batch(space))))
+    return _concat_scores(parts)
+
+
+def _concat_scores(parts: list[RoundScores]) -> RoundScores:
+    """One RoundScores of consecutive chunks' scores."""
     if len(parts) == 1:
         return parts[0]
+    uncertainty = [p.uncertainty for p in parts]
     return RoundScores(
         seconds=np.concatenate([p.seconds for p in parts]),
         scorer=parts[0].scorer,
-        uncertainty=None
-        if any(p.uncertainty is None for p in parts)
-        else np.concatenate([p.uncertainty for p in parts if p.uncertainty is not None]),
+        uncertainty=None if any(u is None for u in uncertainty) else np.concatenate(uncertainty),  # type: ignore[arg-type]
         labels=None
         if all(p.labels is None for p in parts)
         else np.concatenate(
