@@ -559,7 +559,7 @@ def _score_chunks(
     """The scorer over the pool, CHUNK strategies per call (bounds the arrays' memory)."""
     parts = []
     for lo in range(0, pool.size, CHUNK):
-        part = pool.take(np.arange(lo, min(lo + CHUNK, pool.size))) if pool.size > CHUNK else pool
+        part = pool.slice(lo, min(lo + CHUNK, pool.size)) if pool.size > CHUNK else pool
         parts.append(scorer.score(SampleBatch(model, cluster, part.batch(space))))
     return _concat_scores(parts)
 

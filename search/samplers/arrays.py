@@ -206,6 +206,11 @@ class ChoiceArrays:
     def size(self) -> int:
         return len(self.offsets) - 1
 
+    def slice(self, lo: int, hi: int) -> ChoiceArrays:
+        """Strategies lo..hi-1, as views (no copy)."""
+        a, b = int(self.offsets[lo]), int(self.offsets[hi])
+        return ChoiceArrays(self.offsets[lo : hi + 1] - a, *(getattr(self, k)[a:b] for k in COLUMNS))
+
     def take(self, index: np.ndarray) -> ChoiceArrays:
         """Strategies ``index`` (in that order)."""
         index = np.asarray(index, dtype=np.int64)
@@ -238,9 +243,8 @@ class ChoiceArrays:
             return np.zeros(0, dtype=np.uint64)
         x = np.zeros(len(self.variable), dtype=np.uint64)
         for i, k in enumerate(COLUMNS):
-            x = x * np.uint64(_MIX[i % len(_MIX)]) + (
-                np.asarray(getattr(self, k), dtype=np.int64) + 2
-            ).astype(np.uint64)
+            x *= np.uint64(_MIX[i % len(_MIX)])
+            x += np.asarray(getattr(self, k)).astype(np.uint64)  # -1 wraps (any int width alike)
         x ^= x >> np.uint64(31)
         x *= np.uint64(0xBF58476D1CE4E5B9)
         x ^= x >> np.uint64(29)
@@ -359,8 +363,8 @@ class ArraySampler:
         if every is None or every.size == 0:
             self._buffer = None
             return ChoiceArrays(np.zeros(1, dtype=np.int64), *(np.zeros(0, dtype=np.int64) for _ in COLUMNS))
-        self._buffer = every.take(np.arange(n, every.size)) if every.size > n else None
-        return every.take(np.arange(n)) if every.size > n else every
+        self._buffer = every.slice(n, every.size) if every.size > n else None
+        return every.slice(0, n) if every.size > n else every
 
     def sample(self, n: int) -> list[Strategy]:
         """The next ``n`` strategies as Strategy objects (decoded from the arrays)."""
