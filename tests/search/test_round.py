@@ -197,7 +197,7 @@ def test_a_round_scorer_plugs_in_and_is_called_per_chunk(
     model: ModelSpec, cluster: ClusterSpec, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     assert isinstance(_Reversed(), RoundScorer)
-    monkeypatch.setattr(round_mod, "CHUNK", 32)  # several scorer calls, concatenated
+    monkeypatch.setattr(round_mod, "SCORE_ROWS", 300)  # several scorer calls, concatenated
     r = run_round(model, cluster, _Reversed(), samples=100, k=4, seed=0)
     o = run_round(model, cluster, _Reversed(), samples=100, k=4, seed=0, path="objects")
     assert _same_choice(r, o) and r.scorer == "reversed"
