@@ -146,7 +146,8 @@ def _replay_job(
                 model, device, st.first_layer, st.last_layer, plan.micro_batch_size, ex.efficiency
             )
             fwd[i][s], bwd[i][s] = f * ex.dilation, b * ex.dilation
-        out_bytes = cut_bytes(model, st.last_layer)
+        last = st.last_layer == len(model.layers)  # the model's output: the loss's input, not sent
+        out_bytes = model.layers[-1].activation_bytes if last else cut_bytes(model, st.last_layer)
         out.append(max(1, math.ceil(out_bytes / 4 / ex.scale)))
         pbytes = sum(
             v.bytes for layer in model.layers[st.first_layer : st.last_layer] for v in layer.variables
