@@ -52,6 +52,9 @@ import httpx
 from sqlalchemy import create_engine, text
 from sqlalchemy.engine import make_url
 
+# Seed and migrate with the code of the checkout this script is in, the one the server runs.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
 PG_DEFAULT = "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
 CLASSES = ("healthz", "zoo", "status", "trials", "create")
 ZOO_MODELS = ("ResNet50", "VGG16", "NCF-dense", "BERT-3L")

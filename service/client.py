@@ -30,7 +30,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 from types import TracebackType
-from typing import Any, Self, TypeVar
+from typing import Any, Protocol, Self, TypeVar, cast
 
 import httpx
 from pydantic import BaseModel
@@ -55,6 +55,16 @@ RETRYABLE_STATUS = frozenset({502, 503, 504})
 
 ProgressCallback = Callable[[SearchStatusPublic], None]
 M = TypeVar("M", bound=BaseModel)
+
+
+class _Page(Protocol):
+    """What every paged list answer has (``service.api.paging``)."""
+
+    @property
+    def data(self) -> Sequence[Any]: ...
+
+    @property
+    def next_cursor(self) -> int | None: ...
 
 
 class ApiError(Exception):
@@ -125,6 +135,19 @@ class StrategistClient:
             raise _error(r)
         return schema.model_validate(r.json())
 
+    def _all(
+        self, schema: type[M], path: str, params: dict[str, Any] | None = None, *, page_size: int = 1000
+    ) -> list[Any]:
+        """Every item of a paged list: ``limit``/``cursor`` pages followed until ``next_cursor`` is null."""
+        items: list[Any] = []
+        query: dict[str, Any] = {**(params or {}), "limit": page_size}
+        while True:
+            got = cast(_Page, self._call(schema, "GET", path, params=query))
+            items += got.data
+            if got.next_cursor is None:
+                return items
+            query["cursor"] = got.next_cursor
+
     # -- searches -------------------------------------------------------------------------------
 
     def create_search(self, body: SearchCreate | None = None, **fields: Any) -> SearchPublic:
@@ -140,19 +163,20 @@ class StrategistClient:
         return self._call(SearchPublic, "POST", "/searches", json=body.model_dump(mode="json"))
 
     def searches(self) -> list[SearchPublic]:
-        """Your searches, newest first."""
-        return self._call(SearchesPublic, "GET", "/searches").data
+        """Your searches, newest first (every page)."""
+        return self._all(SearchesPublic, "/searches")
 
     def search(self, search_id: int) -> SearchStatusPublic:
         """A search's state and progress: trials by state, best so far, baselines, speed-ups."""
         return self._call(SearchStatusPublic, "GET", f"/searches/{search_id}")
 
     def rounds(self, search_id: int) -> list[RoundPublic]:
-        return self._call(RoundsPublic, "GET", f"/searches/{search_id}/rounds").data
+        """The search's rounds, first first (every page)."""
+        return self._all(RoundsPublic, f"/searches/{search_id}/rounds")
 
-    def trials(self, search_id: int) -> list[TrialPublic]:
-        """The search's trials (baselines and candidates), oldest first."""
-        return self._call(TrialsPublic, "GET", f"/searches/{search_id}/trials").data
+    def trials(self, search_id: int, *, page_size: int = 1000) -> list[TrialPublic]:
+        """The search's trials (baselines and candidates), oldest first (every page)."""
+        return self._all(TrialsPublic, f"/searches/{search_id}/trials", page_size=page_size)
 
     def trial(self, trial_id: int) -> TrialPublic:
         return self._call(TrialPublic, "GET", f"/trials/{trial_id}")
@@ -225,10 +249,21 @@ class StrategistClient:
         return self._call(RuntimePublic, "POST", "/runtimes", json=body.model_dump(mode="json"))
 
     def runtimes(
-        self, domain: str | None = None, *, since_id: int = 0, limit: int = 1000
+        self, domain: str | None = None, *, since_id: int = 0, limit: int | None = None, page_size: int = 1000
     ) -> list[RuntimePublic]:
-        """Runtime records you contributed (your trials and uploads), optionally of one domain."""
-        params: dict[str, Any] = {"since_id": since_id, "limit": limit}
+        """Runtime records you contributed (your trials and uploads), optionally of one domain.
+
+        Records with an id above ``since_id``, oldest first: every page, or the first ``limit``.
+        """
+        params: dict[str, Any] = {"since_id": since_id}
         if domain is not None:
             params["domain"] = domain
-        return self._call(RuntimesPublic, "GET", "/runtimes", params=params).data
+        records: list[RuntimePublic] = []
+        while limit is None or len(records) < limit:
+            size = page_size if limit is None else min(page_size, limit - len(records))
+            got = self._call(RuntimesPublic, "GET", "/runtimes", params={**params, "limit": size})
+            records += got.data
+            if got.next_cursor is None:
+                break
+            params["since_id"] = got.next_cursor
+        return records

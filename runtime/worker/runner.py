@@ -8,7 +8,7 @@ Contract (the queue delivers at least once; the database is the source of truth)
   that the trial is no longer ours (it went stale and was requeued) the running trial is killed
   and nothing is reported; if it answers "stop" (the search was cancelled) the trial is killed and
   reported as stopped, which ends it 'cancelled';
-- trials run in a child process (``runtime.worker_session.TrialProcess``) that keeps the emulated
+- trials run in a child process (``runtime.worker.session.TrialProcess``) that keeps the emulated
   cluster and the executor's processes up between trials of one domain; it has its own process
   group, so a cancel stops everything it started, and it dies with the worker (PR_SET_PDEATHSIG);
 - one trial at a time: a trial occupies the whole emulated cluster (or the host's GPUs).
@@ -23,8 +23,8 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-from runtime.worker_api import ApiClient, ClaimedTrial, TokenRefused
-from runtime.worker_session import TrialProcess, session_key
+from runtime.worker.api import ApiClient, ClaimedTrial, TokenRefused
+from runtime.worker.session import TrialProcess, session_key
 from simulator.spec.measurement import Measurement
 
 log = logging.getLogger("strategist.worker")

@@ -1,4 +1,4 @@
-"""The worker's handle on its trial process (``runtime.worker_trial``), kept up across a domain's trials.
+"""The worker's handle on its trial process (``runtime.worker.trial``), kept up across a domain's trials.
 
 Contract: one trial at a time (the worker's lock guarantees it); ``run`` never raises for a trial
 that fails, it returns a failed Measurement; ``kill`` may be called from another thread (the
@@ -65,7 +65,7 @@ def session_key(model: ModelSpec, cluster: ClusterSpec, options: dict[str, Any])
 
 
 class TrialProcess:
-    """A running ``python -m runtime.worker_trial`` for one (model, cluster, options)."""
+    """A running ``python -m runtime.worker.trial`` for one (model, cluster, options)."""
 
     def __init__(self, model: ModelSpec, cluster: ClusterSpec, options: dict[str, Any]) -> None:
         self.key = session_key(model, cluster, options)
@@ -73,7 +73,7 @@ class TrialProcess:
         self._killed = threading.Event()
         self._lines: queue.Queue[str | None] = queue.Queue()
         self.child = subprocess.Popen(
-            [sys.executable, "-m", "runtime.worker_trial"],
+            [sys.executable, "-m", "runtime.worker.trial"],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             start_new_session=True,  # its own process group: a cancel stops everything it started

@@ -4,7 +4,7 @@ One Python process serves requests on one core at a time (the GIL), so a single-
 out at one core however many clients wait. ``uvicorn --workers N`` forks N processes that share the
 listening socket; each builds its app with `service.api.app.app_from_env` from the same settings,
 passed through the environment (``Settings`` alone reads it). The supervisor gets SIGTERM when the
-thread that started it exits (`runtime.worker_session.term_with_parent`), so it never outlives
+thread that started it exits (`runtime.worker.session.term_with_parent`), so it never outlives
 `serve`; on SIGTERM uvicorn stops its workers gracefully.
 """
 
@@ -17,7 +17,7 @@ import time
 
 import httpx
 
-from runtime.worker_session import term_with_parent
+from runtime.worker.session import term_with_parent
 from service.settings import Settings
 
 

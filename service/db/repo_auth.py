@@ -19,6 +19,7 @@ from sqlalchemy.orm import Session
 from service import domain as d
 from service.db import convert
 from service.db.models import TokenRow, UserRow, utcnow
+from service.db.paging import keyset
 
 TOKEN_PREFIX = "stg_"
 PREFIX_SHOWN = 12
@@ -103,8 +104,9 @@ def revoke_token(session: Session, *, token_id: int) -> d.TokenInfo:
         return convert.token_info(tok, user)
 
 
-def list_tokens(session: Session) -> list[d.TokenInfo]:
+def list_tokens(session: Session, *, after: int | None = None, limit: int | None = None) -> list[d.TokenInfo]:
     """Every token (prefixes only), oldest first."""
     with session.begin():
-        rows = session.execute(select(TokenRow, UserRow).join(UserRow).order_by(TokenRow.id)).all()
+        q = select(TokenRow, UserRow).join(UserRow).order_by(TokenRow.id)
+        rows = session.execute(keyset(q, TokenRow.id, after=after, limit=limit)).all()
         return [convert.token_info(t, u) for t, u in rows]

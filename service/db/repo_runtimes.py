@@ -18,6 +18,7 @@ from service import domain as d
 from service.db import convert
 from service.db.engine import affected
 from service.db.models import RetrainRequestRow, RuntimeRecordRow, SimulatorVersionRow, utcnow
+from service.db.paging import keyset
 from simulator.spec import Strategy
 
 
@@ -120,7 +121,12 @@ def get_simulator_version(session: Session, *, version_id: int) -> d.SimulatorVe
 
 
 def list_simulator_versions(
-    session: Session, *, domain: str | None = None, kind: str | None = None
+    session: Session,
+    *,
+    domain: str | None = None,
+    kind: str | None = None,
+    after: int | None = None,
+    limit: int | None = None,
 ) -> list[d.SimulatorVersion]:
     """Simulator versions, oldest first, optionally of one domain and kind."""
     with session.begin():
@@ -129,7 +135,8 @@ def list_simulator_versions(
             q = q.where(SimulatorVersionRow.domain == domain)
         if kind is not None:
             q = q.where(SimulatorVersionRow.kind == kind)
-        return [convert.simulator_version(r) for r in session.scalars(q.order_by(SimulatorVersionRow.id))]
+        q = keyset(q.order_by(SimulatorVersionRow.id), SimulatorVersionRow.id, after=after, limit=limit)
+        return [convert.simulator_version(r) for r in session.scalars(q)]
 
 
 def latest_simulator_version(

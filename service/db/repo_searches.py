@@ -24,6 +24,7 @@ from service import domain as d
 from service.db import convert
 from service.db.engine import affected
 from service.db.models import CandidateRow, RoundRow, SearchRow, TrialRow, utcnow
+from service.db.paging import keyset
 
 if TYPE_CHECKING:
     from search.space import Compression
@@ -103,7 +104,12 @@ def get_search(session: Session, *, search_id: int, owner_id: int | None = None)
 
 
 def list_searches(
-    session: Session, *, owner_id: int | None = None, states: Sequence[d.SearchState] | None = None
+    session: Session,
+    *,
+    owner_id: int | None = None,
+    states: Sequence[d.SearchState] | None = None,
+    after: int | None = None,
+    limit: int | None = None,
 ) -> list[d.Search]:
     """Searches of ``owner_id`` (None: everyone's), optionally only in ``states``; newest first."""
     with session.begin():
@@ -112,7 +118,8 @@ def list_searches(
             q = q.where(SearchRow.owner_id == owner_id)
         if states is not None:
             q = q.where(SearchRow.state.in_(list(states)))
-        return [convert.search(r) for r in session.scalars(q.order_by(SearchRow.id.desc()))]
+        q = keyset(q.order_by(SearchRow.id.desc()), SearchRow.id, after=after, limit=limit, newest_first=True)
+        return [convert.search(r) for r in session.scalars(q)]
 
 
 def transition_search(
@@ -282,12 +289,20 @@ def add_round(
         return convert.round_(rnd), [convert.candidate(c) for c in rows]
 
 
-def list_rounds(session: Session, *, search_id: int, owner_id: int | None = None) -> list[d.Round]:
+def list_rounds(
+    session: Session,
+    *,
+    search_id: int,
+    owner_id: int | None = None,
+    after: int | None = None,
+    limit: int | None = None,
+) -> list[d.Round]:
     """The rounds of a search, first round first."""
     with session.begin():
         load_search(session, search_id, owner_id)
+        # Rounds are created one after the other (add_round's gate), so id order is index order.
         q = select(RoundRow).where(RoundRow.search_id == search_id).order_by(RoundRow.index)
-        return [convert.round_(r) for r in session.scalars(q)]
+        return [convert.round_(r) for r in session.scalars(keyset(q, RoundRow.id, after=after, limit=limit))]
 
 
 def set_round_state(session: Session, *, round_id: int, state: d.RoundState) -> d.Round:
@@ -304,7 +319,13 @@ def set_round_state(session: Session, *, round_id: int, state: d.RoundState) -> 
 
 
 def list_candidates(
-    session: Session, *, search_id: int, round_index: int | None = None, owner_id: int | None = None
+    session: Session,
+    *,
+    search_id: int,
+    round_index: int | None = None,
+    owner_id: int | None = None,
+    after: int | None = None,
+    limit: int | None = None,
 ) -> list[d.Candidate]:
     """Candidates of a search (optionally of one round), by round then rank."""
     with session.begin():
@@ -312,8 +333,12 @@ def list_candidates(
         q = select(CandidateRow).where(CandidateRow.search_id == search_id)
         if round_index is not None:
             q = q.where(CandidateRow.round_index == round_index)
+        # A round's candidates are inserted in rank order, so id order is (round, rank) order.
         q = q.order_by(CandidateRow.round_index, CandidateRow.rank)
-        return [convert.candidate(r) for r in session.scalars(q)]
+        return [
+            convert.candidate(r)
+            for r in session.scalars(keyset(q, CandidateRow.id, after=after, limit=limit))
+        ]
 
 
 def get_candidate(session: Session, *, candidate_id: int, owner_id: int | None = None) -> d.Candidate:

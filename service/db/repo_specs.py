@@ -14,6 +14,7 @@ from sqlalchemy.orm import Session
 from service import domain as d
 from service.db import convert
 from service.db.models import SpecRow
+from service.db.paging import keyset
 from simulator import zoo
 from simulator.spec import ClusterSpec, ModelSpec
 
@@ -59,13 +60,21 @@ def _visible(row: SpecRow, viewer_id: int | None) -> bool:
     return viewer_id is None or row.owner_id is None or row.owner_id == viewer_id
 
 
-def list_specs(session: Session, *, kind: d.SpecKind, viewer_id: int | None) -> list[d.SpecRecord]:
+def list_specs(
+    session: Session,
+    *,
+    kind: d.SpecKind,
+    viewer_id: int | None,
+    after: int | None = None,
+    limit: int | None = None,
+) -> list[d.SpecRecord]:
     """Uploaded specs of ``kind`` visible to ``viewer_id`` (zoo copies excluded), newest first."""
     with session.begin():
         q = select(SpecRow).where(SpecRow.kind == kind, SpecRow.origin == "upload")
         if viewer_id is not None:
             q = q.where(SpecRow.owner_id == viewer_id)
-        return [convert.spec(r) for r in session.scalars(q.order_by(SpecRow.id.desc()))]
+        q = keyset(q.order_by(SpecRow.id.desc()), SpecRow.id, after=after, limit=limit, newest_first=True)
+        return [convert.spec(r) for r in session.scalars(q)]
 
 
 def zoo_spec(session: Session, *, kind: d.SpecKind, name: str) -> d.SpecRecord:

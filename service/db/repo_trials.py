@@ -37,6 +37,7 @@ from service.db.models import (
     WorkerRow,
     utcnow,
 )
+from service.db.paging import keyset
 from service.db.repo_searches import load_search, new_trial, open_search_guard
 from simulator.spec.measurement import Measurement
 
@@ -101,6 +102,8 @@ def list_trials(
     owner_id: int | None = None,
     states: Sequence[d.TrialState] | None = None,
     round_index: int | None = None,
+    after: int | None = None,
+    limit: int | None = None,
 ) -> list[d.Trial]:
     """Trials of a search (baselines have no round), oldest first, with their measurements."""
     with session.begin():
@@ -111,7 +114,8 @@ def list_trials(
             q = q.where(TrialRow.state.in_(list(states)))
         if round_index is not None:
             q = q.where(TrialRow.round_index == round_index)
-        return [convert.trial(t, m) for t, m in session.execute(q.order_by(TrialRow.id))]
+        q = keyset(q.order_by(TrialRow.id), TrialRow.id, after=after, limit=limit)
+        return [convert.trial(t, m) for t, m in session.execute(q)]
 
 
 def claim_trial(

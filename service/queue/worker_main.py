@@ -28,9 +28,9 @@ from typing import Annotated
 import typer
 
 from runtime.worker import TOKEN_ENV, Worker, WorkerConfig, wait_for_api
-from runtime.worker_api import TokenRefused
-from runtime.worker_pools import POOLS, runnable_clusters
-from runtime.worker_session import die_with_parent
+from runtime.worker.api import TokenRefused
+from runtime.worker.pools import POOLS, runnable_clusters
+from runtime.worker.session import die_with_parent
 from simulator import zoo
 
 log = logging.getLogger("strategist.worker")

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from runtime.worker_api import ClaimedTrial
+from runtime.worker.api import ClaimedTrial
 from simulator import zoo
 from simulator.analytical import baseline
 from simulator.spec import SpecError, dump_json

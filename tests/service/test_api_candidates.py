@@ -61,13 +61,18 @@ def test_list_candidates_by_round_and_rank(
     sid = _search_with_round(client, tokens["alice"], session, specs, approval=True)
     r = client.get(f"{API}/searches/{sid}/candidates", headers=tokens["alice"])
     assert r.status_code == 200
-    assert r.json() == {"data": [_candidate(1, 1, "proposed"), _candidate(2, 2, "proposed")], "count": 2}
+    assert r.json() == {
+        "data": [_candidate(1, 1, "proposed"), _candidate(2, 2, "proposed")],
+        "count": 2,
+        "next_cursor": None,
+    }
     assert (
         client.get(f"{API}/searches/{sid}/candidates?round=1", headers=tokens["alice"]).json()["count"] == 2
     )
     assert client.get(f"{API}/searches/{sid}/candidates?round=2", headers=tokens["alice"]).json() == {
         "data": [],
         "count": 0,
+        "next_cursor": None,
     }
     r = client.get(f"{API}/searches/{sid}/candidates?round=0", headers=tokens["alice"])
     assert r.status_code == 422 and r.json()["detail"][0]["loc"] == ["query", "round"]

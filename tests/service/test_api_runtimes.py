@@ -50,7 +50,11 @@ def test_ingest_runtime_and_list(client: TestClient, tokens: dict[str, Any], spe
         "created_at": ANY,
     }
     assert r.json() == record
-    assert client.get(f"{API}/runtimes", headers=tokens["alice"]).json() == {"data": [record], "count": 1}
+    assert client.get(f"{API}/runtimes", headers=tokens["alice"]).json() == {
+        "data": [record],
+        "count": 1,
+        "next_cursor": None,
+    }
     assert (
         client.get(f"{API}/runtimes?domain=tiny-mlp__two-node", headers=tokens["alice"]).json()["count"] == 1
     )
@@ -108,7 +112,11 @@ def test_bad_runtime_is_422_with_field_path_and_stores_nothing(
 def test_simulator_versions_and_retraining(
     client: TestClient, tokens: dict[str, Any], session: Session, hooks: Any
 ) -> None:
-    assert client.get(f"{API}/simulators", headers=tokens["alice"]).json() == {"data": [], "count": 0}
+    assert client.get(f"{API}/simulators", headers=tokens["alice"]).json() == {
+        "data": [],
+        "count": 0,
+        "next_cursor": None,
+    }
     repo.add_simulator_version(
         session,
         domain="tiny-mlp__two-node",

@@ -61,7 +61,7 @@ def test_create_search_stores_pending_and_notifies(
     assert r.json() == _search_json(name="first", objective="cost")
     assert hooks.calls == [("search_created", 1)]
     listed = client.get(f"{API}/searches", headers=tokens["alice"]).json()
-    assert listed == {"data": [_search_json(name="first", objective="cost")], "count": 1}
+    assert listed == {"data": [_search_json(name="first", objective="cost")], "count": 1, "next_cursor": None}
 
 
 def test_create_search_with_uploaded_specs_by_name_and_id(
@@ -115,7 +115,11 @@ def test_users_see_only_their_own_searches(client: TestClient, tokens: dict[str,
         r = client.get(f"{API}/searches/{sid}{path}", headers=tokens["bob"])
         assert r.status_code == 404 and r.json() == {"detail": f"no search {sid}"}
     assert client.post(f"{API}/searches/{sid}/cancel", headers=tokens["bob"]).status_code == 404
-    assert client.get(f"{API}/searches", headers=tokens["bob"]).json() == {"data": [], "count": 0}
+    assert client.get(f"{API}/searches", headers=tokens["bob"]).json() == {
+        "data": [],
+        "count": 0,
+        "next_cursor": None,
+    }
     assert client.get(f"{API}/searches/{sid}", headers=tokens["admin"]).status_code == 200
     assert client.get(f"{API}/searches", headers=tokens["admin"]).json()["count"] == 1
     assert client.get(f"{API}/searches", headers=tokens["worker"]).status_code == 403
@@ -231,6 +235,7 @@ def test_status_reports_best_and_speedups(
             }
         ],
         "count": 1,
+        "next_cursor": None,
     }
 
 

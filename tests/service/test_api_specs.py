@@ -46,7 +46,7 @@ def test_upload_model_returns_every_field(client: TestClient, tokens: dict[str, 
     }
     assert client.get(f"{API}/models/1", headers=tokens["alice"]).json() == body
     listed = client.get(f"{API}/models", headers=tokens["alice"]).json()
-    assert listed == {"data": [body], "count": 1}
+    assert listed == {"data": [body], "count": 1, "next_cursor": None}
     # The identical spec again is the same record; a different one under the same name is a conflict.
     assert client.post(f"{API}/models", json=specs.model("mine"), headers=tokens["alice"]).json()["id"] == 1
     changed = specs.model("mine") | {"batch_size": 16}
@@ -111,7 +111,11 @@ def test_specs_are_private_to_their_owner(client: TestClient, tokens: dict[str, 
     cid = client.post(f"{API}/clusters", json=specs.cluster("secret"), headers=tokens["alice"]).json()["id"]
     assert client.get(f"{API}/models/{mid}", headers=tokens["bob"]).status_code == 404
     assert client.get(f"{API}/clusters/{cid}", headers=tokens["bob"]).status_code == 404
-    assert client.get(f"{API}/models", headers=tokens["bob"]).json() == {"data": [], "count": 0}
+    assert client.get(f"{API}/models", headers=tokens["bob"]).json() == {
+        "data": [],
+        "count": 0,
+        "next_cursor": None,
+    }
     assert client.get(f"{API}/models/{mid}", headers=tokens["admin"]).status_code == 200
     assert client.get(f"{API}/models", headers=tokens["admin"]).json()["count"] == 1
     # A cluster id is not a model.

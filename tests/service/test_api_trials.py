@@ -112,7 +112,7 @@ def test_claim_heartbeat_report(
     assert hooks.calls == [("search_created", queued), ("trial_finished", 1)]
     assert client.get(f"{API}/trials/1", headers=tokens["alice"]).json() == done
     listed = client.get(f"{API}/searches/{queued}/trials", headers=tokens["alice"]).json()
-    assert listed == {"data": [done], "count": 1}
+    assert listed == {"data": [done], "count": 1, "next_cursor": None}
     assert (
         client.get(f"{API}/searches/{queued}/trials?state=queued", headers=tokens["alice"]).json()["count"]
         == 0

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from runtime.worker_pools import fits_gpus, fits_testbed, runnable_clusters, trial_processes
+from runtime.worker.pools import fits_gpus, fits_testbed, runnable_clusters, trial_processes
 from search import DEFAULTS, ArraySampler, MemoryModel, Space, run_round
 from search.similarity import FactorSimilarity
 from search.space import space_of

@@ -33,7 +33,7 @@ from service.queue.worker_main import hold_lock
 pytestmark = pytest.mark.netns
 
 WORKER = "service.queue.worker_main"
-TRIAL = "runtime.worker_trial"
+TRIAL = "runtime.worker.trial"
 
 
 def namespaces() -> set[str]:

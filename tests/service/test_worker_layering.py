@@ -8,7 +8,7 @@ import sys
 
 CHECK = """
 import sys
-import runtime.worker, runtime.worker_api, runtime.worker_pools, runtime.worker_session, runtime.worker_trial
+import runtime.worker, runtime.worker.api, runtime.worker.pools, runtime.worker.session, runtime.worker.trial
 bad = sorted(m for m in sys.modules if m.split(".")[0] in ("fastapi", "sqlalchemy", "service", "celery"))
 print(",".join(bad))
 """

@@ -5,6 +5,7 @@ from __future__ import annotations
 from fastapi import APIRouter
 
 from service.api.deps import OrchestratorDep, SessionDep, UserDep, notify, owner_filter
+from service.api.paging import DEFAULT_LIMIT, CursorQuery, LimitQuery, fetch, page
 from service.api.params import IdPath, RoundQuery
 from service.api.schemas.trials import CandidatePublic, CandidatesPublic, DecisionPublic, TrialPublic
 from service.db import repository as repo
@@ -18,11 +19,21 @@ def list_candidates(
     session: SessionDep,
     user: UserDep,
     round: RoundQuery = None,
+    limit: LimitQuery = DEFAULT_LIMIT,
+    cursor: CursorQuery = None,
 ) -> CandidatesPublic:
-    """Candidates by round then rank, with predicted time and similarity to the other picks."""
-    cands = repo.list_candidates(session, search_id=search_id, round_index=round, owner_id=owner_filter(user))
-    data = [CandidatePublic.model_validate(c) for c in cands]
-    return CandidatesPublic(data=data, count=len(data))
+    """Candidates by round then rank, with predicted time and similarity to the other picks (paged)."""
+    cands = repo.list_candidates(
+        session,
+        search_id=search_id,
+        round_index=round,
+        owner_id=owner_filter(user),
+        after=cursor,
+        limit=fetch(limit),
+    )
+    shown, next_cursor = page(cands, limit)
+    data = [CandidatePublic.model_validate(c) for c in shown]
+    return CandidatesPublic(data=data, count=len(data), next_cursor=next_cursor)
 
 
 @router.get("/candidates/{candidate_id}", response_model=CandidatePublic)

@@ -8,6 +8,7 @@ from fastapi import APIRouter, Body, Response, status
 
 from service.api.deps import SessionDep, UserDep, ZooDep, owner_filter
 from service.api.errors import SpecInvalid
+from service.api.paging import DEFAULT_LIMIT, CursorQuery, LimitQuery, fetch, page
 from service.api.params import IdPath
 from service.api.schemas.specs import ClusterPublic, ClustersPublic, ZooPublic
 from service.db import repository as repo
@@ -47,11 +48,16 @@ def upload_cluster(
 
 
 @router.get("", response_model=ClustersPublic)
-def list_clusters(session: SessionDep, user: UserDep) -> ClustersPublic:
-    """Your uploaded clusters (an admin: everyone's)."""
-    recs = repo.list_specs(session, kind="cluster", viewer_id=owner_filter(user))
-    data = [ClusterPublic.of(r) for r in recs]
-    return ClustersPublic(data=data, count=len(data))
+def list_clusters(
+    session: SessionDep, user: UserDep, limit: LimitQuery = DEFAULT_LIMIT, cursor: CursorQuery = None
+) -> ClustersPublic:
+    """Your uploaded clusters, newest first (an admin: everyone's), paged."""
+    recs = repo.list_specs(
+        session, kind="cluster", viewer_id=owner_filter(user), after=cursor, limit=fetch(limit)
+    )
+    shown, next_cursor = page(recs, limit)
+    data = [ClusterPublic.of(r) for r in shown]
+    return ClustersPublic(data=data, count=len(data), next_cursor=next_cursor)
 
 
 @router.get("/zoo", response_model=ZooPublic)

@@ -8,6 +8,7 @@ from fastapi import APIRouter, Body, Response, status
 
 from service.api.deps import SessionDep, UserDep, ZooDep, owner_filter
 from service.api.errors import SpecInvalid
+from service.api.paging import DEFAULT_LIMIT, CursorQuery, LimitQuery, fetch, page
 from service.api.params import IdPath
 from service.api.schemas.specs import ModelPublic, ModelsPublic, ZooPublic
 from service.db import repository as repo
@@ -49,11 +50,16 @@ def upload_model(
 
 
 @router.get("", response_model=ModelsPublic)
-def list_models(session: SessionDep, user: UserDep) -> ModelsPublic:
-    """Your uploaded models (an admin: everyone's)."""
-    recs = repo.list_specs(session, kind="model", viewer_id=owner_filter(user))
-    data = [ModelPublic.of(r) for r in recs]
-    return ModelsPublic(data=data, count=len(data))
+def list_models(
+    session: SessionDep, user: UserDep, limit: LimitQuery = DEFAULT_LIMIT, cursor: CursorQuery = None
+) -> ModelsPublic:
+    """Your uploaded models, newest first (an admin: everyone's), paged."""
+    recs = repo.list_specs(
+        session, kind="model", viewer_id=owner_filter(user), after=cursor, limit=fetch(limit)
+    )
+    shown, next_cursor = page(recs, limit)
+    data = [ModelPublic.of(r) for r in shown]
+    return ModelsPublic(data=data, count=len(data), next_cursor=next_cursor)
 
 
 @router.get("/zoo", response_model=ZooPublic)

@@ -8,6 +8,7 @@ from fastapi import APIRouter, Query, status
 
 from service.api.deps import SessionDep, UserDep, ZooDep, owner_filter
 from service.api.errors import SpecInvalid
+from service.api.paging import fetch, page
 from service.api.params import DomainQuery
 from service.api.routes._refs import resolve_field
 from service.api.schemas.runtimes import RuntimeCreate, RuntimePublic, RuntimesPublic
@@ -56,12 +57,16 @@ def list_runtimes(
     session: SessionDep,
     user: UserDep,
     domain: DomainQuery = None,
-    since_id: Annotated[int, Query(ge=0, le=LIMITS.id, description="Only records with a larger id.")] = 0,
+    since_id: Annotated[
+        int, Query(ge=0, le=LIMITS.id, description="Only records with a larger id: the cursor (next_cursor).")
+    ] = 0,
     limit: Annotated[int, Query(ge=1, le=10_000)] = 1000,
 ) -> RuntimesPublic:
-    """Runtime records you contributed (trials of your searches and your uploads; admin: all)."""
+    """Runtime records you contributed (trials of your searches and your uploads; admin: all), oldest
+    first, paged: pass the answer's ``next_cursor`` as ``since_id`` for the next page."""
     recs = repo.list_runtimes(
-        session, domain=domain, user_id=owner_filter(user), since_id=since_id, limit=limit
+        session, domain=domain, user_id=owner_filter(user), since_id=since_id, limit=fetch(limit)
     )
-    data = [RuntimePublic.model_validate(r) for r in recs]
-    return RuntimesPublic(data=data, count=len(data))
+    shown, next_cursor = page(recs, limit)
+    data = [RuntimePublic.model_validate(r) for r in shown]
+    return RuntimesPublic(data=data, count=len(data), next_cursor=next_cursor)

@@ -13,6 +13,7 @@ from service.api.deps import (
     notify,
     owner_filter,
 )
+from service.api.paging import DEFAULT_LIMIT, CursorQuery, LimitQuery, fetch, page
 from service.api.params import IdPath
 from service.api.routes._refs import resolve_field
 from service.api.schemas.common import Message
@@ -93,10 +94,14 @@ def create_search(
 
 
 @router.get("", response_model=SearchesPublic)
-def list_searches(session: SessionDep, user: UserDep) -> SearchesPublic:
-    """Your searches, newest first (an admin: everyone's)."""
-    data = [SearchPublic.model_validate(s) for s in repo.list_searches(session, owner_id=owner_filter(user))]
-    return SearchesPublic(data=data, count=len(data))
+def list_searches(
+    session: SessionDep, user: UserDep, limit: LimitQuery = DEFAULT_LIMIT, cursor: CursorQuery = None
+) -> SearchesPublic:
+    """Your searches, newest first (an admin: everyone's), paged."""
+    found = repo.list_searches(session, owner_id=owner_filter(user), after=cursor, limit=fetch(limit))
+    shown, next_cursor = page(found, limit)
+    data = [SearchPublic.model_validate(s) for s in shown]
+    return SearchesPublic(data=data, count=len(data), next_cursor=next_cursor)
 
 
 @router.get("/{search_id}", response_model=SearchStatusPublic)
@@ -119,13 +124,20 @@ def get_search(
 
 
 @router.get("/{search_id}/rounds", response_model=RoundsPublic)
-def list_rounds(search_id: IdPath, session: SessionDep, user: UserDep) -> RoundsPublic:
-    """The search's rounds, first first."""
-    data = [
-        RoundPublic.model_validate(r)
-        for r in repo.list_rounds(session, search_id=search_id, owner_id=owner_filter(user))
-    ]
-    return RoundsPublic(data=data, count=len(data))
+def list_rounds(
+    search_id: IdPath,
+    session: SessionDep,
+    user: UserDep,
+    limit: LimitQuery = DEFAULT_LIMIT,
+    cursor: CursorQuery = None,
+) -> RoundsPublic:
+    """The search's rounds, first first (paged)."""
+    found = repo.list_rounds(
+        session, search_id=search_id, owner_id=owner_filter(user), after=cursor, limit=fetch(limit)
+    )
+    shown, next_cursor = page(found, limit)
+    data = [RoundPublic.model_validate(r) for r in shown]
+    return RoundsPublic(data=data, count=len(data), next_cursor=next_cursor)
 
 
 @router.post("/{search_id}/cancel", response_model=SearchPublic)

@@ -9,6 +9,7 @@ from sqlalchemy.orm import Session
 
 from service.api.deps import OrchestratorDep, SessionDep, UserDep, notify, owner_filter
 from service.api.errors import field_error
+from service.api.paging import DEFAULT_LIMIT, CursorQuery, LimitQuery, fetch, page
 from service.api.params import DomainQuery, IdPath
 from service.api.schemas.runtimes import (
     RetrainCreate,
@@ -33,13 +34,14 @@ def list_versions(
     kind: Annotated[
         str | None, Query(max_length=32, pattern=NAME_PATTERN, description="e.g. 'rnn', 'gat'.")
     ] = None,
+    limit: LimitQuery = DEFAULT_LIMIT,
+    cursor: CursorQuery = None,
 ) -> SimulatorVersionsPublic:
-    """Simulator versions, oldest first, with their accuracy metrics."""
-    data = [
-        SimulatorVersionPublic.model_validate(v)
-        for v in repo.list_simulator_versions(session, domain=domain, kind=kind)
-    ]
-    return SimulatorVersionsPublic(data=data, count=len(data))
+    """Simulator versions, oldest first, with their accuracy metrics (paged)."""
+    found = repo.list_simulator_versions(session, domain=domain, kind=kind, after=cursor, limit=fetch(limit))
+    shown, next_cursor = page(found, limit)
+    data = [SimulatorVersionPublic.model_validate(v) for v in shown]
+    return SimulatorVersionsPublic(data=data, count=len(data), next_cursor=next_cursor)
 
 
 @router.post("/retrain", status_code=status.HTTP_202_ACCEPTED, response_model=RetrainRequestPublic)

@@ -7,6 +7,7 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, status
 
 from service.api.deps import AdminDep, SessionDep, get_principal
+from service.api.paging import DEFAULT_LIMIT, CursorQuery, LimitQuery, fetch, page
 from service.api.params import IdPath
 from service.api.schemas.tokens import MePublic, TokenCreate, TokenIssuedPublic, TokenPublic, TokensPublic
 from service.db import repository as repo
@@ -29,9 +30,13 @@ def create_token(body: TokenCreate, session: SessionDep, admin: AdminDep) -> Tok
 
 
 @router.get("/tokens", response_model=TokensPublic)
-def list_tokens(session: SessionDep, admin: AdminDep) -> TokensPublic:
-    data = [TokenPublic.model_validate(t) for t in repo.list_tokens(session)]
-    return TokensPublic(data=data, count=len(data))
+def list_tokens(
+    session: SessionDep, admin: AdminDep, limit: LimitQuery = DEFAULT_LIMIT, cursor: CursorQuery = None
+) -> TokensPublic:
+    """Every token (prefixes only), oldest first, paged."""
+    shown, next_cursor = page(repo.list_tokens(session, after=cursor, limit=fetch(limit)), limit)
+    data = [TokenPublic.model_validate(t) for t in shown]
+    return TokensPublic(data=data, count=len(data), next_cursor=next_cursor)
 
 
 @router.post("/tokens/{token_id}/revoke", response_model=TokenPublic)

@@ -7,6 +7,7 @@ from typing import Annotated
 from fastapi import APIRouter, Query
 
 from service.api.deps import OrchestratorDep, SessionDep, UserDep, WorkerDep, notify, owner_filter
+from service.api.paging import DEFAULT_LIMIT, CursorQuery, LimitQuery, fetch, page
 from service.api.params import IdPath, RoundQuery
 from service.api.schemas.trials import (
     HeartbeatCreate,
@@ -29,13 +30,22 @@ def list_trials(
     user: UserDep,
     state: Annotated[list[TrialState] | None, Query(description="Only trials in these states.")] = None,
     round: RoundQuery = None,
+    limit: LimitQuery = DEFAULT_LIMIT,
+    cursor: CursorQuery = None,
 ) -> TrialsPublic:
-    """The search's trials (baselines and candidates), oldest first, with measured times."""
+    """The search's trials (baselines and candidates), oldest first, with measured times (paged)."""
     trials = repo.list_trials(
-        session, search_id=search_id, owner_id=owner_filter(user), states=state, round_index=round
+        session,
+        search_id=search_id,
+        owner_id=owner_filter(user),
+        states=state,
+        round_index=round,
+        after=cursor,
+        limit=fetch(limit),
     )
-    data = [TrialPublic.model_validate(t) for t in trials]
-    return TrialsPublic(data=data, count=len(data))
+    shown, next_cursor = page(trials, limit)
+    data = [TrialPublic.model_validate(t) for t in shown]
+    return TrialsPublic(data=data, count=len(data), next_cursor=next_cursor)
 
 
 @router.get("/trials/{trial_id}", response_model=TrialPublic)

@@ -59,7 +59,10 @@ class RuntimePublic(Public):
 
 class RuntimesPublic(Public):
     data: list[RuntimePublic]
-    count: int
+    count: int = Field(description="Items on this page.")
+    next_cursor: int | None = Field(
+        None, description="Pass as ?cursor= for the next page; null on the last page."
+    )
 
 
 class SimulatorVersionPublic(Public):
@@ -75,7 +78,10 @@ class SimulatorVersionPublic(Public):
 
 class SimulatorVersionsPublic(Public):
     data: list[SimulatorVersionPublic]
-    count: int
+    count: int = Field(description="Items on this page.")
+    next_cursor: int | None = Field(
+        None, description="Pass as ?cursor= for the next page; null on the last page."
+    )
 
 
 class RetrainCreate(BaseModel):

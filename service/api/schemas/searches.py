@@ -89,7 +89,10 @@ class SearchPublic(Public):
 
 class SearchesPublic(Public):
     data: list[SearchPublic]
-    count: int
+    count: int = Field(description="Items on this page.")
+    next_cursor: int | None = Field(
+        None, description="Pass as ?cursor= for the next page; null on the last page."
+    )
 
 
 class MeasuredPublic(Public):
@@ -179,4 +182,7 @@ class RoundPublic(Public):
 
 class RoundsPublic(Public):
     data: list[RoundPublic]
-    count: int
+    count: int = Field(description="Items on this page.")
+    next_cursor: int | None = Field(
+        None, description="Pass as ?cursor= for the next page; null on the last page."
+    )

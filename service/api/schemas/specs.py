@@ -47,7 +47,10 @@ class ModelPublic(Public):
 
 class ModelsPublic(Public):
     data: list[ModelPublic]
-    count: int
+    count: int = Field(description="Items on this page.")
+    next_cursor: int | None = Field(
+        None, description="Pass as ?cursor= for the next page; null on the last page."
+    )
 
 
 class ClusterPublic(Public):
@@ -79,7 +82,10 @@ class ClusterPublic(Public):
 
 class ClustersPublic(Public):
     data: list[ClusterPublic]
-    count: int
+    count: int = Field(description="Items on this page.")
+    next_cursor: int | None = Field(
+        None, description="Pass as ?cursor= for the next page; null on the last page."
+    )
 
 
 class ZooPublic(Public):

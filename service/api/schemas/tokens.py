@@ -32,7 +32,10 @@ class TokenPublic(Public):
 
 class TokensPublic(Public):
     data: list[TokenPublic]
-    count: int
+    count: int = Field(description="Items on this page.")
+    next_cursor: int | None = Field(
+        None, description="Pass as ?cursor= for the next page; null on the last page."
+    )
 
 
 class TokenIssuedPublic(Public):

@@ -26,7 +26,10 @@ class CandidatePublic(Public):
 
 class CandidatesPublic(Public):
     data: list[CandidatePublic]
-    count: int
+    count: int = Field(description="Items on this page.")
+    next_cursor: int | None = Field(
+        None, description="Pass as ?cursor= for the next page; null on the last page."
+    )
 
 
 class TrialPublic(Public):
@@ -54,7 +57,10 @@ class TrialPublic(Public):
 
 class TrialsPublic(Public):
     data: list[TrialPublic]
-    count: int
+    count: int = Field(description="Items on this page.")
+    next_cursor: int | None = Field(
+        None, description="Pass as ?cursor= for the next page; null on the last page."
+    )
 
 
 class DecisionPublic(Public):
