@@ -56,7 +56,7 @@ from simulator.analytical.batch import make_batch
 from simulator.spec import DTYPE_BYTES, Compressor, Strategy, Synchronizer, VariableStrategy
 
 #: Strategies drawn per chunk (one generator per chunk).
-CHUNK = 2048
+CHUNK = 1024
 #: The per-row choice columns a ChoiceArrays holds (``make_batch``'s, less strategy and staleness).
 COLUMNS = (
     "variable",
