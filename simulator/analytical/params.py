@@ -45,7 +45,8 @@ class CostParams:
     # probe (``per_call_overhead_s`` of every runtime record: a 1-element all-reduce over the
     # workers and a 1-element PS push+pull round). When set, a collective call costs
     # ``call_alphas()[op]`` instead of Eq. 3's w·φ + δ, and a PS shard costs
-    # ``ps_round_s`` instead of Eq. 2's messages·φ + δ: a calibration of α from the cluster, not a
+    # ``ps_round_s`` per round trip (``simulator.spec.comm.ps_rounds``: a sparse shard takes two)
+    # instead of Eq. 2's messages·φ + δ: a calibration of α from the cluster, not a
     # fit to iteration times. None keeps φ and δ.
     call_overhead_s: float | None = None
     ps_round_s: float | None = None

@@ -58,7 +58,7 @@ def reference_cost(model: ModelSpec, cluster: ClusterSpec, s: Strategy, params: 
             if params.ps_round_s is None:
                 seconds = terms.seconds(params) + f.ps_latency_s(cluster, j)
             else:
-                seconds = terms.transfer + params.ps_round_s
+                seconds = terms.transfer + comm.ps_rounds(shard.sparse) * params.ps_round_s
             server_time[j] = server_time.get(j, 0.0) + seconds
             ps_units.append((j, ready[model.variable_layer[shard.var_index]], seconds))
         else:

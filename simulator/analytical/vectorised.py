@@ -33,6 +33,7 @@ from simulator.analytical import overlap
 from simulator.analytical.arrays import ClusterArrays, ModelArrays
 from simulator.analytical.batch import StrategyBatch
 from simulator.analytical.params import CostParams
+from simulator.spec import comm
 
 
 @dataclass(frozen=True, eq=False)
@@ -78,9 +79,10 @@ def score(
     """
     n, j, g = b.size, len(ca.gpus), len(b.call_strategy)
     per_row_const = params.phi * ca.code_phi + params.delta * ca.code_delta + ca.code_latency
-    if params.ps_round_s is not None:  # a measured α per PS shard replaces messages·φ + δ + latency
-        per_row_const = np.where(ca.code_delta > 0, params.ps_round_s, per_row_const)
-    row_time = b.geo.sent_bytes * ca.code_transfer[b.code] + per_row_const[b.code]
+    row_const = per_row_const[b.code]
+    if params.ps_round_s is not None:  # a measured α per PS round replaces messages·φ + δ + latency
+        row_const = np.where(b.is_ps, params.ps_round_s * comm.ps_rounds(ma.sparse[b.variable]), row_const)
+    row_time = b.geo.sent_bytes * ca.code_transfer[b.code] + row_const
     acc = np.bincount(b.bin, weights=row_time, minlength=n * j + g)
     server_time = acc[: n * j].reshape(n, j)
     t_ps = server_time.max(axis=1)

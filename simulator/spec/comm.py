@@ -20,6 +20,13 @@ The rules, per collective *unit* (one fused buffer of the executor, one "call" o
   all-reduce among leaders, broadcast in the node); PowerSGD's compressed part is two such
   all-reduces (P, then Q, as torch's powerSGD_hook); the sparse part is three all-gathers
   (row counts, indices, rows) whatever the algorithm.
+- **PS round trips** (``ps_rounds``): a dense PS shard is one message each way (push, then pull).
+  A sparse one is (row count, indices, rows) each way, and the receiver must have the count
+  before it can post the receives of indices and rows (runtime/executor/ps.py), so each
+  direction is two dependent phases: two rounds of the probe's 1-element PS round. Across three
+  collected domains the α-calibrated model's residual per sparse PS shard was 1-3.5 ms above a
+  dense one's before this rule (benchmarks/host_saturation.py residuals; the closing note of
+  issue 13).
 - **PowerSGD compression** (``powersgd_rank``): a shard is viewed as a ``rows x cols`` matrix
   (torch's ``tensor.view(shape[0], -1)``); the effective rank is ``min(rows, cols, rank)`` and
   the shard is compressed only when ``(rows + cols) x rank < rows x cols`` (torch's
@@ -39,6 +46,8 @@ if TYPE_CHECKING:
 
 #: All-gathers a sparse part of a unit issues: row counts, indices, rows.
 SPARSE_ALLGATHERS = 3
+#: Dependent round trips of one PS shard (push then pull): dense 1; sparse 2 (count first).
+PS_ROUNDS_DENSE, PS_ROUNDS_SPARSE = 1, 2
 #: All-reduces PowerSGD issues for the compressed part of a unit: P, then Q.
 POWERSGD_ALLREDUCES = 2
 
@@ -64,6 +73,15 @@ def primitive_calls(algorithm: str, plain: bool, lowrank: bool, sparse: bool) ->
     out = {"allreduce": per * (int(plain) + POWERSGD_ALLREDUCES * int(lowrank))}
     out["allgather"] = SPARSE_ALLGATHERS * int(sparse)
     return {k: v for k, v in out.items() if v}
+
+
+def ps_rounds(sparse: Any) -> Any:
+    """Round trips of a PS shard (scalar or, elementwise, a NumPy bool array)."""
+    return (
+        np.where(sparse, PS_ROUNDS_SPARSE, PS_ROUNDS_DENSE)
+        if np.ndim(sparse)
+        else (PS_ROUNDS_SPARSE if sparse else PS_ROUNDS_DENSE)
+    )
 
 
 @overload

@@ -257,6 +257,17 @@ def test_measured_per_call_cost_replaces_phi_and_delta() -> None:
     assert h.t_sync == pytest.approx(plain.t_sync - (P.phi * 2 + P.delta) + 3 * 5e-4)
 
 
+def test_a_sparse_ps_shard_costs_two_measured_rounds() -> None:
+    # Sparse PS: (count, indices, rows) each way, the count first, so two dependent rounds of the
+    # measured α (simulator.spec.comm.ps_rounds); a dense shard is one.
+    cluster = make_cluster([1, 1], nic_gbps=10.0)
+    emb = Variable(name="w", shape=(1000, 250), sparse=True, density=0.1)
+    model = make_model([emb])
+    s = Strategy(variables=(one("w", PSSync(server="n0")),))
+    r = cost_breakdown(model, cluster, s, replace(P, call_overhead_s=5e-4, ps_round_s=1e-3))
+    assert r.t_ps == pytest.approx(r.ps["n0"].transfer + 2 * 1e-3)
+
+
 def test_a_sparse_unit_costs_three_measured_all_gathers() -> None:
     # The executor sends a sparse unit as three all-gathers (counts, indices, rows): with a
     # measured all-gather α the call costs its transfer plus 3 α_ag, and only α_ag moves it.
