@@ -174,6 +174,8 @@ class Candidate:
     similarity: float
     status: CandidateStatus
     decided_at: datetime | None
+    scorer: str = "analytical"  # which scorer ranked it: analytical, learned, hybrid, a network kind
+    uncertainty: float | None = None  # the scorer's uncertainty (hybrid/learned: ensemble disagreement)
 
     def strategy_spec(self) -> Strategy:
         return parse_as(Strategy, self.strategy)
@@ -187,6 +189,8 @@ class CandidateDraft:
     strategy: dict[str, Any]
     predicted_time: float
     similarity: float
+    scorer: str = "analytical"  # which scorer ranked it (search.round.RoundResult.scorers)
+    uncertainty: float | None = None  # its uncertainty (RoundResult.uncertainty)
 
 
 @dataclass(frozen=True)

@@ -1,10 +1,24 @@
-"""The newest simulator of a domain, and retraining it on the domain's measured runtimes.
+"""Which scorer a domain's next round uses, and retraining it on measured runtimes.
 
-Scoring (AutoSync's loop): at cold start the analytical model; once a learned simulator has been
-trained on the domain's measurements, that one, but only if it ranks the domain's validation
-strategies better than the analytical model does (pairwise accuracy on the same validation split,
-both recorded in the version's metrics). A network trained on a dozen points is often worse than
-Eq. 1-3, and the loop should not trade a good ranker for a bad one just because it is newer.
+Scoring (issue 16 items 2-3). The default simulator kind is the transfer ensemble
+(``simulator.learned.transfer``): a pretrained version (database domain ``"*"``) is trained on every
+collected domain — the runtime records in the database (trials and users' uploads, all domains)
+plus the dataset folders in ``RetrainConfig.pretrain_datasets`` — and each domain gets its own
+version fine-tuned on its runtimes after every round. A round on domain X uses, in order:
+
+1. X's newest version. For the transfer kind: the hybrid scorer (learned where the ensemble agrees,
+   Eq. 1-3 where it does not; ``simulator.learned.scoring``) when the fallback rule recorded with
+   the version says learned — judged on X's held-out measured strategies once it has
+   ``TransferConfig.min_held_out`` of them, else on leave-one-domain-out accuracy — otherwise the
+   analytical model. For a network kind (rnn, gat, linear): that network if it ranks X's validation
+   split better than the analytical model (the older rule).
+2. Else (a new domain, first round) the pretrained version, under the same fallback rule (its
+   LODO half): the first round of a new domain is scored by transfer when that ranks better.
+3. Else the analytical model.
+
+The rule's verdict and evidence are stored in the version's metrics (``decision``), so the API's
+simulator list shows why a scorer was (not) used, and each candidate records which scorer ranked it
+and its uncertainty.
 
 Retraining runs on its own thread, one domain at a time, from the database's retrain requests (the
 loop asks for one after every round; users can ask through the API). A request left 'running' by a
@@ -22,6 +36,7 @@ from typing import Any
 import numpy as np
 from sqlalchemy.orm import Session, sessionmaker
 
+from search.round import RoundScorer, RoundScores, scorer_for
 from service import domain as d
 from service.db import repository as repo
 from service.loop_round import strategy_key
@@ -35,16 +50,31 @@ from simulator.spec.strategy import Strategy
 log = logging.getLogger("strategist.retrain")
 
 
+#: Database domain of the pretrained transfer version (trained on every collected domain).
+ALL_DOMAINS = "*"
+#: Registry kind of the transfer ensemble (``simulator.learned.transfer.KIND``; not imported here,
+#: because importing ``simulator.learned`` loads torch and most steps never need it).
+TRANSFER = "transfer-linear"
+
+
 @dataclass(frozen=True)
 class RetrainConfig:
     """How the loop retrains a domain's simulator between rounds."""
 
-    # Learned simulator kind: 'rnn' (Eqs. 4-7), 'gat' (Eqs. 8-10) or 'linear'.
-    kind: str = "rnn"
+    # Learned simulator kind: 'transfer-linear' (the pretrained ensemble fine-tuned per domain, the
+    # default), or a per-domain network: 'rnn' (Eqs. 4-7), 'gat' (Eqs. 8-10) or 'linear'.
+    kind: str = TRANSFER
+    # Dataset folders (datasets/runtimes layout) whose measured domains join the database's runtimes
+    # in the transfer training data; empty = the database only (a fresh service then starts on
+    # the analytical model until some domain has runtimes).
+    pretrain_datasets: tuple[Path, ...] = ()
+    # Rankers in the transfer ensemble (its disagreement is the hybrid scorer's uncertainty).
+    transfer_members: int = 5
     # Training epochs; fewer than AutoSync's 200 because retraining sits between rounds on 2 cores
     # (learning-rate milestones scale with it).
     epochs: int = 60
-    # Distinct measured strategies a domain needs before a learned simulator is trained at all.
+    # Distinct measured strategies a domain needs before a network is trained at all (the transfer
+    # ensemble fine-tunes from 2: its fallback rule decides whether they suffice).
     min_records: int = 12
     # Seed of the train/validation/test split and of training.
     seed: int = 0
@@ -58,11 +88,17 @@ def current_simulator(
 
 
 def usable_version(session: Session, domain: str, registry_dir: Path | None) -> d.SimulatorVersion | None:
-    """The domain's newest learned version if it beats the analytical model (None: analytical)."""
-    version = repo.latest_simulator_version(session, domain=domain)
-    if version is None or version.path is None or registry_dir is None or not _beats_analytical(version):
+    """The version to score the domain's next round with (module docstring); None: analytical."""
+    if registry_dir is None:
         return None
-    return version
+    version = repo.latest_simulator_version(session, domain=domain)
+    if version is None:
+        version = repo.latest_simulator_version(session, domain=ALL_DOMAINS, kind=TRANSFER)
+    if version is None or version.path is None:
+        return None
+    if version.kind == TRANSFER:
+        return version if (version.metrics.get("decision") or {}).get("choice") == "learned" else None
+    return version if _beats_analytical(version) else None
 
 
 def load_simulator(
@@ -80,6 +116,20 @@ def load_simulator(
             "simulator version %s of %s not loadable (%s); using analytical", version.id, version.domain, e
         )
         return AnalyticalSimulator(), None
+
+
+def load_scorer(
+    version: d.SimulatorVersion | None, registry_dir: Path | None
+) -> tuple[RoundScorer, d.SimulatorVersion | None]:
+    """The round scorer of ``version``: the hybrid scorer for a transfer version, else the
+    simulator's (``search.round.scorer_for``); the analytical scorer when it cannot be loaded."""
+    simulator, used = load_simulator(version, registry_dir)
+    from simulator.learned.scoring import HybridScorer
+    from simulator.learned.transfer import TransferEnsemble
+
+    if isinstance(simulator, TransferEnsemble):
+        return HybridScorer(simulator, make_scores=RoundScores), used
+    return scorer_for(simulator), used
 
 
 def _beats_analytical(version: d.SimulatorVersion) -> bool:
@@ -156,6 +206,10 @@ class Retrainer:
 
     def retrain(self, domain: str) -> d.SimulatorVersion | None:
         """Train a new version on the domain's runtimes; None when there are too few to learn from."""
+        if self.config.kind == TRANSFER:
+            if self.registry_dir is None:
+                return None
+            return retrain_transfer(self.sessions, self.registry_dir, self.config, domain)
         with self.sessions() as s:
             records = repo.list_runtimes(s, domain=domain)
         distinct = len({strategy_key(r.strategy) for r in records})
@@ -195,3 +249,75 @@ class Retrainer:
 
 def _finite(x: float) -> float | None:
     return float(x) if np.isfinite(x) else None
+
+
+class _TransferRetrain:
+    """Builds the transfer training sets: the database's runtimes per domain plus the datasets."""
+
+    @staticmethod
+    def sets(sessions: sessionmaker[Session], datasets: tuple[Path, ...]) -> list[Any]:
+        from simulator.learned import Domain
+        from simulator.learned.pretrained import TrainingSet, dataset_sets
+
+        with sessions() as s:
+            records = repo.list_runtimes(s)
+        by_domain: dict[str, list[d.RuntimeRecord]] = {}
+        for r in records:
+            by_domain.setdefault(r.domain, []).append(r)
+        out = []
+        for name, recs in sorted(by_domain.items()):
+            try:
+                with sessions() as s:
+                    model, cluster = domain_specs(s, domain=name)
+            except d.NotFound:  # uploads of a domain no search runs on: its specs are unknown
+                log.info(
+                    "transfer: %s has %s runtimes but no search gives its specs; left out", name, len(recs)
+                )
+                continue
+            data = Domain.from_measurements(
+                model, cluster, [(parse_as(Strategy, r.strategy), r.median_time) for r in recs]
+            )
+            out.append(TrainingSet(f"service/{name}", data, tuple(r.id for r in recs)))
+        return out + dataset_sets(list(datasets))
+
+
+def _register_transfer(
+    sessions: sessionmaker[Session], *, domain: str, info: Any, decision: Any, records: int
+) -> d.SimulatorVersion:
+    metrics: dict[str, Any] = {"decision": decision.as_dict(), "sets": info.metrics}
+    with sessions() as s:
+        return repo.add_simulator_version(
+            s, domain=domain, kind=info.kind, metrics=metrics, path=info.version, n_records=records
+        )
+
+
+def retrain_transfer(
+    sessions: sessionmaker[Session], registry_dir: Path, config: RetrainConfig, domain: str
+) -> d.SimulatorVersion | None:
+    """Pretrain the transfer ensemble on every set, then fine-tune it on ``domain``'s runtimes.
+
+    Registers two versions: the pretrained one (domain ``"*"``, what a new domain's first round
+    uses) and ``domain``'s fine-tuned one (returned); None when there is no training data at all,
+    or only the pretrained one when ``domain`` has fewer than two runtimes here.
+    """
+    from simulator.learned import Registry
+    from simulator.learned.pretrained import pretrain_version
+    from simulator.learned.transfer import TransferConfig
+
+    sets = _TransferRetrain.sets(sessions, config.pretrain_datasets)
+    sets = [t for t in sets if len(t.domain) >= 2]
+    if not sets:
+        log.info("transfer: no domain has two measured strategies yet; keeping the analytical model")
+        return None
+    cfg = TransferConfig(members=config.transfer_members, seed=config.seed)
+    registry = Registry(registry_dir)
+    info, decision = pretrain_version(sets, registry, cfg)
+    total = sum(len(t.domain) for t in sets)
+    _register_transfer(sessions, domain=ALL_DOMAINS, info=info, decision=decision, records=total)
+    target = f"service/{domain}"
+    if domain == ALL_DOMAINS or target not in {t.label for t in sets}:
+        return None
+    info, decision = pretrain_version(sets, registry, cfg, target=target)
+    log.info("transfer %s: %s (%s)", domain, decision.choice, decision.as_dict())
+    n = next(len(t.domain) for t in sets if t.label == target)
+    return _register_transfer(sessions, domain=domain, info=info, decision=decision, records=n)

@@ -96,6 +96,8 @@ def candidate(row: m.CandidateRow) -> d.Candidate:
         similarity=row.similarity,
         status=cast(d.CandidateStatus, row.status),
         decided_at=maybe_aware(row.decided_at),
+        scorer=row.scorer,
+        uncertainty=row.uncertainty,
     )
 
 

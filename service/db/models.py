@@ -168,6 +168,9 @@ class CandidateRow(Base):
     similarity: Mapped[float] = mapped_column(Float)
     status: Mapped[str] = mapped_column(String(16))
     decided_at: Mapped[datetime | None] = mapped_column(default=None)
+    # Which scorer ranked the candidate and its uncertainty (migration 0004).
+    scorer: Mapped[str] = mapped_column(String(32), default="analytical", server_default="analytical")
+    uncertainty: Mapped[float | None] = mapped_column(Float, default=None)
 
 
 class TrialRow(Base):

@@ -267,6 +267,8 @@ def add_round(
                 strategy=dict(c.strategy),
                 predicted_time=float(c.predicted_time),
                 similarity=float(c.similarity),
+                scorer=c.scorer,
+                uncertainty=None if c.uncertainty is None else float(c.uncertainty),
                 status="proposed" if waiting else "approved",
                 decided_at=None if waiting else now,
             )

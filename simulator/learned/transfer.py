@@ -72,7 +72,7 @@ class TransferConfig:
 
     members: int = 5  # rankers in the ensemble (uncertainty = their disagreement)
     c: float = 0.01  # inverse L2 strength of each logistic fit (the most regularised of linear.C_GRID)
-    max_pairs: int = 2000  # pairs drawn per domain and member
+    max_pairs: int = 1000  # pairs drawn per domain and member (a fit's cost is linear in them)
     seed: int = 0  # bootstrap and pair sampling
     full_weight_at: int = 20  # a target with this many strategies weighs as much as all sources
     folds: int = 4  # cross-fitting folds of the held-out accuracy after fine-tuning
@@ -208,18 +208,21 @@ class _MemberData:
 class EnsembleTrainer:
     """Source pairs drawn once per member; ``fit(target)`` refits every member (module docstring).
 
-    Not thread-safe (holds a random generator per member); one trainer per process.
+    With no source domain (a service that has measured one domain only) there is nothing to
+    transfer: ``fit`` then needs a target and each member is the target's own ranker,
+    standardised on its bootstrap resample of the target.
     """
 
     def __init__(self, sources: Sequence[DomainZ], config: TransferConfig = TransferConfig()) -> None:
         sources = [s for s in sources if len(s) >= 2]
-        if not sources:
-            raise ValueError("sources: need at least one domain with two measured strategies")
         self.sources = tuple(sources)
         self.config = config
         self._members = [self._member(m) for m in range(config.members)]
 
     def _member(self, m: int) -> _MemberData:
+        if not self.sources:
+            f = NUM_GLOBAL_FEATURES
+            return _MemberData(np.zeros(f), np.ones(f), np.zeros((0, f)), np.zeros(0, np.int64), np.zeros(0))
         rng = np.random.default_rng([self.config.seed, m])
         picks = [rng.integers(0, len(d), len(d)) for d in self.sources]
         pooled = np.concatenate([d.z[p] for d, p in zip(self.sources, picks, strict=True)])
@@ -236,20 +239,31 @@ class EnsembleTrainer:
             raise ValueError("sources: no pair of strategies with distinct measured times")
         return _MemberData(mean, std, np.concatenate(xs), np.concatenate(ys), np.concatenate(ws))
 
-    def fit(self, target: DomainZ | None = None) -> TransferEnsemble:
-        """The ensemble on the sources, plus ``target``'s measured strategies when given."""
-        coefs = []
-        for m, data in enumerate(self._members):
-            x, y, w = data.x, data.y, data.w
+    def fit(self, target: DomainZ | None = None, members: int | None = None) -> TransferEnsemble:
+        """The ensemble on the sources, plus ``target``'s measured strategies when given
+        (its first ``members`` members only, when given)."""
+        chosen = self._members[: members or len(self._members)]
+        coefs: list[np.ndarray] = []
+        means: list[np.ndarray] = []
+        stds: list[np.ndarray] = []
+        for m, data in enumerate(chosen):
+            x, y, w, mean, std = data.x, data.y, data.w, data.mean, data.std
             if target is not None and len(target) >= 2:
                 rng = np.random.default_rng([self.config.seed, m, len(target)])
                 pick = rng.integers(0, len(target), len(target))
+                if not self.sources:
+                    mean, std = target.z[pick].mean(axis=0), target.z[pick].std(axis=0)
+                    std = np.where(std > 1e-6, std, 1.0)
                 tx, ty = pairs_of(target.z[pick], target.times[pick], rng, self.config.max_pairs)
                 if len(ty):
-                    weight = len(self.sources) * min(1.0, len(target) / self.config.full_weight_at)
-                    x = np.vstack([x, tx / data.std])
+                    weight = max(1, len(self.sources)) * min(1.0, len(target) / self.config.full_weight_at)
+                    x = np.vstack([x, tx / std])
                     y = np.concatenate([y, ty])
                     w = np.concatenate([w, np.full(len(ty), weight / len(ty))])
+            if len(np.unique(y)) < 2:
+                raise ValueError("no pair of strategies with distinct measured times to train on")
+            means.append(mean)
+            stds.append(std)
             # Newton-Cholesky: 4-5 iterations on these few features (lbfgs takes ~40); one BLAS
             # thread, since the fits are small and the service's cores are shared.
             lr = LogisticRegression(
@@ -260,8 +274,8 @@ class EnsembleTrainer:
             coefs.append(lr.coef_.reshape(-1))
         return TransferEnsemble(
             np.stack(coefs),
-            np.stack([d.mean for d in self._members]),
-            np.stack([d.std for d in self._members]),
+            np.stack(means),
+            np.stack(stds),
         )
 
 
@@ -303,10 +317,12 @@ def lodo_metrics(
 def held_out_accuracy(trainer: EnsembleTrainer, target: DomainZ) -> tuple[float, float]:
     """(learned, analytical) pairwise accuracy on ``target`` from out-of-fold predictions.
 
-    ``folds``-fold cross-fitting: each fold is scored by the ensemble fine-tuned on the other
-    folds, so no strategy is scored by a model that saw it; all pairs of the out-of-fold scores
-    are compared (the folds' models share the sources' standardisation and most of their data,
-    so their scores are on one scale). Folds are assigned by position modulo ``folds``.
+    ``folds``-fold cross-fitting: each fold is scored by the ensemble's first member fine-tuned
+    on the other folds, so no strategy is scored by a model that saw it; all pairs of the
+    out-of-fold scores are compared (the folds' models share the sources' standardisation and most
+    of their data, so their scores are on one scale). Folds are assigned by position modulo
+    ``folds``. One member, not all: the rule judges the ranker the members share, and the
+    cross-fit then costs ``folds`` logistic fits, not ``folds x members``, between rounds.
     """
     n = len(target)
     folds = max(2, min(trainer.config.folds, n))
@@ -314,7 +330,7 @@ def held_out_accuracy(trainer: EnsembleTrainer, target: DomainZ) -> tuple[float,
     for f in range(folds):
         test = np.arange(f, n, folds)
         train = np.setdiff1d(np.arange(n), test)
-        score[test] = trainer.fit(target.subset(train)).scores(target.z[test])
+        score[test] = trainer.fit(target.subset(train), members=1).scores(target.z[test])
     return pairwise_accuracy(score, target.times), analytical_accuracy(target)
 
 
@@ -332,7 +348,8 @@ class ScorerDecision:
     strategies: int  # measured strategies the evidence rests on (held-out) or LODO domains
 
     def as_dict(self) -> dict[str, Any]:
-        return dict(self.__dict__)
+        """JSON-ready (NaN accuracies, where there was no evidence, become None)."""
+        return {k: (None if isinstance(v, float) and v != v else v) for k, v in self.__dict__.items()}
 
 
 def choose_from_lodo(lodo: dict[str, dict[str, dict[str, float]]]) -> ScorerDecision:

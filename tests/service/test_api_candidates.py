@@ -26,7 +26,14 @@ def _search_with_round(
     sid = int(client.post(f"{API}/searches", json=body, headers=headers).json()["id"])
     repo.transition_search(session, search_id=sid, from_states=["pending"], to_state="running")
     drafts = [
-        CandidateDraft(rank=2, strategy=specs.strategy("b", group=1), predicted_time=0.35, similarity=0.2),
+        CandidateDraft(
+            rank=2,
+            strategy=specs.strategy("b", group=1),
+            predicted_time=0.35,
+            similarity=0.2,
+            scorer="hybrid",
+            uncertainty=0.07,
+        ),
         CandidateDraft(rank=1, strategy=specs.strategy("a"), predicted_time=0.25, similarity=0.5),
     ]
     repo.add_round(session, search_id=sid, candidates=drafts, samples=100)
@@ -51,6 +58,9 @@ def _candidate(id: int, rank: int, status: str, sid: int = 1, **over: Any) -> di
         "similarity": sim,
         "status": status,
         "decided_at": None if status == "proposed" else ANY,
+        # rank 2 was ranked by the hybrid scorer (its draft says so); rank 1 by the default
+        "scorer": "analytical" if rank == 1 else "hybrid",
+        "uncertainty": None if rank == 1 else 0.07,
     }
     return base | over
 

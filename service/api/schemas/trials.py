@@ -22,6 +22,16 @@ class CandidatePublic(Public):
     similarity: float = Field(description="Similarity to the round's other picks (Eq. 11).")
     status: Literal["proposed", "approved", "rejected"]
     decided_at: datetime | None
+    scorer: str = Field(
+        description="Which scorer ranked it: 'analytical' (Eq. 1-3), 'learned' (the transfer ensemble), "
+        "'hybrid' (a blend where the ensemble is unsure), or a network kind.",
+        examples=["hybrid"],
+    )
+    uncertainty: float | None = Field(
+        description="The scorer's uncertainty; for learned/hybrid the ensemble's disagreement: std of "
+        "its members' percentile ranks of the candidate in the round (0 = agree; >= 0.15 = analytical "
+        "decides). Null for the analytical model."
+    )
 
 
 class CandidatesPublic(Public):

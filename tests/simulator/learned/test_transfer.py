@@ -159,3 +159,13 @@ def test_scorers_on_a_round_batch(domains: list[Domain], zs: list[DomainZ]) -> N
     # Seconds are analytical quantiles: inside the analytical model's range on this batch.
     assert zs[3].analytical.min() - 1e-12 <= hybrid.seconds.min()
     assert hybrid.seconds.max() <= zs[3].analytical.max() + 1e-12
+
+
+def test_without_source_domains_the_target_trains_alone(zs: list[DomainZ]) -> None:
+    trainer = EnsembleTrainer([], CFG)
+    with pytest.raises(ValueError, match="no pair"):
+        trainer.fit()
+    ens = trainer.fit(zs[0])
+    assert ens.members == 3 and accuracy(ens, zs[0]) > 0.8  # in-domain, analytical-like labels
+    d = choose(trainer, zs[0], {})
+    assert d.evidence == "held-out" and 0.0 <= d.learned_accuracy <= 1.0
