@@ -29,6 +29,7 @@ from pathlib import Path
 import uvicorn
 
 from runtime.worker import TOKEN_ENV
+from service.api.processes import KEEP_ALIVE_S
 from service.db import repository as repo
 from service.db.engine import make_engine, session_factory, upgrade
 from service.loop import LoopConfig, SearchLoop, run_in_thread
@@ -126,7 +127,11 @@ class Stack:
                 app_settings, port=port, workers=self.config.api_workers, log_level=self.config.log_level
             )
         else:
-            self._server = uvicorn.Server(uvicorn.Config(app, log_level=self.config.log_level, lifespan="on"))
+            self._server = uvicorn.Server(
+                uvicorn.Config(
+                    app, log_level=self.config.log_level, lifespan="on", timeout_keep_alive=KEEP_ALIVE_S
+                )
+            )
             api = threading.Thread(
                 target=self._server.run, kwargs={"sockets": [sock]}, name="api", daemon=True
             )

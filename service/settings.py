@@ -35,8 +35,6 @@ class Settings(BaseSettings):
     # Celery broker; empty: kombu's SQLAlchemy transport on sqla+sqlite:///<data_dir>/broker.db.
     # Production: redis://host:6379/0.
     broker_url: str = ""
-    # Celery result backend; empty: db+sqlite:///<data_dir>/results.db.
-    result_backend: str = ""
     # Folder where trained simulator versions are written; empty: <data_dir>/simulators.
     simulators_dir: Path | None = None
     # A running trial whose last heartbeat is older than this many seconds is requeued.
@@ -63,8 +61,6 @@ class Settings(BaseSettings):
     # Interface and port the API listens on.
     api_host: str = "127.0.0.1"
     api_port: int = Field(8000, ge=1, le=65535)
-    # Public base URL of the API as workers should reach it; empty: http://<api_host>:<api_port>.
-    api_url: str = ""
     # If set, an admin token with exactly this secret is ensured at start-up (bootstrapping a
     # fresh deployment, e.g. from docker-compose); leave empty and use `strategist token create`.
     admin_token: str = ""
@@ -82,12 +78,8 @@ class Settings(BaseSettings):
             self.database_url = f"sqlite:///{data / 'strategist.db'}"
         if not self.broker_url:
             self.broker_url = f"sqla+sqlite:///{data / 'broker.db'}"
-        if not self.result_backend:
-            self.result_backend = f"db+sqlite:///{data / 'results.db'}"
         if self.simulators_dir is None:
             self.simulators_dir = data / "simulators"
-        if not self.api_url:
-            self.api_url = f"http://{self.api_host}:{self.api_port}"
         return self
 
     @cached_property

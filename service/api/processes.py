@@ -20,6 +20,11 @@ import httpx
 from runtime.worker.session import term_with_parent
 from service.settings import Settings
 
+#: Seconds an idle keep-alive connection stays open, in both the single-process API and these.
+#: uvicorn's default (5 s) races clients that reuse a connection just as the server closes it,
+#: which reads as connection resets under load; 75 s is nginx's default.
+KEEP_ALIVE_S = 75
+
 
 def settings_env(settings: Settings) -> dict[str, str]:
     """``STRATEGIST_<FIELD>`` variables that rebuild ``settings`` in another process."""
@@ -37,7 +42,7 @@ def start_api_processes(
     argv = [
         sys.executable, "-m", "uvicorn", "service.api.app:app_from_env", "--factory",
         "--workers", str(workers), "--host", settings.api_host, "--port", str(port),
-        "--log-level", log_level, "--no-access-log",
+        "--log-level", log_level, "--no-access-log", "--timeout-keep-alive", str(KEEP_ALIVE_S),
     ]  # fmt: skip
     return subprocess.Popen(argv, env={**os.environ, **settings_env(settings)}, preexec_fn=term_with_parent)
 

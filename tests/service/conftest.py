@@ -204,7 +204,6 @@ def settings(database_url: str, tmp_path: Path) -> Settings:
         data_dir=tmp_path / "data",
         database_url=database_url,
         broker_url="memory://",
-        result_backend="cache+memory://",
         heartbeat_timeout_s=30.0,
         migrate_on_start=False,  # the session's database is migrated once, up front
     )

@@ -30,7 +30,6 @@ def stack(tmp_path: Path, zoo_dir: Path) -> Iterator[Stack]:
         data_dir=tmp_path / "data",
         database_url="",
         broker_url="",
-        result_backend="",
         heartbeat_timeout_s=10.0,
         sweep_interval_s=1.0,
     )

@@ -25,7 +25,6 @@ def test_search_survives_a_service_restart(
         data_dir=tmp_path / "data",
         database_url="",
         broker_url="",
-        result_backend="",
         heartbeat_timeout_s=5.0,
         sweep_interval_s=0.5,
     )

@@ -33,7 +33,7 @@ def _children(pid: int) -> list[int]:
 def test_api_worker_processes_serve_and_stop(
     tmp_path: Path, zoo_dir: Path, wait_for: Callable[..., Any]
 ) -> None:
-    settings = Settings(data_dir=tmp_path / "data", database_url="", broker_url="", result_backend="")
+    settings = Settings(data_dir=tmp_path / "data", database_url="", broker_url="")
     stack = Stack(settings, StackConfig(embedded_worker=False, port=0, tick_s=0.3, api_workers=2))
     stack.start()
     try:

@@ -57,7 +57,6 @@ def stack(tmp_path_factory: pytest.TempPathFactory, specs_module: Any) -> Iterat
         data_dir=root / "data",
         database_url=f"sqlite:///{root / 'strategist.db'}",
         broker_url="memory://",
-        result_backend="cache+memory://",
         api_host="127.0.0.1",
     )
     with Stack(settings, StackConfig(embedded_worker=False, port=0, tick_s=0.2)) as s:

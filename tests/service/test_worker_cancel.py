@@ -25,7 +25,6 @@ def stack(tmp_path: Path, zoo_dir: Path) -> Iterator[Stack]:
         data_dir=tmp_path / "data",
         database_url="",
         broker_url="",
-        result_backend="",
         heartbeat_timeout_s=120.0,  # long: the trial must end by the worker's report, not the sweep
         sweep_interval_s=1.0,
     )
