@@ -1,6 +1,6 @@
 """Data access for trials: enqueue, claim, heartbeat, report exactly once, requeue stale ones.
 
-The database, not the queue, is the source of truth for a trial (DESIGN.md). Contract:
+The database, not the queue, is the source of truth for a trial (docs/service.md). Contract:
 - ``claim_trial`` is atomic: a queued trial goes to exactly one worker, also under concurrent
   claims (PostgreSQL: ``SELECT ... FOR UPDATE SKIP LOCKED`` then a conditional UPDATE; SQLite: the
   conditional ``UPDATE ... WHERE state = 'queued'`` alone, whose row count says who won). Each

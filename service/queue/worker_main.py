@@ -5,7 +5,7 @@ only the worker, the queue and the zoo, so a worker starts in seconds, not after
 
 How a worker finds work (the trade-off): it *pulls through the API* — every trial is claimed with
 ``POST /api/v1/workers/claim`` using a worker token, so a GPU host needs no database credentials and
-no inbound connection (DESIGN.md: workers pull, no ssh into GPU hosts). With ``--broker`` it also
+no inbound connection (docs/service.md: workers pull, no ssh into GPU hosts). With ``--broker`` it also
 consumes Celery nudges from the queues of its clusters, which wakes it the moment a trial is
 queued; without a broker it polls the API every ``--poll`` seconds (simpler to deploy, adds up to
 that much latency per trial and one cheap request per poll). Either way the claim decides: a

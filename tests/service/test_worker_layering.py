@@ -1,5 +1,5 @@
 """The worker runs on GPU hosts that have no database: runtime's worker modules import neither the
-service nor FastAPI nor SQLAlchemy (DESIGN.md's layering), checked in a fresh interpreter."""
+service nor FastAPI nor SQLAlchemy (docs/service.md, Layering), checked in a fresh interpreter."""
 
 from __future__ import annotations
 
