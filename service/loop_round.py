@@ -10,13 +10,14 @@ time: one search runs on one cluster, whose price per second is fixed.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Iterable, Sequence
 from typing import Any
 
 import numpy as np
 
-from search.round import AllTriedError, RoundDefaults, RoundResult, run_round
+from search.round import AllTriedError, RoundDefaults, RoundResult, RoundScorer, run_round
 from search.similarity import FactorSimilarity, HiddenSimilarity, Similarity
 from search.space import Compression, SpaceConfig, compressor_kinds
 from service.domain import CandidateDraft, Search, Trial
@@ -37,7 +38,7 @@ def strategy_key(strategy: Strategy | dict[str, Any]) -> str:
 def plan_round(
     model: ModelSpec,
     cluster: ClusterSpec,
-    simulator: Simulator,
+    simulator: Simulator | RoundScorer,
     *,
     samples: int,
     k: int,
@@ -46,7 +47,9 @@ def plan_round(
     config: RoundDefaults = RoundDefaults(),
     compression: Compression = "none",
 ) -> list[CandidateDraft]:
-    """The K candidates of a round, rank 1 = fastest predicted, with their mean similarity to the others.
+    """The K candidates of a round, rank 1 = fastest predicted, with their mean similarity to the
+    others, and which scorer ranked each and its uncertainty. ``simulator``: a Simulator or any
+    ``search.round.RoundScorer`` (the learned / hybrid scorers).
 
     ``exclude``: the search's already-tried strategies (objects or stored dicts); they are never
     proposed again. ``compression`` is the search's opt-in: 'none' samples the lossless space
@@ -66,21 +69,25 @@ def plan_round(
         parts = [("none", samples // 2, k // 2), (compression, samples - samples // 2, k - k // 2)]
     chosen: list[Strategy] = []
     predicted: list[float] = []
+    scorers: list[str] = []
+    uncertainty: list[float | None] = []
     for i, (comp, n, kk) in enumerate(parts):
         result = _part(model, cluster, simulator, n, kk, seed + 7919 * i, tried, config, comp)
         if result is not None:
             chosen += result.strategies
             predicted += result.predicted
+            scorers += result.scorers
+            uncertainty += result.uncertainty
     if not chosen:
-        raise RuntimeError(f"all {samples} sampled strategies were already tried in this search")
+        raise AllTriedError(f"all {samples} sampled strategies were already tried in this search")
     similarity = _similarity(config, simulator, model, cluster)
-    return drafts(chosen, predicted, similarity.matrix(chosen).tolist())
+    return drafts(chosen, predicted, similarity.matrix(chosen).tolist(), scorers, uncertainty)
 
 
 def _part(
     model: ModelSpec,
     cluster: ClusterSpec,
-    simulator: Simulator,
+    simulator: Simulator | RoundScorer,
     samples: int,
     k: int,
     seed: int,
@@ -107,30 +114,48 @@ def _part(
 
 
 def drafts(
-    strategies: Sequence[Strategy], predicted: Sequence[float], similarity: Sequence[Sequence[float]]
+    strategies: Sequence[Strategy],
+    predicted: Sequence[float],
+    similarity: Sequence[Sequence[float]],
+    scorers: Sequence[str] | None = None,
+    uncertainty: Sequence[float | None] | None = None,
 ) -> list[CandidateDraft]:
-    """Candidate drafts ranked by predicted time; similarity = mean sim to the other picks."""
+    """Candidate drafts ranked by predicted time; similarity = mean sim to the other picks; with
+    ``scorers`` / ``uncertainty`` (``RoundResult.scorers`` / ``.uncertainty``) when the draft has
+    those fields (``service.domain.CandidateDraft``)."""
     k = len(strategies)
     sim = np.asarray(similarity, dtype=np.float64).reshape(k, k)
     mean_sim = (sim.sum(axis=1) - np.diag(sim)) / max(k - 1, 1)
     order = sorted(range(k), key=lambda i: (predicted[i], i))
-    return [
-        CandidateDraft(
-            rank=rank,
-            strategy=strategies[i].model_dump(mode="json"),
-            predicted_time=float(predicted[i]),
-            similarity=float(mean_sim[i]),
+    fields = {f.name for f in dataclasses.fields(CandidateDraft)}
+    out = []
+    for rank, i in enumerate(order, start=1):
+        extra: dict[str, Any] = {}
+        if scorers is not None and "scorer" in fields:
+            extra["scorer"] = scorers[i]
+        if uncertainty is not None and "uncertainty" in fields:
+            extra["uncertainty"] = uncertainty[i]
+        out.append(
+            CandidateDraft(
+                rank=rank,
+                strategy=strategies[i].model_dump(mode="json"),
+                predicted_time=float(predicted[i]),
+                similarity=float(mean_sim[i]),
+                **extra,
+            )
         )
-        for rank, i in enumerate(order, start=1)
-    ]
+    return out
 
 
 def _similarity(
-    config: RoundDefaults, simulator: Simulator, model: ModelSpec, cluster: ClusterSpec
+    config: RoundDefaults, simulator: Simulator | RoundScorer, model: ModelSpec, cluster: ClusterSpec
 ) -> Similarity:
     """The round's similarity, for the similarity shown with the K candidates of both halves."""
     if config.similarity == "hidden":
-        return HiddenSimilarity(simulator, model, cluster)
+        inner = simulator if isinstance(simulator, Simulator) else getattr(simulator, "simulator", None)
+        if not isinstance(inner, Simulator):
+            raise ValueError("similarity: 'hidden' needs a simulator behind the round's scorer")
+        return HiddenSimilarity(inner, model, cluster)
     return FactorSimilarity(model)
 
 
