@@ -207,12 +207,10 @@ def run(sets: list[MeasuredSet], targets: list[MeasuredSet], seeds: int, config:
     print(
         "domains (their mean LODO accuracy, learned / analytical). Fine-tuned: the LODO ensemble fine-tuned"
     )
-    print(
-        "on the domain's train split (70 %, seeded hash split), judged on its test split (15 %) next to Eq. 1-3."
-    )
+    print("on the domain's train split (70 %, seeded hash split), judged on the other 30 % next to Eq. 1-3.")
     print(
         f"{'dataset/domain':30s} {'n':>4s} {'LODO':>6s} {'Eq.1-3':>6s}  {'rule':32s} "
-        f"{'test n':>6s} {'tuned':>6s} {'Eq.1-3':>6s}"
+        f"{'held n':>6s} {'tuned':>6s} {'Eq.1-3':>6s}"
     )
     for label, n, acc, ana, rule, (nt, tacc, tana) in lodo_rows:
         verdict = f"{rule.choice} ({rule.learned_accuracy:.3f} / {rule.analytical_accuracy:.3f})"
