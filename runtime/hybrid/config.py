@@ -32,6 +32,8 @@ class HybridConfig:
     memory_fraction: float = 1.0
     # Optimizer state bytes per parameter byte on the device (SGD 0, momentum 1, Adam 2).
     optimizer_state_factor: float = 0.0
+    # Multiplier on the per-sample activation bytes stashed for backward (MemoryConfig.activation_factor).
+    activation_factor: float = 1.0
     # Real mode: every rank returns every step's gradients (tests compare them with the reference).
     record_grads: bool = False
 
@@ -46,6 +48,7 @@ class HybridConfig:
             (self.attention_heads >= 1, "attention_heads", "must be >= 1"),
             (0 < self.memory_fraction <= 1, "memory_fraction", "must be in (0, 1]"),
             (self.optimizer_state_factor >= 0, "optimizer_state_factor", "must be >= 0"),
+            (self.activation_factor > 0, "activation_factor", "must be > 0"),
         ]
         for ok, name, reason in checks:
             if not ok:

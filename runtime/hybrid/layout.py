@@ -259,14 +259,18 @@ class Layout:
         return out
 
     # ------------------------------------------------------------------ memory
-    def memory_items(self, rank: int, scale_state: float) -> list[tuple[str, float]]:
+    def memory_items(
+        self, rank: int, state_factor: float, activation_factor: float = 1.0
+    ) -> list[tuple[str, float]]:
         """(what, bytes) a device holds in a step, in allocation order (``runtime.hybrid.memory``).
 
-        Per TaskGraph it runs: its parameters (split: its shards, whole copies of non-sharded
-        layers), their gradients, ``scale_state`` x parameters of optimizer state, then the
-        activations it stashes for backward: every layer's ``activation_bytes`` x its rows (a
-        split TaskGraph's by its split fraction: the sharded ops' outputs are cut, the rest is
-        counted at the same fraction, a decision that favours no plan).
+        The rules of the planner's memory model (``search.feasibility.MemoryModel.stage_bytes``)
+        applied to what this device runs. Per TaskGraph: its parameters (split: its shards, whole
+        copies of the layers it does not shard), gradients (density-scaled for sparse variables),
+        ``state_factor`` x parameters of optimizer state, for a split TaskGraph bridge buffers of
+        its input and output for the whole batch (``boundary_bytes`` x rows), then the activations
+        it stashes for backward: every layer's ``activation_bytes`` x its rows x
+        ``activation_factor`` (a split TaskGraph's by its split fraction).
         """
         params: list[tuple[str, float]] = []
         acts: list[tuple[str, float]] = []
@@ -275,33 +279,32 @@ class Layout:
             if p is None:
                 continue
             lo, hi = self.rows(t, rank)
-            pbytes = 0.0
+            layers = range(tg.first_layer, tg.last_layer)
             frac = 1.0
             if tg.primitive == "split":
                 frac = self.split_fraction(t, p[1])
+                pbytes = gbytes = 0.0
                 for op in shard_ops(self.model, tg.first_layer, tg.last_layer):
                     layer = self.model.layers[op.layer]
                     sizes = self.split_sizes(t, op) if split_dim(layer, op.kind, self.heads) else ()
                     slices = variable_slices(layer, op.kind, sizes, p[1], self.heads) if sizes else ()
                     for i, v in enumerate(layer.variables):
-                        pbytes += v.bytes * (slice_fraction(v.shape, slices[i]) if slices else 1.0)
+                        f = slice_fraction(v.shape, slices[i]) if slices else 1.0
+                        pbytes += v.bytes * f
+                        gbytes += v.grad_bytes * f
             else:
-                pbytes = float(
-                    sum(
-                        v.bytes
-                        for li in range(tg.first_layer, tg.last_layer)
-                        for v in self.model.layers[li].variables
-                    )
+                pbytes = float(sum(v.bytes for li in layers for v in self.model.layers[li].variables))
+                gbytes = float(sum(v.grad_bytes for li in layers for v in self.model.layers[li].variables))
+            per_sample = sum(self.model.layers[li].activation_bytes for li in layers) * activation_factor
+            params += [(f"task_graphs.{t} parameters", pbytes), (f"task_graphs.{t} gradients", gbytes)]
+            if state_factor:
+                params.append((f"task_graphs.{t} optimizer state", state_factor * pbytes))
+            if tg.primitive == "split":
+                boundary = self.model.layers[tg.last_layer - 1].activation_bytes + (
+                    self.model.layers[tg.first_layer - 1].activation_bytes if tg.first_layer > 0 else 0.0
                 )
-            abytes = (
-                frac
-                * (hi - lo)
-                * sum(self.model.layers[li].activation_bytes for li in range(tg.first_layer, tg.last_layer))
-            )
-            params += [(f"task_graphs.{t} parameters", pbytes), (f"task_graphs.{t} gradients", pbytes)]
-            if scale_state:
-                params.append((f"task_graphs.{t} optimizer state", scale_state * pbytes))
-            acts.append((f"task_graphs.{t} activations ({hi - lo} samples)", abytes))
+                params.append((f"task_graphs.{t} bridge buffers", boundary * (hi - lo)))
+            acts.append((f"task_graphs.{t} activations ({hi - lo} samples)", frac * (hi - lo) * per_sample))
         return params + acts
 
     def bridge_numel(self, t: int, rows: int, scale: float) -> int:

@@ -57,13 +57,17 @@ def measure_plan(
     scale: float | None = None,
     dilation: float | None = None,
     efficiency: float = 1.0,
-    memory_fraction: float = 1.0,
-    optimizer_state_factor: float = 0.0,
+    memory_fraction: float = 0.9,
+    optimizer_state_factor: float = 2.0,
+    activation_factor: float = 1.0,
     timeout_s: float = 600.0,
     launcher: Launcher | None = None,
 ) -> HybridRun:
     """Run ``plan`` (replay) for ``warmup + iterations`` steps; see the module docstring.
 
+    The memory assumptions default to the planner's (``search.feasibility.MemoryConfig``: Adam's
+    state 2x parameters, 90 % of a GPU usable, activation factor 1), so a plan the planner says
+    fits is judged by the device with the same rules; pass the planner's values when they differ.
     ``testbed``: shaped network namespaces (falling back to unshaped loopback with a warning
     where they cannot be built); False: loopback. ``scale``/``dilation`` None: the executor's
     ``dilated_scales(cluster)``. ``launcher``: use this one (already built) instead.
@@ -83,7 +87,12 @@ def measure_plan(
         efficiency=efficiency,
         timeout_s=timeout_s,
     )
-    cfg = HybridConfig(ex, memory_fraction=memory_fraction, optimizer_state_factor=optimizer_state_factor)
+    cfg = HybridConfig(
+        ex,
+        memory_fraction=memory_fraction,
+        optimizer_state_factor=optimizer_state_factor,
+        activation_factor=activation_factor,
+    )
     issues = hybrid_issues(plan, model, cluster)
     if issues:
         return HybridRun("invalid", f"invalid plan: {issues[0]}")
@@ -106,10 +115,10 @@ def pipeline_memory_failure(
     p = plan.to_plan()
     P = len(p.stages)
     for s, st in enumerate(p.stages):
-        params = sum(
-            v.bytes for layer in model.layers[st.first_layer : st.last_layer] for v in layer.variables
-        )
-        acts = sum(layer.activation_bytes for layer in model.layers[st.first_layer : st.last_layer])
+        layers = model.layers[st.first_layer : st.last_layer]
+        params = sum(v.bytes for layer in layers for v in layer.variables)
+        grads = sum(v.grad_bytes for layer in layers for v in layer.variables)
+        acts = sum(layer.activation_bytes for layer in layers) * cfg.activation_factor
         for d, dev in enumerate(st.devices):
             gpu = cluster.device_type(dev.rpartition(":")[0])
             mem = DeviceMemory(dev, gpu.name, gpu.memory_gb * GB * cfg.memory_fraction)
@@ -117,7 +126,7 @@ def pipeline_memory_failure(
             stash = expected_peak_stashed(P, n, p.group_size(n), s)
             try:
                 mem.allocate(f"stage {s} parameters", params)
-                mem.allocate(f"stage {s} gradients", params)
+                mem.allocate(f"stage {s} gradients", grads)
                 mem.allocate(f"stage {s} optimizer state", cfg.optimizer_state_factor * params)
                 mem.allocate(f"stage {s} activations ({stash} micro-batches of {p.micro_batch_size})",
                              stash * p.micro_batch_size * acts)  # fmt: skip

@@ -63,7 +63,7 @@ class Worker:
     # ------------------------------------------------------------------ set-up
     def setup(self, groups: dict[str, Any]) -> None:
         self.groups = groups
-        items = self.L.memory_items(self.rank, self.cfg.optimizer_state_factor)
+        items = self.L.memory_items(self.rank, self.cfg.optimizer_state_factor, self.cfg.activation_factor)
         self.act_items = {
             t: (w, b)
             for t, (w, b) in zip(self.mine, [i for i in items if "activations" in i[0]], strict=True)

@@ -411,7 +411,7 @@ def hybrid_issues(plan: HybridPlan, model: ModelSpec, cluster: ClusterSpec) -> l
                             Issue((*path, "types", j), f"is {vd.types[j]!r}, but {d} is a {actual}")
                         )
     if plan.num_micro_batches > 1 and not issues:
-        issues.extend(plan_issues(plan.to_plan(), model, cluster, prefix=("pipeline",)))
+        issues.extend(_plan_path(i) for i in plan_issues(plan.to_plan(), model, cluster))
     return issues
 
 

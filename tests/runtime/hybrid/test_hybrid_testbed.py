@@ -55,11 +55,13 @@ def test_each_device_replays_its_own_type() -> None:
         assert run.busy_s[dev] == pytest.approx(want, rel=0.15, abs=0.005), dev
     assert run.busy_s["p:0"] > 1.2 * run.busy_s["v:0"]  # the P100 is slower (10.6 vs 15.7 TFLOPS)
     assert run.iteration_s is not None and run.iteration_s >= 0.9 * run.busy_s["p:0"]
-    assert run.peak_memory_bytes["p:0"] == pytest.approx(2 * 256 * 256 * 4 * 3 + 8 * 3 * 1e6)
+    # parameters + gradients + Adam's two moments (measure_plan's default) + 8 samples' activations
+    assert run.peak_memory_bytes["p:0"] == pytest.approx(4 * 256 * 256 * 4 * 3 + 8 * 3 * 1e6)
 
 
 def test_a_plan_that_does_not_fit_fails_as_out_of_memory() -> None:
-    # 1 GB of activations per sample and layer: 20 samples need 60 GB > both; 4 on the P100 fit 16 GB
+    # 1 GB of activations per sample and layer; 90 % usable: 6 samples (18 GB) overflow the P100's
+    # 14.4 GB, 4 (12 GB) fit it and 8 (24 GB) fit the V100's 28.8 GB
     m = model(1e9, 1e8)
     even = measure_plan(
         m, CLUSTER, dp({"v:0": 6, "p:0": 6}), iterations=1, warmup=0, testbed=False, scale=1.0
@@ -113,3 +115,20 @@ def test_bridge_routes_cover_every_row_once() -> None:
     assert sorted(L.routes(0, backward=True), key=lambda r: r.dst) == [
         Route(1, 0, 0, 1), Route(1, 1, 1, 5), Route(1, 2, 5, 6),
     ]  # fmt: skip
+
+
+@pytest.mark.slow
+def test_pipelined_plan_runs_on_the_pipeline_executor() -> None:
+    m = model(1e6, 1e10)
+    tgs = (
+        TaskGraph(first_layer=0, last_layer=2, virtual_devices=(VirtualDevice(devices=("v:0",)),)),
+        TaskGraph(first_layer=2, last_layer=3, virtual_devices=(VirtualDevice(devices=("p:0",)),)),
+    )
+    plan = HybridPlan(task_graphs=tgs, global_batch=8, num_micro_batches=4, schedule="1f1b")
+    run = measure_plan(m, CLUSTER, plan, iterations=3, warmup=1, testbed=False, scale=1.0)
+    assert run.status == "ok", run.reason
+    assert set(run.busy_s) == {"v:0", "p:0"}
+    # each stage replays at least its own device's compute for the 4 micro-batches of 2
+    for dev, gpu, layers in (("v:0", V100, slice(0, 2)), ("p:0", P100, slice(2, 3))):
+        t = layer_times(m, gpu, 2, CostParams())
+        assert run.busy_s[dev] >= 0.95 * 4 * float(t.fwd[layers].sum() + t.bwd[layers].sum())
