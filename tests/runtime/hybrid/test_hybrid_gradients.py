@@ -115,6 +115,7 @@ def test_split_4_uneven_shards() -> None:
     check(HybridPlan(task_graphs=(tg,), global_batch=3))
 
 
+@pytest.mark.slow  # the uneven split(4) above covers split(4) in the default run
 def test_split_4_even() -> None:
     tg = TaskGraph(
         first_layer=0, last_layer=6, primitive="split", degree=4, virtual_devices=(devs(0, 1, 2, 3),)
