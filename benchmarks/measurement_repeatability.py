@@ -23,7 +23,10 @@ from scipy.stats import kendalltau
 
 from simulator import zoo
 from simulator.learned.runtimes import default_runtimes_dir, domain_folders, load_domain
-from simulator.metrics import pairwise_accuracy
+from simulator.metrics import pairwise_accuracy, resolved_pairs
+
+#: Pairs closer than this (relative) are below the trial-to-trial noise of a quiet domain.
+GAP = 0.05
 
 
 def main() -> None:
@@ -34,6 +37,7 @@ def main() -> None:
     main_folders = {f.name: f for f in domain_folders(args.runtimes_dir or default_runtimes_dir())}
     print(
         f"{'domain':18s} {'matched':>7s} {'pairwise agreement':>19s} {'kendall tau':>12s} {'median |log ratio|':>19s}"
+        f" {'agreement, pairs >5% apart':>27s} {'share of pairs >5% apart':>25s}"
     )
     for retest in domain_folders(args.retest_dir):
         if retest.name not in main_folders:
@@ -51,6 +55,7 @@ def main() -> None:
         print(
             f"{retest.name:18s} {len(keys):7d} {pairwise_accuracy(y, x):19.3f} "
             f"{kendalltau(x, y).statistic:12.3f} {np.median(np.abs(np.log(x / y))):19.3f}"
+            f" {pairwise_accuracy(y, x, min_gap=GAP):27.3f} {resolved_pairs(x, GAP):25.2f}"
         )
 
 

@@ -24,21 +24,33 @@ def _pair(predicted: np.ndarray, measured: np.ndarray) -> tuple[np.ndarray, np.n
     return p, m
 
 
-def pairwise_accuracy(predicted: np.ndarray, measured: np.ndarray) -> float:
+def pairwise_accuracy(predicted: np.ndarray, measured: np.ndarray, min_gap: float = 0.0) -> float:
     """Fraction of strategy pairs the prediction orders like the measurement (AutoSync §5.1).
 
     Pairs with equal measured times carry no order and are skipped; a pair the prediction ties
-    counts as half right (a coin flip). NaN when no pair has distinct measured times.
+    counts as half right (a coin flip). NaN when no pair has distinct measured times. With
+    ``min_gap`` > 0 only pairs whose measured times differ by more than that fraction of the
+    smaller one count: on a domain whose strategies differ by less than the measurement's noise,
+    the all-pairs figure measures the noise (``resolved_pairs`` says how many pairs are left).
     """
     p, m = _pair(predicted, measured)
     i, j = np.triu_indices(len(p), k=1)
     dm = np.sign(m[i] - m[j])
-    keep = dm != 0
+    keep = (dm != 0) & (np.abs(m[i] - m[j]) > min_gap * np.minimum(m[i], m[j]))
     if not keep.any():
         return float("nan")
     dp = np.sign(p[i] - p[j])[keep]
     dm = dm[keep]
     return float(np.mean(np.where(dp == 0, 0.5, (dp == dm).astype(np.float64))))
+
+
+def resolved_pairs(measured: np.ndarray, min_gap: float) -> float:
+    """Share of pairs whose measured times differ by more than ``min_gap`` of the smaller one."""
+    m = np.asarray(measured, dtype=np.float64)
+    i, j = np.triu_indices(len(m), k=1)
+    if len(i) == 0:
+        return float("nan")
+    return float(np.mean(np.abs(m[i] - m[j]) > min_gap * np.minimum(m[i], m[j])))
 
 
 def kendall_tau(predicted: np.ndarray, measured: np.ndarray) -> float:

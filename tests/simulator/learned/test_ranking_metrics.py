@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from simulator.metrics import kendall_tau, pairwise_accuracy, ranking_metrics, top_k_regret
+from simulator.metrics import kendall_tau, pairwise_accuracy, ranking_metrics, resolved_pairs, top_k_regret
 
 
 def test_pairwise_accuracy_hand_worked() -> None:
@@ -47,3 +47,14 @@ def test_ranking_metrics_bundle_and_errors() -> None:
         pairwise_accuracy(np.ones(3), np.ones(4))
     with pytest.raises(ValueError, match="finite"):
         kendall_tau(np.array([1.0, np.nan]), np.array([1.0, 2.0]))
+
+
+def test_min_gap_keeps_only_pairs_the_measurement_resolves() -> None:
+    # Measured 1.00, 1.02, 2.00: the first two are 2 % apart. The prediction swaps them and
+    # orders the rest right: all pairs 2/3, pairs more than 5 % apart 2/2.
+    measured = np.array([1.00, 1.02, 2.00])
+    predicted = np.array([1.1, 1.0, 3.0])
+    assert pairwise_accuracy(predicted, measured) == pytest.approx(2 / 3)
+    assert pairwise_accuracy(predicted, measured, min_gap=0.05) == pytest.approx(1.0)
+    assert resolved_pairs(measured, 0.05) == pytest.approx(2 / 3)
+    assert np.isnan(pairwise_accuracy(predicted[:2], measured[:2], min_gap=0.05))
