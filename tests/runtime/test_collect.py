@@ -101,6 +101,8 @@ def test_collect_on_the_testbed_appends_one_record_per_trial(tmp_path: Path) -> 
         lo, hi = rec["median_ci95_s"]
         assert lo <= rec["median_s"] <= hi
         assert 0.0 <= rec["foreign_cpu_share"] <= 1.0
+        own = rec["measurement"]["environment"]["own_cpu_share"]
+        assert 0.0 < own <= 1.0 and own + rec["foreign_cpu_share"] <= 1.05  # shares of one host
     # Resuming: measured strategies are skipped, only the new one runs and is appended.
     extra = Trial(every(CollectiveSync(algorithm="hierarchical"), "hier"), "sampler:random", 3)
     seen.clear()
