@@ -30,6 +30,7 @@ from search.round import (
     RoundScorer,
     RoundScores,
     SampleBatch,
+    qualify_and_select,
     run_round,
 )
 from search.samplers import (
@@ -122,6 +123,7 @@ __all__ = [
     "adjacent_merge",
     "load_balance",
     "make_sampler",
+    "qualify_and_select",
     "run_round",
     "select_diverse",
     "select_exact",
