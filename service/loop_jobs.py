@@ -309,13 +309,15 @@ def plan_round_job(
     registry_dir: Any,
     kwargs: dict[str, Any],
 ) -> tuple[list[Any], str, int | None]:
-    """``plan_round`` with the domain's simulator loaded here: (drafts, simulator name, version id)."""
-    from service.loop_round import plan_round
-    from service.loop_simulators import load_simulator
+    """``plan_round`` with the domain's scorer loaded here: (drafts, scorer name, version id).
 
-    simulator, used = load_simulator(version, registry_dir)
-    drafts = plan_round(model, cluster, simulator, **kwargs)
-    return drafts, simulator.name, used.id if used is not None else None
+    The scorer is ``loop_simulators.load_scorer``'s: the hybrid scorer for a transfer version."""
+    from service.loop_round import plan_round
+    from service.loop_simulators import load_scorer
+
+    scorer, used = load_scorer(version, registry_dir)
+    drafts = plan_round(model, cluster, scorer, **kwargs)
+    return drafts, scorer.name, used.id if used is not None else None
 
 
 def baselines_job(model: Any, cluster: Any, names: tuple[str, ...]) -> dict[str, dict[str, Any]]:

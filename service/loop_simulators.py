@@ -124,6 +124,8 @@ def load_scorer(
     """The round scorer of ``version``: the hybrid scorer for a transfer version, else the
     simulator's (``search.round.scorer_for``); the analytical scorer when it cannot be loaded."""
     simulator, used = load_simulator(version, registry_dir)
+    if used is None or used.kind != TRANSFER:  # no torch import for the analytical model (job budgets)
+        return scorer_for(simulator), used
     from simulator.learned.scoring import HybridScorer
     from simulator.learned.transfer import TransferEnsemble
 

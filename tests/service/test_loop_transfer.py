@@ -110,3 +110,38 @@ def test_a_new_domain_uses_the_pretrained_version_when_its_rule_says_learned(
     # A version whose files are missing is not loadable: the analytical scorer.
     scorer, loaded = load_scorer(v, tmp_path)
     assert isinstance(scorer, AnalyticalScorer) and loaded is None
+
+
+def test_a_round_planned_with_a_transfer_version_records_scorer_and_uncertainty(
+    sessions: sessionmaker[Session], search_of: Any, tmp_path: Path
+) -> None:
+    from service.loop_jobs import plan_round_job
+    from simulator.learned import Registry
+    from simulator.learned.pretrained import TrainingSet, pretrain_version
+    from simulator.learned.transfer import TransferConfig
+
+    search = search_of()
+    model, cluster, strategies = _ingest(sessions, search, 20, spread=1.05)
+    from simulator.learned import Domain
+
+    data = Domain.from_measurements(
+        model,
+        cluster,
+        list(zip(strategies, AnalyticalSimulator().predict(model, cluster, strategies), strict=True)),
+    )
+    info, _ = pretrain_version([TrainingSet("t", data)], Registry(tmp_path), TransferConfig(members=3))
+    with sessions() as s:  # a version whose rule said learned (forced here: plumbing only)
+        version = repo.add_simulator_version(
+            s, domain=search.domain, kind=TRANSFER, metrics={"decision": {"choice": "learned"}},
+            path=info.version, n_records=len(data),
+        )  # fmt: skip
+        assert usable_version(s, search.domain, tmp_path) == version
+    kwargs = {"samples": 40, "k": 3, "seed": 1, "exclude": set(), "compression": "none"}
+    drafts, name, used = plan_round_job(model, cluster, version, tmp_path, kwargs)
+    assert name == "hybrid" and used == version.id and len(drafts) == 3
+    assert all(d.scorer in ("learned", "hybrid", "analytical") for d in drafts)
+    assert all(d.uncertainty is not None and 0.0 <= d.uncertainty <= 0.5 for d in drafts)
+    with sessions() as s:
+        repo.transition_search(s, search_id=search.id, from_states=["pending"], to_state="running")
+        _, cands = repo.add_round(s, search_id=search.id, candidates=drafts, samples=40, simulator_kind=name)
+    assert [(c.scorer, c.uncertainty) for c in cands] == [(d.scorer, d.uncertainty) for d in drafts]
