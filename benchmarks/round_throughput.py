@@ -27,6 +27,7 @@ import argparse
 import os
 import resource
 import time
+from typing import Literal
 
 from rich.console import Console
 from rich.table import Table
@@ -57,14 +58,16 @@ def main() -> None:
     os.sched_setaffinity(0, {cpu})
     model, cluster = zoo.model(args.model), zoo.cluster(args.cluster)
     sim = AnalyticalSimulator()
-    kw = {"samples": args.samples, "k": args.k, "seed": args.seed}
     run_round(model, cluster, sim, samples=64, k=args.k, seed=args.seed + 1)  # warm the caches
     results: dict[str, RoundResult] = {}
-    for path in ("arrays", "objects"):
-        if path == "objects" and args.skip_objects:
-            continue
+    paths: tuple[Literal["arrays", "objects"], ...] = (
+        ("arrays",) if args.skip_objects else ("arrays", "objects")
+    )
+    for path in paths:
         start = time.process_time()
-        results[path] = run_round(model, cluster, sim, path=path, **kw)  # type: ignore[arg-type]
+        results[path] = run_round(
+            model, cluster, sim, samples=args.samples, k=args.k, seed=args.seed, path=path
+        )
         results[path].timings["total"] = time.process_time() - start
     table = Table(
         "path",
@@ -80,11 +83,11 @@ def main() -> None:
             f"similarity (strategies per CPU second, one core: cpu {cpu})"
         ),
     )
-    for path, r in results.items():
+    for name, r in results.items():
         t = stages(r)
         total = t["total"]
         table.add_row(
-            path,
+            name,
             *(
                 f"{args.samples / t[s]:,.0f}" if t[s] > 0 else "-"
                 for s in ("sample", "pool", "score", "select")
