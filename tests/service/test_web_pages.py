@@ -33,8 +33,9 @@ def _search_awaiting_approval(
     repo.transition_search(session, search_id=sid, from_states=["pending"], to_state="running")
     drafts = [
         CandidateDraft(rank=1, strategy=specs.strategy("a"), predicted_time=0.25, similarity=0.5),
-        CandidateDraft(rank=2, strategy=specs.strategy("b", ps=True), predicted_time=0.35, similarity=0.2),
-    ]
+        CandidateDraft(rank=2, strategy=specs.strategy("b", ps=True), predicted_time=0.35, similarity=0.2,
+                       scorer="hybrid", uncertainty=0.0625),
+    ]  # fmt: skip
     repo.add_round(session, search_id=sid, candidates=drafts, samples=100)
     return sid
 
@@ -62,6 +63,9 @@ def test_search_round_and_decisions(
     assert "tiny-mlp" in page and "two-node" in page and f"/ui/searches/{sid}/rounds/1" in page
     rnd = client.get(f"/ui/searches/{sid}/rounds/1").text
     assert rnd.count('data-testid="approve"') == 2 and "250.0 ms" in rnd and "0.200" in rnd
+    # Which scorer ranked each candidate and its uncertainty (none for the analytical model).
+    assert '<td data-testid="candidate-scorer">analytical</td>' in rnd
+    assert '<td data-testid="candidate-scorer">hybrid</td>' in rnd and ">0.062</td>" in rnd
 
     r = client.post("/ui/candidates/1/approve", follow_redirects=False)
     assert (r.status_code, r.headers["location"]) == (303, f"/ui/searches/{sid}/rounds/1")
