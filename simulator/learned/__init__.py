@@ -9,6 +9,10 @@ What the service calls:
 - ``Registry(dir).list(domain=None, kind=None)`` / ``.latest(domain, kind)`` / ``.info(version)``:
   versions with their data, metrics and creation time.
 - ``load_runtimes(dir)`` → the measured domains of ``datasets/runtimes``.
+- Transfer (issue 16): ``pretrained.pretrain_version(sets, Registry(dir))`` → the transfer ensemble
+  (``transfer.TransferEnsemble``, kind ``transfer-linear``) trained on every set, with LODO
+  metrics, the fallback rule's decision and the training runtimes' provenance;
+  ``scoring.HybridScorer(ensemble)`` / ``scoring.LearnedScorer`` score a round's arrays.
 """
 
 from simulator.learned.data import Domain, EncodedDomain, SourceFile, domain_name, encode, strategy_key
