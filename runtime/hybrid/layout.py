@@ -15,7 +15,8 @@ tables, so all processes post matching sends/receives and collectives without ne
   next TaskGraph's layout, so at most one message per ordered device pair. Backward routes the
   gradient the same way in reverse: a split TaskGraph's devices each hold the full, identical
   gradient of their copy, so one of them answers.
-- Shard ops of a split TaskGraph (Megatron-style pairing, Whale's sharding patterns): a linear
+- Shard ops of a split TaskGraph (``simulator.hybrid.sharding``, shared with the cost model;
+  Megatron-style pairing, Whale's sharding patterns): a linear
   whose input is whole is column-parallel (output sharded); the next linear is row-parallel
   (partial sums all-reduced); an embedding is vocab-parallel (masked lookup, all-reduce); an
   attention layer is split by heads (column-parallel q/k/v, row-parallel output); any other layer
@@ -27,63 +28,14 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Literal
 
+from simulator.hybrid.sharding import (
+    ShardKind,
+    ShardOp,
+    shard_ops,
+)
 from simulator.spec import ClusterSpec, HybridPlan, Layer, ModelSpec
 from simulator.spec.hybrid import proportional_sizes
-
-ShardKind = Literal["col", "row", "emb", "attn", "dup", "none"]
-
-
-def is_linear(layer: Layer) -> bool:
-    return layer.kind == "linear" and len(layer.variables) in (1, 2) and len(layer.variables[0].shape) == 2
-
-
-def is_embedding(layer: Layer) -> bool:
-    return layer.kind == "embedding" and len(layer.variables) == 1 and len(layer.variables[0].shape) == 2
-
-
-def is_attention(layer: Layer) -> bool:
-    """An attention layer: four [d, d] weights q, k, v, o (no biases), ``kind == 'attention'``."""
-    return (
-        layer.kind == "attention"
-        and len(layer.variables) == 4
-        and all(v.shape == layer.variables[0].shape and len(v.shape) == 2 for v in layer.variables)
-        and layer.variables[0].shape[0] == layer.variables[0].shape[1]
-    )
-
-
-@dataclass(frozen=True)
-class ShardOp:
-    """How one layer of a split TaskGraph runs on its devices (see the module docstring)."""
-
-    layer: int
-    kind: ShardKind
-    gather_after: bool = False  # all-gather the (column-)sharded output in the split dimension
-
-
-def shard_ops(model: ModelSpec, first: int, last: int) -> tuple[ShardOp, ...]:
-    """The shard op of every layer of a split TaskGraph over layers [first, last)."""
-    ops: list[ShardOp] = []
-    sharded = False
-    for li in range(first, last):
-        layer = model.layers[li]
-        if is_linear(layer):
-            ops.append(ShardOp(li, "row" if sharded else "col"))
-            sharded = not sharded
-            continue
-        if sharded:  # this layer needs the whole activation: gather after the column op
-            ops[-1] = ShardOp(ops[-1].layer, ops[-1].kind, True)
-            sharded = False
-        if is_embedding(layer):
-            ops.append(ShardOp(li, "emb"))
-        elif is_attention(layer):
-            ops.append(ShardOp(li, "attn"))
-        else:
-            ops.append(ShardOp(li, "dup" if layer.variables else "none"))
-    if sharded:
-        ops[-1] = ShardOp(ops[-1].layer, ops[-1].kind, True)
-    return tuple(ops)
 
 
 def split_dim(layer: Layer, kind: ShardKind, heads: int) -> int:

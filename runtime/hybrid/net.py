@@ -26,16 +26,8 @@ from dataclasses import dataclass
 import torch
 
 from runtime.hybrid.collectives import Group, copy_to_shards, gather_from_shards, reduce_from_shards
-from runtime.hybrid.layout import (
-    Layout,
-    ShardOp,
-    Slice,
-    is_attention,
-    is_embedding,
-    is_linear,
-    shard_ops,
-    variable_slices,
-)
+from runtime.hybrid.layout import Layout, Slice, variable_slices
+from simulator.hybrid.sharding import ShardOp, is_attention, is_embedding, is_linear, shard_ops
 from simulator.spec import Layer, ModelSpec, Variable
 
 TOKENS = 4

@@ -10,8 +10,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from runtime.hybrid.layout import is_attention, is_embedding, is_linear
 from runtime.hybrid.net import init_variable, synthetic_batch
+from simulator.hybrid.sharding import is_attention, is_embedding, is_linear
 from simulator.spec import ModelSpec
 
 

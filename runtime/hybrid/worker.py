@@ -29,11 +29,12 @@ import torch.distributed as dist
 
 from runtime.hybrid.collectives import exchange
 from runtime.hybrid.config import HybridConfig
-from runtime.hybrid.layout import Layout, shard_ops
+from runtime.hybrid.layout import Layout
 from runtime.hybrid.memory import GB, DeviceMemory, DeviceOutOfMemory
 from runtime.hybrid.net import TOKENS, Batch, TaskGraphNet, sample_loss, synthetic_batch, widths
 from simulator.analytical.compute import layer_times
 from simulator.analytical.params import CostParams
+from simulator.hybrid.sharding import shard_ops
 from simulator.spec import ClusterSpec, HybridPlan, ModelSpec
 
 OOM_EXIT = 3

@@ -1,8 +1,7 @@
 """Which layers of a split TaskGraph are sharded, and how (Whale's sharding patterns, Megatron pairing).
 
-The rule the executor's ``runtime.hybrid.layout.shard_ops`` applies, stated here so the cost model
-and the executor can share one statement (``runtime`` may import ``simulator``; the executor's copy
-should import this one): a linear whose input is whole is column-parallel (output sharded); the
+The one statement of the rule, imported by the executor (``runtime.hybrid``) and the cost model: a
+linear whose input is whole is column-parallel (output sharded); the
 next linear is row-parallel (partial sums all-reduced); any other layer needs the whole activation,
 so a column op left open before it (or at the TaskGraph's end) all-gathers its output; an embedding
 is vocab-parallel (masked lookup, all-reduce); an attention layer (four square weights) is split

@@ -1,19 +1,12 @@
-"""The cost model's shard ops are the executor's (one rule for both, until the executor imports it)."""
+"""One rule for shard ops: the executor uses the cost model's (simulator.hybrid.sharding)."""
 
 from __future__ import annotations
 
-import pytest
-
-from simulator import zoo
-from simulator.hybrid import shard_ops
+from runtime.hybrid import layout, net, worker
+from simulator.hybrid import sharding
 
 
-@pytest.mark.parametrize("name", ["BERT-3L", "NCF-dense"])
-def test_shard_ops_agree_with_the_executor(name: str) -> None:
-    layout = pytest.importorskip("runtime.hybrid.layout")
-    model = zoo.model(name)
-    n = len(model.layers)
-    for first, last in [(0, n), (0, n // 2), (n // 3, n), (1, 2)]:
-        ours = [(o.layer, o.kind, o.gather_after) for o in shard_ops(model, first, last)]
-        theirs = [(o.layer, o.kind, o.gather_after) for o in layout.shard_ops(model, first, last)]
-        assert ours == theirs
+def test_the_executor_has_no_shard_rule_of_its_own() -> None:
+    assert layout.shard_ops is sharding.shard_ops
+    assert net.shard_ops is sharding.shard_ops and worker.shard_ops is sharding.shard_ops
+    assert net.is_linear is sharding.is_linear and net.is_attention is sharding.is_attention
