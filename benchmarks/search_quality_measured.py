@@ -8,8 +8,8 @@ their median); no testbed runs. Searchers, each for ``--seeds`` seeds:
               strategies of the pool (seeded; the stand-in for "sample M under the constraints",
               whose fresh draws have no measured runtime), scores them, keeps the round's
               qualified fraction and picks K by Eq. 11 (``search.round.DEFAULTS``: alpha,
-              qualified_fraction, factor similarity; ``search.selection.select_embedded``, the
-              round's own selection). Scorer: the hybrid (``simulator.learned.scoring``) of the
+              qualified_fraction, factor similarity; ``search.round.qualify_and_select``, the
+              round's own qualify + Eq. 11 step). Scorer: the hybrid (``simulator.learned.scoring``) of the
               transfer ensemble pretrained leave-one-domain-out (every set of the domain under
               test, from any dataset, is excluded) and fine-tuned on the domain's trials after
               each round, when the fallback rule (``transfer.choose``) says learned; else Eq. 1-3.
@@ -40,9 +40,8 @@ from pathlib import Path
 import numpy as np
 import optuna
 
-from search.round import DEFAULTS
+from search.round import DEFAULTS, qualify_and_select
 from search.searchers.tpe import TPESearcher
-from search.selection import select_embedded
 from search.similarity import FactorSimilarity
 from simulator import zoo
 from simulator.learned.data import Domain
@@ -118,11 +117,9 @@ def loop(
             if choose(trainer, tz, prior).choice == "learned":
                 learned_rounds += 1
                 seconds, _, _ = HybridScorer(ensemble).blend(ensemble.member_scores(z[sample]), seconds)
-        k = min(K, len(sample))
-        m = max(k, math.ceil(DEFAULTS.qualified_fraction * len(sample)))
-        qualified = np.argsort(seconds, kind="stable")[:m]
-        choice = select_embedded(
-            embedded[sample[qualified]], seconds[qualified], k, DEFAULTS.alpha, similarity
+        rows = embedded[sample]
+        qualified, choice = qualify_and_select(
+            seconds, min(K, len(sample)), rows.__getitem__, similarity, DEFAULTS
         )
         measured += [int(sample[qualified[i]]) for i in choice.indices]
     return [float(times[i]) for i in measured], learned_rounds
