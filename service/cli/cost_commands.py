@@ -11,6 +11,7 @@ from rich.table import Table
 
 from service.cli.spec_commands import fail, resolve_cluster, resolve_model
 from simulator.analytical import CostBreakdown, CostParams, cost_breakdown
+from simulator.analytical.alpha import nccl_params
 from simulator.analytical.baselines import BASELINES, baseline
 from simulator.spec import ClusterSpec, ModelSpec, SpecError, Strategy, load_spec
 from simulator.spec.limits import LIMITS
@@ -42,6 +43,12 @@ def cost(
         "--compute-dtype",
         help="Mixed precision: run every layer in float32, tf32, float16 or bfloat16.",
     ),
+    alpha: str = typer.Option(
+        "eq3",
+        "--alpha",
+        help="Per-call latency: 'eq3' (Eq. 3's φ, δ and the nodes' latency_us) or 'nccl' (NCCL's "
+        "published ring latencies per link kind, simulator.analytical.alpha).",
+    ),
 ) -> None:
     """Predict T_comp, T_sync, T = max(T_comp, T_sync) and throughput, per server and per group."""
     from service.cli.profile_commands import load_profiles
@@ -49,10 +56,14 @@ def cost(
     m = resolve_model(model)
     c = resolve_cluster(cluster)
     s = _resolve_strategy(strategy, m, c, trials, seed)
+    if alpha not in ("eq3", "nccl"):
+        raise fail(f"--alpha: must be 'eq3' or 'nccl', got {alpha!r}")
     try:
         params = CostParams(compute_dtype=compute_dtype).with_profiles(load_profiles(profiles))  # type: ignore[arg-type]
     except ValueError as e:
         raise fail(f"--compute-dtype: {e}") from None
+    if alpha == "nccl":
+        params = nccl_params(c, params)
     result = cost_breakdown(m, c, s, params)
     if as_json:
         out = {"model": m.name, "cluster": c.name, "strategy": s.name or strategy, **result.to_json()}
