@@ -52,25 +52,13 @@ from search.samplers.partial import Prior, _collective, _partition, _ps
 from search.space import Space
 from simulator.analytical import StrategyBatch, cluster_arrays, model_arrays
 from simulator.analytical.arrays import ALGORITHMS, COMPRESSORS
-from simulator.analytical.batch import make_batch
+from simulator.analytical.batch import CHOICE_FIELDS, make_batch
 from simulator.spec import DTYPE_BYTES, Compressor, Strategy, Synchronizer, VariableStrategy
 
 #: Strategies drawn per chunk (one generator per chunk).
 CHUNK = 1024
 #: The per-row choice columns a ChoiceArrays holds (``make_batch``'s, less strategy and staleness).
-COLUMNS = (
-    "variable",
-    "axis",
-    "num_shards",
-    "shard_index",
-    "is_ps",
-    "server",
-    "local_replication",
-    "group",
-    "algorithm",
-    "compressor",
-    "rank",
-)
+COLUMNS = tuple(f for f in CHOICE_FIELDS if f not in ("strategy", "staleness"))
 
 
 #: Multipliers of the identity hash's column mix (odd 64-bit constants).
