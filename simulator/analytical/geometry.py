@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import astuple, dataclass
+from dataclasses import dataclass, fields
 
 import numpy as np
 
@@ -56,7 +56,9 @@ def shard_geometry(
             )
             for i in range(0, len(variable), CHUNK)
         ]
-        return ShardGeometry(*(np.concatenate(col) for col in zip(*(astuple(p) for p in parts), strict=True)))
+        # fields(), not astuple(): astuple deep-copies every array before they are concatenated
+        names = [f.name for f in fields(ShardGeometry)]
+        return ShardGeometry(*(np.concatenate([getattr(p, n) for p in parts]) for n in names))
     return _geometry(ma, variable, axis, num_shards, shard_index, compressor, rank)
 
 
