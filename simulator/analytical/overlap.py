@@ -87,7 +87,9 @@ def channel_end(
     start_of = np.searchsorted(c, np.arange(channels))  # first index of each channel
     done_in_channel = before - before[start_of[c]]
     suffix = total[c] - done_in_channel  # Σ_{u' ≥ u, same channel} d
-    np.maximum.at(end, c, r + suffix)
+    first = np.flatnonzero(np.r_[True, c[1:] != c[:-1]])  # the first unit of each channel
+    # a segment max over each channel's run (np.maximum.at is ~10x slower on millions of units)
+    end[c[first]] = np.maximum(end[c[first]], np.maximum.reduceat(r + suffix, first))
     if tail is not None:
         last = np.flatnonzero(np.r_[c[1:] != c[:-1], True])  # the last unit of each channel
         end[c[last]] += tail[order][last]
