@@ -21,6 +21,12 @@ The estimate for candidate c (a decision where the paper is vague; it profiles e
   with the number of micro-batches, not with b, and without this term small-b candidates look
   cheaper than they are.
 
+The first step a process runs with a plan (torch's runtime sets itself up lazily in it: buffers,
+shapes) is left out of what the tuner observes, as the fixed phases' warm-up step is left out of
+their measurement; every candidate's stage and runtime are built before step 0. (Until
+2026-11-23 that step was observed, and at D = 8 it made the tuner predict k=4 b=1 2-3x slower
+than it ran as a fixed plan and switch back to 1F1B two steps after choosing it.)
+
 The tuner switches when the best candidate's length is below the current plan's by more than
 ``margin`` (hysteresis against noise), and logs every evaluation and switch with its reason.
 """

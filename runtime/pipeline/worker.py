@@ -152,18 +152,28 @@ def run(job: dict[str, Any], rank: int, master: str, port: int, out: Path) -> No
     else:
         tcfg = TunerConfig(**job["tuner"]["config"])
         tuner = AutoTuner(plans, job["tuner"]["start"], tcfg)
+        for index in range(len(plans)):  # every candidate's stage and runtime exist before step 0
+            runner_for(index)
         seen = seen_steps = 0
+        ran: set[int] = set()
+        first_steps: set[int] = set()  # a plan's first step (torch's one-off set-up): not observed
         dist.barrier()
         for it in range(job["tuner"]["steps"]):
             if it and it % tcfg.interval == 0:
-                durations = [t1 - t0 for _, t0, t1 in step_times[seen_steps:]]
-                mine = {"replica": d, "stage": s, "events": log.events[seen:], "durations": durations}
+                window = range(seen_steps, len(step_times))
+                durations = [step_times[i][2] - step_times[i][1] for i in window if i not in first_steps]
+                after = max((step_times[i][2] for i in window if i in first_steps), default=0.0)
+                events = [e for e in log.events[seen:] if e[2] >= after]
+                mine = {"replica": d, "stage": s, "events": events, "durations": durations}
                 seen, seen_steps = len(log.events), len(step_times)
                 gathered: list[Any] = [None] * (P * D)
                 dist.all_gather_object(gathered, mine)
                 slowest = [max(g["durations"][i] for g in gathered) for i in range(len(durations))]
                 tuner.observe(profile_records(dict(enumerate(gathered))), slowest)
                 tuner.decide(it)
+            if tuner.current not in ran:
+                ran.add(tuner.current)
+                first_steps.add(len(step_times))
             train_step(tuner.current, it)
         tuner_log = tuner.log
     if isinstance(module, StageNet):
