@@ -17,6 +17,7 @@ Shapes (one ``StrategyGraph`` per strategy, S shards, E directed edges):
 from __future__ import annotations
 
 import math
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -239,3 +240,21 @@ class FeatureExtractor:
             [gz, ps_count / per_strategy, server_frac.max(axis=1), np.log1p(calls), ctx]
         ).astype(np.float32)
         return x, glob
+
+
+class ExtractorCache:
+    """Feature extractors per (model, cluster) object, at most 16 kept; safe across threads."""
+
+    def __init__(self) -> None:
+        self._extractors: dict[tuple[int, int], FeatureExtractor] = {}
+        self._lock = threading.Lock()
+
+    def get(self, model: ModelSpec, cluster: ClusterSpec) -> FeatureExtractor:
+        key = (id(model), id(cluster))
+        with self._lock:
+            fx = self._extractors.get(key)
+            if fx is None or fx.model is not model or fx.cluster is not cluster:
+                if len(self._extractors) > 16:
+                    self._extractors.clear()
+                fx = self._extractors[key] = FeatureExtractor(model, cluster)
+        return fx

@@ -7,14 +7,13 @@ is the network's embedding: the RNN's two final states or the GAT's pooled embed
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Sequence
 
 import numpy as np
 import torch
 
 from simulator.base import Simulator
-from simulator.learned.features import FeatureExtractor, StrategyGraph
+from simulator.learned.features import ExtractorCache, FeatureExtractor, StrategyGraph
 from simulator.learned.net import SimulatorNet
 from simulator.spec import ClusterSpec, ModelSpec, Strategy
 
@@ -38,18 +37,10 @@ class NeuralSimulator(Simulator):
         self.loss = loss
         self.name = net.kind
         self.is_ranker = loss == "rank"
-        self._extractors: dict[tuple[int, int], FeatureExtractor] = {}
-        self._lock = threading.Lock()
+        self._extractors = ExtractorCache()
 
     def extractor(self, model: ModelSpec, cluster: ClusterSpec) -> FeatureExtractor:
-        key = (id(model), id(cluster))
-        with self._lock:
-            fx = self._extractors.get(key)
-            if fx is None or fx.model is not model or fx.cluster is not cluster:
-                if len(self._extractors) > 16:
-                    self._extractors.clear()
-                fx = self._extractors[key] = FeatureExtractor(model, cluster)
-        return fx
+        return self._extractors.get(model, cluster)
 
     def _graphs(
         self, model: ModelSpec, cluster: ClusterSpec, strategies: Sequence[Strategy]

@@ -43,7 +43,6 @@ from __future__ import annotations
 
 import hashlib
 import subprocess
-import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -57,7 +56,7 @@ from threadpoolctl import threadpool_limits
 from simulator.analytical import AnalyticalSimulator, cluster_arrays, encode, model_arrays
 from simulator.base import Simulator
 from simulator.learned.data import Domain
-from simulator.learned.features import NUM_GLOBAL_FEATURES, FeatureExtractor, StrategyGraph
+from simulator.learned.features import NUM_GLOBAL_FEATURES, ExtractorCache, FeatureExtractor, StrategyGraph
 from simulator.learned.linear import pairs_of
 from simulator.metrics import pairwise_accuracy
 from simulator.spec import ClusterSpec, ModelSpec, Strategy
@@ -131,8 +130,7 @@ class TransferEnsemble(Simulator):
         self.std = np.asarray(std, dtype=np.float64).reshape(shape)
         if not (len(self.coef) == len(self.mean) == len(self.std) >= 1):
             raise ValueError("coef/mean/std: need the same number (>= 1) of members")
-        self._extractors: dict[tuple[int, int], FeatureExtractor] = {}
-        self._lock = threading.Lock()
+        self._extractors = ExtractorCache()
 
     @property
     def members(self) -> int:
@@ -158,14 +156,7 @@ class TransferEnsemble(Simulator):
 
     def extractor(self, model: ModelSpec, cluster: ClusterSpec) -> FeatureExtractor:
         """The domain's feature extractor, cached per (model, cluster) object (thread-safe)."""
-        key = (id(model), id(cluster))
-        with self._lock:
-            fx = self._extractors.get(key)
-            if fx is None or fx.model is not model or fx.cluster is not cluster:
-                if len(self._extractors) > 16:
-                    self._extractors.clear()
-                fx = self._extractors[key] = FeatureExtractor(model, cluster)
-        return fx
+        return self._extractors.get(model, cluster)
 
     def z_of(self, model: ModelSpec, cluster: ClusterSpec, strategies: Sequence[Strategy]) -> np.ndarray:
         if not strategies:
