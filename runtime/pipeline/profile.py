@@ -4,9 +4,13 @@ Ada-Grouper §4.3 measures "the cross-stage communication time directly" rather 
 Here a transfer sample is taken at the receiver: when a compute action (F on stage s > 0, B on
 stage s < P-1) had to wait for its input — it started more than ``min_wait_s`` after the stage's
 previous logged action ended — the input arrived just before the compute started, so
-``compute start - max(send post on the neighbour, own receive post)`` is the end-to-end time of
-that transfer, queueing behind earlier messages on the link included (the event simulation adds
-the wait for a late receive post itself, so it is not counted twice). Inputs that were already there when the
+``compute start - max(send post on the neighbour, own receive post, arrival of the previous
+message on the link)`` is the end-to-end time of that transfer: the event simulation adds the wait
+for a late post and the queueing behind earlier messages itself, so neither is counted twice (until
+2026-11-23 the queueing was in the sample too: with k messages posted back to back a kFkB sample
+held up to k transfers and the simulation serialised them again, predicting k = 4 2-5x too slow).
+A previous message's arrival is the start of the compute that consumed it when that compute
+waited, else its own posting time (a lower bound). Inputs that were already there when the
 stage asked tell only an upper bound and are not sampled. Every process of a host reads the same
 ``time.monotonic()`` clock (network namespaces share it), so the two ends' times compare.
 
@@ -57,17 +61,26 @@ def profile_records(records: Mapping[int, Mapping[str, Any]], min_wait_s: float 
     for (d, s), rec in sorted(by_pos.items()):
         seen: dict[tuple[str, int], int] = defaultdict(int)
         prev_end = None
+        link_free: dict[str, float] = {}  # per direction: when the previous message had arrived (estimate)
         for kind, mb, t0, t1 in rec["events"]:
             if kind in ("F", "B"):
                 (fwd if kind == "F" else bwd)[s].append(t1 - t0)
                 nth = seen[(kind, mb)]
                 seen[(kind, mb)] += 1
                 src = s - 1 if kind == "F" else s + 1
-                if 0 <= src < P and prev_end is not None and t0 - prev_end > min_wait_s:
+                if 0 <= src < P:
                     sent = posts.get((d, src, "SEND_" + kind, int(mb)), [])
                     got = posts.get((d, s, "RECV_" + kind, int(mb)), [])
-                    if nth < len(sent) and nth < len(got) and max(sent[nth], got[nth]) <= t0:
-                        transfers[(src, s)].append(t0 - max(sent[nth], got[nth]))
+                    if nth < len(sent) and nth < len(got):
+                        posted = max(sent[nth], got[nth])
+                        # the transfer starts once both ends posted and the link delivered the
+                        # previous message: queueing is the event simulation's, not the sample's
+                        start = max(posted, link_free.get(kind, posted))
+                        waited = prev_end is not None and t0 - prev_end > min_wait_s
+                        if waited and start <= t0:
+                            transfers[(src, s)].append(t0 - start)
+                        # arrival: at t0 when the compute waited for it, else known only to be >= posted
+                        link_free[kind] = t0 if waited else min(posted, t0)
             prev_end = None if kind == "REDUCE" else t1
     return Profile(
         dict(transfers),

@@ -54,3 +54,16 @@ def test_gantt_is_relative_to_the_first_step() -> None:
     assert rows[0] == (0, 0, "F", 0, 0.0, 1.0)
     assert (0, 1, "B", 0, pytest.approx(3.9), pytest.approx(4.0)) in rows
     assert all(kind in ("F", "B") for _, _, kind, _, _, _ in rows)
+
+
+def test_queueing_behind_the_previous_message_is_not_in_the_sample() -> None:
+    # two activations posted back to back at 1.0 and 1.05 (receives posted at 0.5); F0 waits until
+    # 1.3 (sample 0.3); F1 waits from 1.4 to 1.7: its transfer started when message 0 had arrived
+    # (1.3), so its sample is 0.4, not 1.7 - 1.05 = 0.65 (the simulation queues it again itself)
+    s0 = [["F", 0, 0.0, 1.0], ["SEND_F", 0, 1.0, 1.0], ["F", 1, 1.0, 1.05], ["SEND_F", 1, 1.05, 1.05]]
+    s1 = [["RECV_F", 0, 0.5, 0.5], ["RECV_F", 1, 0.5, 0.5], ["F", 0, 1.3, 1.4], ["F", 1, 1.7, 1.8]]
+    recs = {
+        0: {"replica": 0, "stage": 0, "events": s0, "steps": [[0, 0.0, 1.05]]},
+        1: {"replica": 0, "stage": 1, "events": s1, "steps": [[0, 0.5, 1.8]]},
+    }
+    assert profile_records(recs).transfers[(0, 1)] == pytest.approx([0.3, 0.4])
