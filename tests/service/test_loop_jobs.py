@@ -13,6 +13,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -25,7 +26,9 @@ from simulator.spec.io import parse_as
 from simulator.spec.measurement import Measurement
 
 #: A round of this many samples of tiny-mlp takes minutes on two cores (2,000 take ~1 s).
-SLOW_SAMPLES = 500_000
+# A round that lasts: since rounds run on arrays (search/round.py), 500,000 samples of tiny-mlp
+# take ~0.9 s, no longer past the 1 s budget below; 3,000,000 take ~8 s and ~620 MB (4 GB budget).
+SLOW_SAMPLES = 3_000_000
 
 
 def rss_mb() -> float:
@@ -224,6 +227,10 @@ def run_queued(sessions: sessionmaker[Session]) -> int:
     return n
 
 
+# Slow: its premise needs a round that outlasts two whole quick searches, which a round on arrays of
+# any model this suite can afford in memory no longer does reliably (8 s here); a scorer that can be
+# made slow on purpose would bring it back into the default run.
+@pytest.mark.slow
 def test_a_slow_round_does_not_hold_up_other_searches(
     sessions: sessionmaker[Session], session: Session, zoo_dir: Any
 ) -> None:
