@@ -43,6 +43,10 @@ NAMING = {
 }
 
 
+PLAN_KINDS = ("sync", "pipeline", "hybrid", "heterogeneous")
+"""What a search plans: AutoSync strategies, Ada-Grouper pipelines, Whale hybrid plans, HeterPS schedules."""
+
+
 def _in(column: str, values: tuple[str, ...]) -> str:
     return f"{column} IN ({', '.join(repr(v) for v in values)})"
 
@@ -103,6 +107,7 @@ class SearchRow(Base):
         ),
         CheckConstraint(_in("objective", ("time", "cost")), name="objective"),
         CheckConstraint(_in("compression", ("none", "fp16", "powersgd", "all")), name="compression"),
+        CheckConstraint(_in("plan_kind", PLAN_KINDS), name="plan_kind"),
     )
 
     id: Mapped[int] = mapped_column(primary_key=True)
@@ -120,6 +125,10 @@ class SearchRow(Base):
     seed: Mapped[int] = mapped_column(default=0)
     # Compressors the search may use (search.space.Compression): 'none' = lossless (the default).
     compression: Mapped[str] = mapped_column(String(16), default="none", server_default="none")
+    # What the search plans (migration 0007): 'sync' strategies, 'pipeline', 'hybrid' or
+    # 'heterogeneous' plans; plan_options holds that kind's options (NULL for 'sync').
+    plan_kind: Mapped[str] = mapped_column(String(16), default="sync", server_default="sync")
+    plan_options: Mapped[dict[str, Any] | None] = mapped_column(JSON, default=None)
     state: Mapped[str] = mapped_column(String(24), index=True)
     current_round: Mapped[int] = mapped_column(default=0)
     failure_reason: Mapped[str | None] = mapped_column(Text, default=None)
