@@ -14,6 +14,14 @@ spends ~10 µs to ~1 ms there; the emulated one must be dilated until it is in t
 - ``ps_round``: every worker pushes 1 element to the PS server of the *last* node (so that, on a
   multi-node cluster, the round crosses the network) and waits for its 1-element answer; the
   server answers once it has every push. Gloo point-to-point on the PS groups, as the trial's.
+- ``collective_unit``: the same 1-element all-reduce, but issued the way the trial issues a unit:
+  handed to a sync channel's thread (``engine.Channel``), flattened, all-reduced, averaged, and
+  waited for by the main thread. Its excess over ``collective`` is the executor's own per-unit
+  path (a thread hand-off and wake-up on a crowded host, tensor bookkeeping), which the 1-element
+  call alone misses: residuals of the v2 records put it at ~0.4-1.7 ms (dilated) per unit
+  (runtime/testbed/README.md, "Host saturation"). The cost model's α is this figure where a
+  record has it (``CostParams.from_probe``).
+- ``ps_unit``: the PS round issued through the push and pull channels, as a PS unit is.
 
 Every repetition starts after a barrier of all ranks; a repetition's time is the latest finish
 minus the latest start over the workers (the convention of ``results.aggregate``). Timestamps are
@@ -28,10 +36,14 @@ from collections.abc import Callable
 import torch
 import torch.distributed as dist
 
+from runtime.executor.engine import Channel
 from runtime.executor.groups import CommGroups
 
 #: Message tag of the probe's PS round (far above the trial's ``unit.id * 8 + k`` tags).
 PROBE_TAG = 1 << 20
+
+#: What the probe measures, in the order it runs them (``results.aggregate`` reduces each).
+PROBE_KINDS = ("collective", "allgather", "ps_round", "collective_unit", "ps_unit")
 
 Stamps = list[tuple[float, float]]
 
@@ -71,15 +83,18 @@ def run_probe(g: CommGroups, repeats: int) -> dict[str, Stamps]:
                 torch.cuda.synchronize(g.device)
         return is_worker
 
+    def ps_exchange() -> None:
+        buf = torch.zeros(1)
+        send = dist.isend(buf, server, tag=PROBE_TAG, group=g.ps_push)
+        answer = torch.empty(1)
+        recv = dist.irecv(answer, server, tag=PROBE_TAG, group=g.ps_pull)
+        for work in (send, recv):
+            if work is not None:
+                work.wait()
+
     def ps_round() -> bool:
         if is_worker:
-            buf = torch.zeros(1)
-            send = dist.isend(buf, server, tag=PROBE_TAG, group=g.ps_push)
-            answer = torch.empty(1)
-            recv = dist.irecv(answer, server, tag=PROBE_TAG, group=g.ps_pull)
-            for work in (send, recv):
-                if work is not None:
-                    work.wait()
+            ps_exchange()
         elif g.rank == server:
             bufs = [torch.empty(1) for _ in range(lay.num_workers)]
             works = [dist.irecv(b, w, tag=PROBE_TAG, group=g.ps_push) for w, b in enumerate(bufs)]
@@ -93,11 +108,40 @@ def run_probe(g: CommGroups, repeats: int) -> dict[str, Stamps]:
                     work.wait()
         return is_worker
 
-    return {
-        "collective": timed_calls(repeats, collective),
-        "allgather": timed_calls(repeats, allgather),
-        "ps_round": timed_calls(repeats, ps_round),
-    }
+    def as_unit(channel: Channel, fn: Callable[[], None]) -> None:
+        channel.submit(fn)
+        channel.drain()
+
+    def unit_allreduce() -> None:
+        flat = torch.cat([one])
+        dist.all_reduce(flat, group=g.workers)
+        flat.float().div_(lay.num_workers)
+        if g.device.type == "cuda":
+            torch.cuda.synchronize(g.device)
+
+    channel = Channel("probe-unit")
+    try:
+
+        def collective_unit() -> bool:
+            if is_worker:
+                as_unit(channel, unit_allreduce)
+            return is_worker
+
+        def ps_unit() -> bool:
+            if is_worker:
+                as_unit(channel, ps_exchange)
+                return True
+            return ps_round()
+
+        return {
+            "collective": timed_calls(repeats, collective),
+            "allgather": timed_calls(repeats, allgather),
+            "ps_round": timed_calls(repeats, ps_round),
+            "collective_unit": timed_calls(repeats, collective_unit),
+            "ps_unit": timed_calls(repeats, ps_unit),
+        }
+    finally:
+        channel.close()
 
 
 def call_seconds(per_worker: list[Stamps]) -> list[float]:

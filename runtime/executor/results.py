@@ -20,7 +20,7 @@ import statistics
 from typing import Any
 
 from runtime.executor.config import ExecutorConfig
-from runtime.executor.probe import call_seconds
+from runtime.executor.probe import PROBE_KINDS, call_seconds
 from simulator.spec.measurement import Measurement
 
 
@@ -39,7 +39,7 @@ def aggregate(ranks: list[dict[str, Any]], cfg: ExecutorConfig, environment: dic
         comp.append(statistics.fmean(t[k][1] - t[k][0] for t in times) / d)
         wait.append(statistics.fmean(t[k][2] - t[k][1] for t in times) / d)
     overhead = {}
-    for kind in ("collective", "allgather", "ps_round"):
+    for kind in PROBE_KINDS:
         calls = call_seconds([r["probe"][kind] for r in workers if kind in r.get("probe", {})])
         if calls:
             overhead[kind] = statistics.median(calls) / d
