@@ -35,10 +35,12 @@ from runtime.executor.config import ExecutorConfig
 from runtime.executor.layout import RankLayout
 from runtime.executor.plan import unsupported_reason
 from runtime.executor.results import aggregate, failed
-from runtime.executor.worker_main import READY, RESULT
+from runtime.executor.worker_main import READY, RESULT, write_profiles
 from runtime.launch import Launcher
+from simulator.profile.store import ProfileStore
 from simulator.spec import ClusterSpec, ModelSpec, SpecError, Strategy
 from simulator.spec.measurement import Measurement
+from simulator.spec.profile import Profile
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 _WARNING = re.compile(r"^\[W\d{4} ")
@@ -89,9 +91,20 @@ class ExecutorSession:
     """The processes of one (model, cluster, config) on one launcher, reused across strategies."""
 
     def __init__(
-        self, model: ModelSpec, cluster: ClusterSpec, launcher: Launcher, config: ExecutorConfig | None = None
+        self,
+        model: ModelSpec,
+        cluster: ClusterSpec,
+        launcher: Launcher,
+        config: ExecutorConfig | None = None,
+        profiles: tuple[Profile, ...] | None = None,
     ) -> None:
+        """``profiles``: measured profiles the replay uses for their key (``layer_seconds``); None
+        takes this model's from the profile store the cost model's CLI reads (``ProfileStore``:
+        $STRATEGIST_PROFILES or datasets/profiles; a bad file raises SpecError naming its line)."""
         self.model = model
+        if profiles is None:
+            profiles = tuple(p for p in ProfileStore().load_all() if p.model == model.name)
+        self.profiles = profiles
         self.cluster = cluster
         self.launcher = launcher
         self.config = config or ExecutorConfig()
@@ -116,6 +129,7 @@ class ExecutorSession:
         (self._dir / "model.json").write_text(self.model.model_dump_json())
         (self._dir / "cluster.json").write_text(self.cluster.model_dump_json())
         (self._dir / "config.json").write_text(self.config.to_json())
+        write_profiles(self._dir, self.profiles)
         port = _free_port()
         env = {
             "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")])),

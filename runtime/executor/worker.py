@@ -40,6 +40,7 @@ from runtime.executor.shards import RealShards, ReplayShards, ShardTensors, serv
 from simulator.analytical import compute
 from simulator.analytical.params import CostParams
 from simulator.spec import ClusterSpec, DeviceType, ModelSpec, Strategy
+from simulator.spec.profile import Profile
 
 
 @dataclass
@@ -52,6 +53,8 @@ class Context:
     layout: RankLayout
     rank: int
     groups: CommGroups
+    # Measured profiles the replay uses for their (model, device, dtype, batch) key (issue 15).
+    profiles: tuple[Profile, ...] = ()
 
     @property
     def batch(self) -> int:
@@ -59,14 +62,21 @@ class Context:
 
 
 def layer_seconds(
-    model: ModelSpec, device: DeviceType, batch: int, efficiency: float
+    model: ModelSpec,
+    device: DeviceType,
+    batch: int,
+    efficiency: float,
+    profiles: tuple[Profile, ...] = (),
 ) -> list[tuple[float, float]]:
     """(forward, backward) seconds of every layer on ``device`` for ``batch`` samples.
 
     The cost model's compute function (``compute.layer_times``) with ``efficiency`` as the
-    device correction, so replayed compute and predicted T_comp agree by construction.
+    device correction and ``profiles`` as its measured profiles: a profile for (model, device,
+    dtype, batch) gives the layers it lists, the roofline the rest, exactly as the cost model's
+    T_comp with the same profiles, so replayed and predicted compute agree by construction.
     """
-    t = compute.layer_times(model, device, batch, CostParams(efficiency=efficiency))
+    params = CostParams(efficiency=efficiency).with_profiles(profiles)
+    t = compute.layer_times(model, device, batch, params)
     return list(zip(t.fwd.tolist(), t.bwd.tolist(), strict=True))
 
 
@@ -117,7 +127,7 @@ def _worker(ctx: Context, trial: int, plan: SyncPlan) -> dict[str, Any]:
         for vi, p in enumerate(net.params):
             p.register_post_accumulate_grad_hook(_ready_hook(engine, vi, dev))
     node = ctx.layout.node_of(ctx.rank)
-    fwd = layer_seconds(ctx.model, ctx.cluster.device_type(node), ctx.batch, cfg.efficiency)
+    fwd = layer_seconds(ctx.model, ctx.cluster.device_type(node), ctx.batch, cfg.efficiency, ctx.profiles)
     nvars = len(ctx.model.variables)
     fwd = [(f * cfg.dilation, b * cfg.dilation) for f, b in fwd]  # time dilation D
     times: list[tuple[float, float, float]] = []

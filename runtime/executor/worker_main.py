@@ -27,6 +27,7 @@ from runtime.executor.groups import build_groups
 from runtime.executor.layout import RankLayout
 from runtime.executor.worker import Context, run_trial
 from simulator.spec import ClusterSpec, ModelSpec, Strategy
+from simulator.spec.profile import Profile
 
 READY = "@@READY"
 RESULT = "@@RESULT "
@@ -44,6 +45,22 @@ def _device(cfg: ExecutorConfig, layout: RankLayout, rank: int, cuda_index: int)
     return dev
 
 
+PROFILES_FILE = "profiles.json"
+
+
+def write_profiles(spec_dir: Path, profiles: tuple[Profile, ...]) -> None:
+    """The replay's measured profiles as one JSON list in the session's spec folder."""
+    (spec_dir / PROFILES_FILE).write_text(json.dumps([p.model_dump(mode="json") for p in profiles]))
+
+
+def read_profiles(spec_dir: Path) -> tuple[Profile, ...]:
+    """What ``write_profiles`` wrote (none when the file is absent)."""
+    path = spec_dir / PROFILES_FILE
+    if not path.exists():
+        return ()
+    return tuple(Profile.model_validate(p) for p in json.loads(path.read_text()))
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--spec-dir", required=True, type=Path)
@@ -56,6 +73,7 @@ def main(argv: list[str] | None = None) -> None:
     model = ModelSpec.model_validate_json((args.spec_dir / "model.json").read_text())
     cluster = ClusterSpec.model_validate_json((args.spec_dir / "cluster.json").read_text())
     cfg = ExecutorConfig.from_json((args.spec_dir / "config.json").read_text())
+    profiles = read_profiles(args.spec_dir)
     layout = RankLayout(cluster)
     rank = args.rank
     coordinator = rank == layout.coordinator
@@ -74,7 +92,7 @@ def main(argv: list[str] | None = None) -> None:
         timeout=timedelta(seconds=cfg.timeout_s + 60),
     )
     groups = build_groups(layout, rank, cfg.backend, _device(cfg, layout, rank, args.cuda_index))
-    ctx = Context(model, cluster, cfg, layout, rank, groups)
+    ctx = Context(model, cluster, cfg, layout, rank, groups, profiles)
     dist.barrier()
     store.set_timeout(timedelta(days=7))  # idle between trials; the driver bounds each trial
     if coordinator:

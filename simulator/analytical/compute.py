@@ -33,7 +33,9 @@ they are estimated from the layer's kind and activation sizes (``_fallback_bytes
 extractor fills them from the traced ATen ops for newly imported models.
 
 A measured ``Profile`` for exactly (model, device, dtype, batch) in ``CostParams.profiles``
-replaces the roofline for the layers it lists; ``ComputeTimes.source`` says which was used.
+replaces the roofline for the layers it lists; ``ComputeTimes.source`` says which was used. The
+executor's replay passes the session's profiles (by default the model's in the profile store)
+to this same function, so a replayed step and the cost model's T_comp take the same profile.
 
 Shapes: L layers. ``LayerWork`` arrays (L,) per batch; ``ComputeTimes.fwd/bwd`` (L,) seconds.
 """
