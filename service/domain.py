@@ -27,6 +27,8 @@ ROLES: tuple[Role, ...] = ("user", "worker", "admin")
 
 SpecKind = Literal["model", "cluster"]
 Objective = Literal["time", "cost"]
+#: What a search plans (migration 0007; ``service.plans`` dispatches on it).
+PlanKindName = Literal["sync", "pipeline", "hybrid", "heterogeneous"]
 
 SearchState = Literal["pending", "running", "awaiting_approval", "completed", "cancelled", "failed"]
 SEARCH_STATES: tuple[SearchState, ...] = (
@@ -132,6 +134,9 @@ class Search:
     finished_at: datetime | None
     # Compressors on offer ('none': lossless, the default; see search.space.Compression).
     compression: Compression = "none"
+    # What it plans ('sync': AutoSync strategies) and that kind's validated options (None for sync).
+    plan_kind: PlanKindName = "sync"
+    plan_options: dict[str, Any] | None = None
 
     @property
     def space(self) -> SpaceKind:

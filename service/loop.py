@@ -51,6 +51,7 @@ from service.loop_jobs import JobBudget, JobOutcome, RoundJobs, baselines_job, p
 from service.loop_round import RoundConfig, due_baselines
 from service.loop_simulators import RetrainConfig, Retrainer, usable_version
 from service.loop_store import search_specs
+from service.plans import PlanKind, RoundAsk, plan_kind
 from service.queue.nudge import Nudger
 from simulator.spec import ClusterSpec, ModelSpec
 
@@ -216,10 +217,12 @@ class SearchLoop:
         with self.sessions() as s:
             rounds = repo.list_rounds(s, search_id=search_id)
             trials = repo.list_trials(s, search_id=search_id)
+        kind = plan_kind(search.plan_kind)  # None: AutoSync strategies (the code below)
         have = {t.baseline for t in trials if t.baseline}
-        missing = tuple(b for b in due_baselines(search, trials) if b not in have)
+        due = kind.due_baselines(search, trials) if kind else due_baselines(search, trials)
+        missing = tuple(b for b in due if b not in have)
         if missing:
-            return self._queue_baselines(search, missing, wait_s)
+            return self._queue_baselines(search, missing, wait_s, kind)
         self._nudge_queued(search)
         if search.state == "awaiting_approval":
             return "awaiting approval"
@@ -232,16 +235,20 @@ class SearchLoop:
                 return f"round {current.index}: {len(open_trials)} trials running"
             with self.sessions() as s:
                 repo.set_round_state(s, round_id=current.id, state="completed")
-            self.retrainer.request(search.domain)
+            if kind is None or kind.retrains:
+                self.retrainer.request(search.domain)
             log.info("search %s: round %s completed", search_id, current.index)
             return f"round {current.index} completed"
-        if self.retrainer.busy(search.domain):
+        if (kind is None or kind.retrains) and self.retrainer.busy(search.domain):
             return "retraining"
         done = sum(1 for t in trials if t.candidate_id is not None)
         remaining = search.trial_budget - done
         if remaining <= 0:
             return self._finish(search, trials)
-        return self._next_round(search, trials, min(search.candidates_per_round, remaining), wait_s)
+        k = min(search.candidates_per_round, remaining)
+        if kind is not None:
+            return self._next_kind_round(search, trials, k, wait_s, kind)
+        return self._next_round(search, trials, k, wait_s)
 
     def _start(self, search: d.Search) -> d.Search | None:
         with self.sessions() as s:
@@ -274,8 +281,18 @@ class SearchLoop:
             raise JobFailed(outcome.error)
         return outcome
 
-    def _queue_baselines(self, search: d.Search, missing: tuple[str, ...], wait_s: float) -> str:
-        out = self._job(search, "baselines", baselines_job, lambda: (*self._specs(search), missing), wait_s)
+    def _queue_baselines(
+        self, search: d.Search, missing: tuple[str, ...], wait_s: float, kind: PlanKind | None = None
+    ) -> str:
+        if kind is None:
+            out = self._job(
+                search, "baselines", baselines_job, lambda: (*self._specs(search), missing), wait_s
+            )
+        else:
+            options = search.plan_options or {}
+            out = self._job(
+                search, "baselines", kind.baselines, lambda: (*self._specs(search), options, missing), wait_s
+            )
         if isinstance(out, str):
             return out
         queued = [n for n in missing if n in out.value]  # the job may have started when fewer were due
@@ -319,6 +336,41 @@ class SearchLoop:
             search.id,
             rnd.index,
             simulator_kind,
+            len(cands),
+        )
+        self._nudge_queued(search)
+        return f"round {rnd.index} planned"
+
+    def _next_kind_round(
+        self, search: d.Search, trials: list[d.Trial], k: int, wait_s: float, kind: PlanKind
+    ) -> str:
+        """A round of a non-AutoSync kind (``service.plans``); no new plan at all completes the search."""
+        index = search.current_round + 1
+        ask = RoundAsk(
+            index=index, k=k, seed=search.seed * 1_000 + index, tried=tuple(t.strategy for t in trials)
+        )
+        options = search.plan_options or {}
+        out = self._job(
+            search, f"round {index}", kind.plan_round, lambda: (*self._specs(search), options, ask), wait_s
+        )
+        if isinstance(out, str):
+            return out
+        if not out.value.drafts:
+            log.info("search %s: %s planner has no new plan to try", search.id, kind.name)
+            return self._finish(search, trials)
+        with self.sessions() as s:
+            rnd, cands = repo.add_round(
+                s,
+                search_id=search.id,
+                candidates=list(out.value.drafts),
+                samples=search.samples_per_round,
+                simulator_kind=out.value.scorer,
+            )
+        log.info(
+            "search %s: round %s planned by %s (%s candidates)",
+            search.id,
+            rnd.index,
+            out.value.scorer,
             len(cands),
         )
         self._nudge_queued(search)

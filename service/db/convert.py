@@ -61,6 +61,8 @@ def search(row: m.SearchRow) -> d.Search:
         approval_required=row.approval_required,
         seed=row.seed,
         compression=cast("Compression", row.compression),
+        plan_kind=cast(d.PlanKindName, row.plan_kind),
+        plan_options=None if row.plan_options is None else dict(row.plan_options),
         state=cast(d.SearchState, row.state),
         current_round=row.current_round,
         failure_reason=row.failure_reason,

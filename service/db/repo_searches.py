@@ -15,7 +15,7 @@ in progress, runs one ``with session.begin():`` block and returns domain objects
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import select, update
 from sqlalchemy.orm import Session
@@ -70,8 +70,12 @@ def create_search(
     seed: int = 0,
     name: str = "",
     compression: Compression = "none",
+    plan_kind: d.PlanKindName = "sync",
+    plan_options: dict[str, Any] | None = None,
 ) -> d.Search:
-    """Store a new search in state 'pending' (the loop starts it); round 0, nothing queued yet."""
+    """Store a new search in state 'pending' (the loop starts it); round 0, nothing queued yet.
+
+    ``plan_options`` must already be validated for ``plan_kind`` (``service.plans``)."""
     if model.kind != "model" or cluster.kind != "cluster":
         raise ValueError("model must be a model spec and cluster a cluster spec")
     with session.begin():
@@ -89,6 +93,8 @@ def create_search(
             approval_required=approval_required,
             seed=seed,
             compression=compression,
+            plan_kind=plan_kind,
+            plan_options=plan_options,
             state="pending",
             current_round=0,
         )

@@ -41,6 +41,8 @@ def _search_json(**over: Any) -> dict[str, Any]:
         "seed": 0,
         "compression": "none",
         "space": "lossless",
+        "plan_kind": "sync",
+        "plan_options": None,
         "state": "pending",
         "current_round": 0,
         "failure_reason": None,

@@ -15,6 +15,7 @@ from service.api.deps import (
 )
 from service.api.paging import DEFAULT_LIMIT, CursorQuery, LimitQuery, fetch, page
 from service.api.params import IdPath
+from service.api.routes._plans import plan_options
 from service.api.routes._refs import resolve_field
 from service.api.schemas.common import Message
 from service.api.schemas.searches import (
@@ -75,6 +76,7 @@ def create_search(
         loc=["body", "cluster"],
         zoo=zoo_cache,
     )
+    options = plan_options(body, model, cluster)
     search = repo.create_search(
         session,
         owner_id=user.user_id,
@@ -88,6 +90,8 @@ def create_search(
         seed=body.seed,
         name=body.name,
         compression=body.compression,
+        plan_kind=body.plan_kind,
+        plan_options=options,
     )
     notify(lambda: orchestrator.search_created(search), "search_created")
     return SearchPublic.model_validate(search)

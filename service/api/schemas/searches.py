@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Literal, Self
+from typing import Any, Literal, Self
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -55,6 +55,18 @@ class SearchCreate(BaseModel):
     )
     seed: int = Field(0, ge=0, le=LIMITS.seed, description="Seed of the sampler.")
     name: Label = Field("", description="A label for people.")
+    plan_kind: Literal["sync", "pipeline", "hybrid", "heterogeneous"] = Field(
+        "sync",
+        description="What to plan: 'sync' (AutoSync synchronization strategies, the default), 'pipeline', "
+        "'hybrid' or 'heterogeneous' (HeterPS layer-to-resource-type schedules with provisioning; "
+        "objective 'cost').",
+    )
+    plan_options: dict[str, Any] | None = Field(
+        None,
+        description="The plan kind's options, validated by that kind (service.plans); e.g. for "
+        '\'heterogeneous\': {"throughput_limit": 100000, "scheduler": "exact"}. Null for \'sync\'.',
+        examples=[{"throughput_limit": 100000, "scheduler": "exact"}],
+    )
 
     @model_validator(mode="after")
     def _sizes(self) -> Self:
@@ -79,6 +91,10 @@ class SearchPublic(Public):
     seed: int
     compression: Literal["none", "fp16", "powersgd", "all"]
     space: Literal["lossless", "lossy"] = Field(description="'lossy' if the search may compress gradients.")
+    plan_kind: Literal["sync", "pipeline", "hybrid", "heterogeneous"] = "sync"
+    plan_options: dict[str, Any] | None = Field(
+        None, description="The kind's options as stored (defaults filled)."
+    )
     state: Literal["pending", "running", "awaiting_approval", "completed", "cancelled", "failed"]
     current_round: int = Field(description="Index of the newest round (0 before round 1).")
     failure_reason: str | None

@@ -1,0 +1,99 @@
+"""The extension point for what a search plans (``searches.plan_kind``, migration 0007).
+
+A search plans AutoSync synchronization strategies ('sync', the loop's own code in
+``service.loop`` and ``service.loop_round``) or another kind of plan: Ada-Grouper pipelines,
+Whale hybrid plans, HeterPS heterogeneous schedules. Each other kind is one ``PlanKind``
+implementation in its own module of this package, registered in ``service.plans.KINDS``; the API
+validates a search's ``plan_options`` with it, and the loop asks it for the search's baselines and
+each round's candidates instead of running the AutoSync round.
+
+What every kind shares with 'sync': rounds, candidates and trials as stored. A candidate's (and
+its trial's) ``strategy`` JSON is the kind's plan document, a dict whose ``"kind"`` names the
+document type so the worker can tell how to run it; a trial's measurement is a
+``simulator.spec.measurement.Measurement`` (its ``iteration_times`` are what the run measured).
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from service.domain import CandidateDraft, Search, Trial
+from simulator.spec import ClusterSpec, ModelSpec
+
+Loc = tuple[str | int, ...]
+
+
+class OptionsInvalid(ValueError):
+    """A search's plan options do not fit its kind, model or cluster: each issue is (field path, reason).
+
+    The API answers 422 with ``loc = ["body", <path>...]`` (a path starts with "plan_options", or
+    names another field of the request such as "cluster" or "objective").
+    """
+
+    def __init__(self, issues: Sequence[tuple[Loc, str]]) -> None:
+        self.issues = list(issues)
+        super().__init__("; ".join(f"{'.'.join(map(str, p))}: {m}" for p, m in self.issues))
+
+
+@dataclass(frozen=True)
+class RoundAsk:
+    """What the loop asks of a kind's round: K new plans for round ``index``."""
+
+    index: int  # the round being planned (1-based)
+    k: int  # candidates wanted (the budget may leave fewer than candidates_per_round)
+    seed: int  # seed of this round (search seed and round index)
+    tried: tuple[dict[str, Any], ...]  # plan documents of every trial of the search so far
+
+
+@dataclass(frozen=True)
+class RoundPlan:
+    """A kind's round: the drafts (empty: the kind has nothing new to try, the search completes)
+    and the name stored as the round's ``simulator_kind`` (what scored the plans)."""
+
+    drafts: tuple[CandidateDraft, ...]
+    scorer: str
+
+
+class PlanKind(ABC):
+    """One kind of plan a search can look for.
+
+    Contract:
+    - stateless and picklable: the loop hands bound methods of an instance to its job processes
+      (``service.loop_jobs``), where ``baselines`` and ``plan_round`` run under a time and memory
+      budget; ``validate`` runs in the API process at create time and must stay cheap (well under
+      a second);
+    - ``validate`` returns the normalised options that are stored (defaults filled in), or raises
+      ``OptionsInvalid`` naming every bad field;
+    - the options handed to ``baselines`` and ``plan_round`` are the stored ones;
+    - ``plan_round`` never proposes a plan already in ``ask.tried``.
+    """
+
+    #: The ``searches.plan_kind`` value.
+    name: ClassVar[str]
+    #: Whether a finished round asks for the domain's learned simulator to be retrained.
+    retrains: ClassVar[bool] = False
+
+    @abstractmethod
+    def validate(
+        self, options: dict[str, Any] | None, *, objective: str, model: ModelSpec, cluster: ClusterSpec
+    ) -> dict[str, Any]:
+        """The stored form of ``options`` for this model and cluster; OptionsInvalid otherwise."""
+
+    @abstractmethod
+    def due_baselines(self, search: Search, trials: Sequence[Trial]) -> tuple[str, ...]:
+        """Names of the baseline plans the search must have queued by now."""
+
+    @abstractmethod
+    def baselines(
+        self, model: ModelSpec, cluster: ClusterSpec, options: dict[str, Any], names: tuple[str, ...]
+    ) -> dict[str, dict[str, Any]]:
+        """The named baselines' plan documents (a name with no plan here is left out)."""
+
+    @abstractmethod
+    def plan_round(
+        self, model: ModelSpec, cluster: ClusterSpec, options: dict[str, Any], ask: RoundAsk
+    ) -> RoundPlan:
+        """The round's candidate drafts, rank 1 = best predicted."""
