@@ -64,7 +64,9 @@ def search_status(session: Session, *, search_id: int, owner_id: int | None = No
             for r in rows
             if r.baseline is not None
         )
-        families, reports = _honest(rows)
+        # Baseline families and speed-ups compare AutoSync strategies; other plan kinds report theirs
+        # through their own results (service.plans).
+        families, reports = _honest(rows) if search.plan_kind == "sync" else ((), ())
         # Per baseline family: its tuned (fastest measured) member's median / the best candidate of
         # the same space (lossless vs lossless, lossy vs lossy; < 1: the search did not beat it).
         speedups = {r.family: r.ratio for rep in reports for r in rep.ratios if rep.winner is not None}

@@ -242,8 +242,10 @@ def report_trial(
                 body=measurement.model_dump(mode="json"),
             )
         )
-        if final == "succeeded" and median is not None:
-            search = session.get_one(SearchRow, row.search_id)
+        search = session.get_one(SearchRow, row.search_id)
+        # Runtime records train the simulators of AutoSync strategies; other plan kinds' documents
+        # are not strategies and stay with their trials.
+        if final == "succeeded" and median is not None and search.plan_kind == "sync":
             session.add(
                 RuntimeRecordRow(
                     domain=d.domain_of(search.model_name, search.cluster_name),
