@@ -11,6 +11,7 @@ from typing import Any
 
 import httpx
 
+from runtime.worker.plans import document_kind
 from simulator.spec import ClusterSpec, ModelSpec, Strategy
 from simulator.spec.io import parse_as
 from simulator.spec.measurement import Measurement
@@ -29,18 +30,21 @@ class ClaimedTrial:
     attempt: int
     model: ModelSpec
     cluster: ClusterSpec
-    strategy: Strategy
+    # A sync search's Strategy, else another plan kind's document as JSON (its "kind" names it;
+    # the trial process validates and runs it: runtime.worker.plans).
+    strategy: Strategy | dict[str, Any]
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> ClaimedTrial:
         trial = data.get("trial", data)
+        doc = trial["strategy"]
         return cls(
             id=int(trial["id"]),
             claim_token=str(data["claim_token"]),
             attempt=int(data["attempt"]),
             model=parse_as(ModelSpec, data["model"]),
             cluster=parse_as(ClusterSpec, data["cluster"]),
-            strategy=parse_as(Strategy, trial["strategy"]),
+            strategy=parse_as(Strategy, doc) if document_kind(doc) == "strategy" else dict(doc),
         )
 
 

@@ -3,7 +3,9 @@
 Protocol (stdin → stdout, one JSON object per line):
 - first line: ``{"model", "cluster", "options"}``, where ``options`` holds the worker's ``pool``
   ('testbed' or 'gpu') and ExecutorConfig fields (compute, warmup, iterations, ...);
-- then one line per trial: ``{"trial_id", "strategy"}`` → one line with the Measurement;
+- then one line per trial: ``{"trial_id", "strategy"}`` → one line with the Measurement, where
+  ``strategy`` is the trial's plan document: a Strategy, or another plan kind's document, run by
+  the runner its ``kind`` names (``runtime.worker.plans``);
 - end of input: the session and the testbed are torn down and the process exits.
 
 The testbed pool builds the emulated cluster (network namespaces shaped with tc) once, falling
@@ -24,6 +26,7 @@ from collections.abc import Iterator
 from dataclasses import fields
 from typing import Any
 
+from runtime.worker.plans import TrialContext, document_kind, runner
 from simulator.spec import ClusterSpec, ModelSpec, Strategy
 from simulator.spec.io import parse_as
 from simulator.spec.measurement import Measurement
@@ -73,28 +76,31 @@ def _emit(m: Measurement) -> None:
     print(m.model_dump_json(), flush=True)
 
 
+def run_strategy(document: dict[str, Any], context: TrialContext) -> Measurement:
+    """The runner of a Strategy (``"kind": "strategy"``): the executor session runs it."""
+    return context.session().run(parse_as(Strategy, document))
+
+
 def main() -> None:
     head = json.loads(sys.stdin.readline())
     model = parse_as(ModelSpec, head["model"])
     cluster = parse_as(ClusterSpec, head["cluster"])
-    options = dict(head.get("options") or {})
-    session: Any = None
-    env: dict[str, Any] = {}
-    with contextlib.ExitStack() as stack:
+    context = TrialContext(model, cluster, dict(head.get("options") or {}))
+    try:
         for line in sys.stdin:
             if not line.strip():
                 continue
             try:
-                strategy = parse_as(Strategy, json.loads(line)["strategy"])
-                if session is None:
-                    session, env = stack.enter_context(open_session(model, cluster, options))
-                m = session.run(strategy)
-                m = m.model_copy(update={"environment": {**env, **m.environment}})
+                document = json.loads(line)["strategy"]
+                m = runner(document_kind(document))(document, context)
+                m = m.model_copy(update={"environment": {**context.environment, **m.environment}})
             except Exception as e:  # a trial that cannot run is a failed measurement, never lost
                 traceback.print_exc(file=sys.stderr)
                 m = Measurement(failure=f"{type(e).__name__}: {e}")
             with contextlib.suppress(BrokenPipeError):
                 _emit(m)
+    finally:
+        context.close()
 
 
 if __name__ == "__main__":

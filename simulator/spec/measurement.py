@@ -49,6 +49,11 @@ class Measurement(BaseModel):
     compute_mode: Name = Field("replay", description="'real' or 'replay'.")
     backend: Name = Field("gloo", description="torch.distributed backend used.")
     environment: dict[str, Any] = Field(default_factory=dict, description="Host, versions, testbed.")
+    details: dict[str, Any] = Field(
+        default_factory=dict,
+        description="What a plan kind measured beyond the times (a pipeline's per-stage schedule and "
+        "tuner switches, a hybrid plan's per-device busy time); empty for a sync strategy.",
+    )
 
     @field_validator("failure")
     @classmethod
@@ -60,7 +65,7 @@ class Measurement(BaseModel):
             value = value[: LIMITS.text_chars - 1] + "…"
         return value
 
-    @field_validator("environment")
+    @field_validator("environment", "details")
     @classmethod
     def _finite_environment(cls, value: dict[str, Any]) -> dict[str, Any]:
         issues = [Issue(path, reason) for path, reason in json_issues(value)]
