@@ -14,6 +14,7 @@ from service.plans.base import OptionsInvalid, PlanKind, RoundAsk, RoundPlan
 #: plan_kind → "module:class" of its PlanKind ('sync' is the loop's own and has none).
 KINDS: dict[str, str] = {
     "heterogeneous": "service.plans.heterogeneous:HeterogeneousPlans",
+    "hybrid": "service.plans.hybrid:HybridPlans",
     "pipeline": "service.plans.pipeline:PipelinePlans",
 }
 

@@ -1,0 +1,294 @@
+"""Hybrid searches (issue 19, Whale): TaskGraph plans with hardware-aware shares on mixed GPUs.
+
+Options (``plan_options`` of a search with ``plan_kind='hybrid'``), every one optional:
+
+- ``annotations``: Whale's annotations as a per-module mapping, ``{"<module>": {"primitive":
+  "replicate"|"split", "degree": n|null, "group": g|null}}`` (``simulator.spec.ModuleAnnotation``;
+  a module matches the layers named ``<module>`` or below it, ``degree`` null = every device);
+  layers no entry matches take ``default``. Without annotations the partition is automatic;
+- ``default``: ``{"primitive": ..., "degree": ...}`` for unannotated layers (replicate over every
+  device unless given);
+- ``global_batch``: samples per step over the cluster, default the model's ``batch_size`` x devices
+  (the per-GPU batch of a sync search);
+- ``num_micro_batches``: micro-batches between annotated TaskGraphs (default 1: no pipeline);
+- ``max_task_graphs``: the automatic partition tries 1..this many TaskGraphs (default 4).
+
+Candidates of a round, ranked by the hybrid cost model (``simulator.hybrid.predict``):
+annotated: the plan Whale places from the annotations (``plan_from_annotations``: devices in
+rank order, even shares) and the same plan with Algorithm 1's hardware-aware shares on each
+replicate TaskGraph (``search.hybrid.memory_constrained_balance``; not for pipelined plans);
+automatic: every fitting candidate of ``search.hybrid.auto_partition`` (data parallelism with
+Algorithm 1's shares, memory-placed speed-balanced pipelines). A plan the memory model says does
+not fit is still proposed when nothing else is left (its trial then shows the device's
+out-of-memory), ranked after every plan that fits. Baseline ``even``: data parallelism with the
+batch split evenly, the homogeneous default Whale compares against.
+
+Similarity between two candidates: the fraction of (TaskGraph count, nested DP, pipelined) they
+share (a decision; the cost model ranks, nothing samples).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any, ClassVar
+
+from pydantic import ValidationError
+
+from search.feasibility import MemoryConfig, MemoryModel
+from service.domain import CandidateDraft, Search, Trial
+from service.plans.base import Loc, OptionsInvalid, PlanKind, RoundAsk, RoundPlan
+from simulator.spec import ClusterSpec, HybridPlan, ModelSpec, SpecError
+from simulator.spec.hybrid import Annotation, ModuleAnnotation, hybrid_issues, plan_from_annotations
+from simulator.spec.limits import LIMITS
+
+DEFAULTS: dict[str, Any] = {
+    "annotations": None,
+    "default": None,
+    "global_batch": None,
+    "num_micro_batches": 1,
+    "max_task_graphs": 4,
+}
+
+
+def _issues(path: Loc, error: ValidationError | SpecError) -> list[tuple[Loc, str]]:
+    err = error if isinstance(error, SpecError) else SpecError.from_pydantic(error)
+    return [(("plan_options", *path, *i.path), i.reason) for i in err.issues]
+
+
+def _matches(module: str, layer: str) -> bool:
+    return layer == module or layer.startswith((module + ".", module + "#"))
+
+
+def _int_in(out: dict[str, Any], field: str, lo: int, hi: int) -> list[tuple[Loc, str]]:
+    v = out[field]
+    if isinstance(v, bool) or not isinstance(v, int) or not lo <= v <= hi:
+        return [(("plan_options", field), f"must be an int in [{lo}, {hi}], got {v!r}")]
+    return []
+
+
+class HybridPlans(PlanKind):
+    """Whale hybrid plans (see the module docstring)."""
+
+    name: ClassVar[str] = "hybrid"
+    BASELINES: ClassVar[tuple[str, ...]] = ("even",)
+
+    def validate(
+        self, options: dict[str, Any] | None, *, objective: str, model: ModelSpec, cluster: ClusterSpec
+    ) -> dict[str, Any]:
+        raw = dict(options or {})
+        unknown = sorted(set(raw) - set(DEFAULTS))
+        if unknown:
+            raise OptionsInvalid(
+                [(("plan_options", unknown[0]), f"unknown option (hybrid options: {', '.join(DEFAULTS)})")]
+            )
+        out = {**DEFAULTS, **raw}
+        n = len(cluster.devices)
+        if out["global_batch"] is None:
+            out["global_batch"] = min(model.batch_size * n, LIMITS.global_batch)
+        issues = _int_in(out, "global_batch", 1, LIMITS.global_batch)
+        issues += _int_in(out, "num_micro_batches", 1, LIMITS.micro_batches)
+        issues += _int_in(out, "max_task_graphs", 1, LIMITS.layers)
+        ann = out["annotations"]
+        if ann is not None and not isinstance(ann, dict):
+            issues.append((("plan_options", "annotations"), "must be a mapping of module name to primitive"))
+        elif ann is not None:
+            for module, entry in ann.items():
+                if not any(_matches(module, layer.name) for layer in model.layers):
+                    issues.append(
+                        (
+                            ("plan_options", "annotations", module),
+                            f"no layer of {model.name} is named {module!r} or below it",
+                        )
+                    )
+                    continue
+                if not isinstance(entry, dict):
+                    issues.append(
+                        (("plan_options", "annotations", module), "must be an object with 'primitive'")
+                    )
+                    continue
+                try:
+                    ModuleAnnotation.model_validate({**entry, "module": module})
+                except (ValidationError, SpecError) as e:
+                    issues += _issues(("annotations", module), e)
+                    continue
+                if entry.get("degree") is not None and entry["degree"] > n:
+                    issues.append(
+                        (
+                            ("plan_options", "annotations", module, "degree"),
+                            f"{entry['degree']} devices asked, {cluster.name} has {n}",
+                        )
+                    )
+        if out["default"] is not None:
+            if not isinstance(out["default"], dict):
+                issues.append((("plan_options", "default"), "must be an object with 'primitive'"))
+            else:
+                try:
+                    ModuleAnnotation.model_validate({**out["default"], "module": "default"})
+                except (ValidationError, SpecError) as e:
+                    issues += _issues(("default",), e)
+        if issues:
+            raise OptionsInvalid(issues)
+        if ann is not None:
+            try:
+                plan = annotated_plan(model, cluster, out)
+                problems = hybrid_issues(plan, model, cluster)
+                if problems:
+                    raise SpecError(problems)
+            except (SpecError, ValueError) as e:
+                err = e if isinstance(e, SpecError) else None
+                if err is None:
+                    raise OptionsInvalid([(("plan_options", "annotations"), str(e))]) from None
+                raise OptionsInvalid(
+                    [
+                        (("plan_options", "annotations"), f"{'.'.join(map(str, i.path))}: {i.reason}")
+                        for i in err.issues
+                    ]
+                ) from None
+        return out
+
+    def due_baselines(self, search: Search, trials: Sequence[Trial]) -> tuple[str, ...]:
+        return self.BASELINES
+
+    def baselines(
+        self, model: ModelSpec, cluster: ClusterSpec, options: dict[str, Any], names: tuple[str, ...]
+    ) -> dict[str, dict[str, Any]]:
+        from search.hybrid import even_data_parallel
+
+        if "even" not in names:
+            return {}
+        plan = even_data_parallel(model, cluster, int(options["global_batch"]))
+        return {"even": plan.model_dump(mode="json")}
+
+    def plan_round(
+        self, model: ModelSpec, cluster: ClusterSpec, options: dict[str, Any], ask: RoundAsk
+    ) -> RoundPlan:
+        tried = {_key(t) for t in ask.tried}
+        fresh = [
+            (s, p)
+            for s, p in scored_plans(model, cluster, options)
+            if _key(p.model_dump(mode="json")) not in tried
+        ]
+        picks = fresh[: ask.k]
+        feats = [(len(p.task_graphs), p.nested_dp, p.num_micro_batches > 1) for _, p in picks]
+        drafts = []
+        for rank, ((seconds, plan), f) in enumerate(zip(picks, feats, strict=True), start=1):
+            others = [g for i, g in enumerate(feats) if i != rank - 1]
+            sim = sum(sum(a == b for a, b in zip(f, g, strict=True)) / 3 for g in others) / max(
+                1, len(others)
+            )
+            drafts.append(
+                CandidateDraft(
+                    rank=rank,
+                    strategy=plan.model_dump(mode="json"),
+                    predicted_time=seconds,
+                    similarity=sim,
+                    scorer="hybrid-cost-model",
+                )
+            )
+        return RoundPlan(tuple(drafts), "hybrid-cost-model")
+
+
+def _key(document: dict[str, Any]) -> str:
+    return json.dumps(document, sort_keys=True)
+
+
+def annotation(options: dict[str, Any]) -> Annotation:
+    """The options' per-module mapping as ``simulator.spec.Annotation``."""
+    default = options.get("default") or {}
+    modules = tuple(
+        ModuleAnnotation.model_validate({**entry, "module": module})
+        for module, entry in (options.get("annotations") or {}).items()
+    )
+    return Annotation(
+        modules=modules,
+        default=default.get("primitive", "replicate"),
+        default_degree=default.get("degree"),
+    )
+
+
+def annotated_plan(model: ModelSpec, cluster: ClusterSpec, options: dict[str, Any]) -> HybridPlan:
+    """The plan Whale places from the annotations (even shares)."""
+    return plan_from_annotations(
+        model,
+        cluster,
+        annotation(options),
+        int(options["global_batch"]),
+        num_micro_batches=int(options["num_micro_batches"]),
+        name="annotated (even shares)",
+    )
+
+
+def balanced_shares(
+    model: ModelSpec, cluster: ClusterSpec, plan: HybridPlan, memory: MemoryModel
+) -> HybridPlan | None:
+    """``plan`` with Algorithm 1's shares on every replicate TaskGraph of degree > 1 (None: no
+    TaskGraph to balance, a pipelined plan, or Algorithm 1 finds no feasible shares)."""
+    from search.hybrid import InfeasibleBalance, device_slots, memory_constrained_balance, replicate_profile
+
+    if plan.num_micro_batches > 1:
+        return None
+    tgs = []
+    changed = False
+    for tg in plan.task_graphs:
+        if tg.primitive != "replicate" or tg.degree < 2:
+            tgs.append(tg)
+            continue
+        shares: dict[str, int] = {}
+        for r, vd in enumerate(tg.virtual_devices):
+            batch = plan.replica_batch(r)
+            slots = device_slots(
+                model, cluster, vd.devices, memory, first=tg.first_layer, last=tg.last_layer,
+                batch=max(1, batch // tg.degree),
+            )  # fmt: skip
+            try:
+                bal = memory_constrained_balance(
+                    replicate_profile(memory, tg.first_layer, tg.last_layer, batch), slots
+                )
+            except InfeasibleBalance:
+                return None
+            shares.update(zip(vd.devices, bal.shares, strict=True))
+        tgs.append(tg.model_copy(update={"batch_shares": shares}))
+        changed = True
+    if not changed:
+        return None
+    data = plan.model_dump()
+    data.update(task_graphs=[t.model_dump() for t in tgs], name="annotated (Algorithm 1 shares)")
+    out = HybridPlan.model_validate(data)
+    same = all(out.device_shares(t) == plan.device_shares(t) for t in range(len(tgs)))
+    return None if same else out
+
+
+def scored_plans(
+    model: ModelSpec, cluster: ClusterSpec, options: dict[str, Any]
+) -> list[tuple[float, HybridPlan]]:
+    """Every candidate plan with its predicted seconds: plans that fit first, each group fastest first."""
+    from search.hybrid import auto_partition, memory_reasons
+    from simulator.hybrid import predict
+
+    memory = MemoryModel(model, cluster, MemoryConfig())
+    if options.get("annotations") is not None:
+        even = annotated_plan(model, cluster, options)
+        plans = [p for p in (balanced_shares(model, cluster, even, memory), even) if p is not None]
+    else:
+        try:
+            auto = auto_partition(
+                model,
+                cluster,
+                memory,
+                int(options["global_batch"]),
+                max_stages=int(options["max_task_graphs"]),
+            )
+        except ValueError:
+            return []
+        plans = [c.plan for c in auto.candidates if c.plan is not None and not c.reason]
+    scored = []
+    seen = set()
+    for p in plans:
+        key = _key(p.model_dump(mode="json"))
+        if key in seen:
+            continue
+        seen.add(key)
+        scored.append((bool(memory_reasons(p, memory)), predict(model, cluster, p).seconds, p))
+    scored.sort(key=lambda x: (x[0], x[1]))
+    return [(s, p) for _, s, p in scored]
