@@ -1,0 +1,205 @@
+"""A multi-homed emulated cluster: namespaces on three bridges, each interface shaped on its own.
+
+HeterPS's cost model charges three kinds of traffic at three rates (``simulator.analytical.
+heterogeneous``): activations between stages over the units' NICs, sparse rows over a GPU's host
+link (PCIe) and dense-weight synchronisation over the servers' full NICs. The issue-5 ``Testbed``
+gives each node one shaped NIC, so this module builds its own topology from the same helpers
+(``runtime.testbed.netns`` for namespaces and veths, ``runtime.testbed.shaping.tc_commands`` for
+the shapers, its naming so ``runtime.testbed.cleanup_stale`` removes leftovers):
+
+- one switch namespace ``stb-<pid>-<id>-sw`` holding bridges ``bdata``, ``bsync`` and
+  ``bhost`` ('brd' would read as `ip link`'s broadcast keyword);
+- one namespace ``stb-<pid>-<id>-n<i>`` per process, with an interface on each network it uses
+  (``eth0`` data, ``eth1`` sync, ``eth2`` host), each in its own /24 of 198.18.0.0/15, so the
+  kernel routes each kind of traffic through its own interface;
+- an interface with a rate is shaped both ways (its egress in the node, its bridge port's egress
+  in the switch), as the issue-5 testbed does; an interface without a rate is not shaped.
+
+``LoopbackNet`` is the fallback without namespaces: every process on 127.0.0.1 with its own port,
+nothing shaped (tests of the logic; its figures are not measurements of a cluster).
+
+Not thread-safe to build or close; ``close`` is idempotent and also runs at exit.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import os
+import secrets
+import signal
+import subprocess
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from types import TracebackType
+
+from runtime.testbed import netns
+from runtime.testbed.shaping import Shape, tc_commands
+from runtime.testbed.testbed import PREFIX, TestbedUnavailable, cleanup_stale
+
+NETWORKS = ("data", "sync", "host")
+_IF = {"data": "eth0", "sync": "eth1", "host": "eth2"}
+_BR = {"data": "bdata", "sync": "bsync", "host": "bhost"}
+_PORT = {"data": "d", "sync": "s", "host": "h"}
+PORT = 7000  # every process listens here on all its interfaces (one port space per namespace)
+
+
+@dataclass(frozen=True)
+class NodeSpec:
+    """One process's namespace: the networks it joins and each interface's rate (Mbit/s; None: unshaped)."""
+
+    name: str
+    rates: Mapping[str, float | None] = field(default_factory=dict)
+
+
+class NamespaceNet:
+    """The namespaces, bridges and shaped interfaces of ``nodes``; a context manager."""
+
+    def __init__(self, nodes: Sequence[NodeSpec]) -> None:
+        if len(nodes) > 250:
+            raise ValueError(f"nodes: at most 250 fit a /24, got {len(nodes)}")
+        for n in nodes:
+            bad = set(n.rates) - set(NETWORKS)
+            if bad:
+                raise ValueError(f"nodes.{n.name}.rates: unknown networks {sorted(bad)}")
+        self.nodes = tuple(nodes)
+        self.id = secrets.token_hex(3)
+        base = int(self.id, 16) % 170 * 3  # three consecutive /24s of the 512 in 198.18.0.0/15
+        self._subnet = {
+            net: f"198.{18 + (base + k) // 256}.{(base + k) % 256}" for k, net in enumerate(NETWORKS)
+        }
+        self._base = f"{PREFIX}-{os.getpid()}-{self.id}"
+        self.switch_ns = f"{self._base}-sw"
+        self.node_ns = [f"{self._base}-n{i}" for i in range(len(nodes))]
+        self._created: list[str] = []
+        self._built = False
+        self._procs: list[subprocess.Popen[bytes]] = []
+
+    def address(self, node: int, net: str) -> tuple[str, int]:
+        if net not in self.nodes[node].rates:
+            raise ValueError(f"node {self.nodes[node].name!r} is not on the {net} network")
+        return (f"{self._subnet[net]}.{node + 1}", PORT)
+
+    def listen(self, node: int) -> tuple[str, int]:
+        return ("0.0.0.0", PORT)
+
+    @property
+    def environment(self) -> dict[str, object]:
+        return {
+            "testbed": "netns",
+            "shaped": True,
+            "testbed_id": self.id,
+            "rates_mbit": {n.name: dict(n.rates) for n in self.nodes},
+        }
+
+    def __enter__(self) -> NamespaceNet:
+        reason = netns.namespaces_usable()
+        if reason is not None:
+            raise TestbedUnavailable(f"cannot build the emulated cluster: {reason}")
+        cleanup_stale()
+        atexit.register(self.close)
+        try:
+            self._build()
+        except BaseException:
+            self.close()
+            raise
+        self._built = True
+        return self
+
+    def __exit__(
+        self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+    def _build(self) -> None:
+        self._created.append(self.switch_ns)  # recorded first: a failure while adding still deletes it
+        netns.add_namespace(self.switch_ns)
+        used = {net for n in self.nodes for net in n.rates}
+        for net in NETWORKS:
+            if net in used:
+                netns.add_bridge(self.switch_ns, _BR[net])
+        for i, node in enumerate(self.nodes):
+            ns = self.node_ns[i]
+            self._created.append(ns)
+            netns.add_namespace(ns)
+            for net, rate in node.rates.items():
+                dev, port = _IF[net], f"{_PORT[net]}{i}"
+                netns.add_veth(ns, dev, self.switch_ns, port)
+                netns.run(["ip", "-n", self.switch_ns, "link", "set", port, "master", _BR[net]])
+                netns.run(["ip", "-n", self.switch_ns, "link", "set", port, "up"])
+                netns.run(["ip", "-n", ns, "addr", "add", f"{self.address(i, net)[0]}/24", "dev", dev])
+                netns.run(["ip", "-n", ns, "link", "set", dev, "up"])
+                if rate is not None:
+                    for cmd in tc_commands(dev, Shape(rate), netem=False):
+                        netns.run(netns.in_ns(ns, cmd))
+                    for cmd in tc_commands(port, Shape(rate), netem=False):
+                        netns.run(netns.in_ns(self.switch_ns, cmd))
+
+    def spawn(self, node: int, argv: Sequence[str], **kw: object) -> subprocess.Popen[bytes]:
+        if not self._built:
+            raise RuntimeError("NamespaceNet.spawn: not built (use it as a context manager)")
+        proc = subprocess.Popen(netns.in_ns(self.node_ns[node], argv), **kw)  # type: ignore[call-overload]
+        self._procs.append(proc)
+        return proc
+
+    def close(self) -> None:
+        """Kill every process started here and in the namespaces, delete the namespaces (idempotent)."""
+        _kill(self._procs)
+        for ns in reversed(self._created):
+            for pid in netns.namespace_pids(ns):
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+            netns.delete_namespace(ns)
+        self._created.clear()
+        self._built = False
+        atexit.unregister(self.close)
+
+
+class LoopbackNet:
+    """Every node on 127.0.0.1 with its own port; nothing shaped (the fallback, not a testbed)."""
+
+    def __init__(self, nodes: Sequence[NodeSpec], base_port: int | None = None) -> None:
+        self.nodes = tuple(nodes)
+        self.base_port = base_port if base_port is not None else 20000 + secrets.randbelow(30000)
+        self._procs: list[subprocess.Popen[bytes]] = []
+
+    def address(self, node: int, net: str) -> tuple[str, int]:
+        return ("127.0.0.1", self.base_port + node)
+
+    def listen(self, node: int) -> tuple[str, int]:
+        return ("127.0.0.1", self.base_port + node)
+
+    @property
+    def environment(self) -> dict[str, object]:
+        return {"testbed": "loopback", "shaped": False}
+
+    def __enter__(self) -> LoopbackNet:
+        return self
+
+    def __exit__(
+        self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+    def spawn(self, node: int, argv: Sequence[str], **kw: object) -> subprocess.Popen[bytes]:
+        proc = subprocess.Popen(list(argv), **kw)  # type: ignore[call-overload]
+        self._procs.append(proc)
+        return proc
+
+    def close(self) -> None:
+        _kill(self._procs)
+
+
+def _kill(procs: list[subprocess.Popen[bytes]]) -> None:
+    for p in procs:
+        if p.poll() is None:
+            p.kill()
+    for p in procs:
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            p.wait(timeout=5)
+    procs.clear()
+
+
+def python() -> str:
+    return sys.executable
