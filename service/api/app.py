@@ -16,6 +16,7 @@ from service.api.hooks import Orchestrator, StoreOnly
 from service.api.routes import (
     candidates,
     clusters,
+    costs,
     health,
     models,
     profiles,
@@ -108,6 +109,9 @@ def create_app(settings: Settings | None = None, *, orchestrator: Orchestrator |
     app.state.settings = settings
     app.state.engine = engine
     app.state.sessions = sessions
+    # Token checks (every /api/v1 request) read one row: autocommit saves BEGIN and COMMIT, two of
+    # the four database round trips per check (the pool's pre-ping is the other).
+    app.state.auth_sessions = session_factory(engine.execution_options(isolation_level="AUTOCOMMIT"))
     app.state.orchestrator = orchestrator or StoreOnly()
     app.state.zoo = ZooCache()
     errors.install(app)
@@ -116,6 +120,7 @@ def create_app(settings: Settings | None = None, *, orchestrator: Orchestrator |
         models,
         clusters,
         searches,
+        costs,
         candidates,
         trials,
         workers,

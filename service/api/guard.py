@@ -20,7 +20,7 @@ from typing import Any
 from starlette.concurrency import run_in_threadpool
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from service.db import repository as repo
+from service.api.deps import verify
 from service.domain import Principal
 
 API_PREFIX = "/api/v1"
@@ -87,9 +87,7 @@ def _authenticate(scope: Scope, authorization: str | None) -> tuple[Principal | 
     scheme, _, secret = (authorization or "").partition(" ")
     if scheme.lower() != "bearer" or not secret.strip():
         return None, "missing bearer token"
-    sessions = scope["app"].state.sessions
-    with sessions() as session:
-        principal = repo.verify_token(session, secret=secret.strip())
+    principal = verify(scope["app"].state.auth_sessions, secret.strip())
     return (principal, "") if principal is not None else (None, "invalid or revoked token")
 
 

@@ -1,6 +1,6 @@
 """API throughput: requests/s, p50/p99 latency, errors and server memory per endpoint class and client count.
 
-Run: python benchmarks/api_throughput.py [--clients 10,50,200] [--duration 30] [--api-workers 1]
+Run: python benchmarks/api_load.py [--clients 10,50,200] [--duration 30] [--api-workers 1]
          [--classes healthz,zoo,status,trials,create] [--server-cpus 0] [--client-cpus 1]
 
 The server is started the way docker-compose starts it (``strategist serve --no-worker`` on
@@ -382,7 +382,7 @@ def main() -> None:
     widths = [max(len(r[i]) for r in [head, *rows]) for i in range(len(head))]
     print()
     print(
-        f"{args.label or 'api_throughput'}: api-workers {args.api_workers}, server cpus {args.server_cpus or 'any'},"
+        f"{args.label or 'api_load'}: api-workers {args.api_workers}, server cpus {args.server_cpus or 'any'},"
         f" drivers {args.procs} on cpus {args.client_cpus or 'any'}, {args.duration:.0f} s per cell,"
         f" {statistics.mean([os.getloadavg()[0]]):.1f} load avg at the end"
     )
