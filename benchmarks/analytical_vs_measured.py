@@ -14,7 +14,8 @@ rho between the medians of the first and of the second half of every trial's mea
 
 Issue 13's columns: "pairwise (α)" is the unfitted model with the per-call α measured in the same
 records (``per_call_overhead_s``, the testbed probe's 1-element all-reduce, all-gather and PS round, median
-over the domain's trials: a calibration from the cluster, not a fit to iteration times; records
+over the domain's trials, or the executor's unit path where the records have it (see
+``measured_alpha``): a calibration from the cluster, not a fit to iteration times; records
 without the probe fall back to the defaults); "counts-only" is a least-squares line on the number
 of collective calls and PS shards alone, fitted on one half of the records and scored on the other
 (both ways), the ranker that knows nothing about bytes; "baselines MedRE (α)" is the median
@@ -124,16 +125,32 @@ def domain_report(domain: str, records: Sequence[dict[str, Any]]) -> DomainRepor
 
 
 def measured_alpha(ok: Sequence[dict[str, Any]]) -> CostParams:
-    """CostParams with the per-call α the records measured (median over trials), else defaults."""
+    """CostParams with the per-call α the records measured (median over trials), else defaults.
+
+    Records whose probe has the executor's unit path (``collective_unit``, ``ps_unit``: the
+    1-element call handed to a sync channel's thread, as a trial issues a unit) take α from it:
+    a ring unit is one all-reduce, so its α is the unit figure; a sparse unit is three
+    all-gathers behind one hand-off, so each all-gather carries a third of the unit's excess
+    over the bare call; a PS shard's round costs ``ps_unit``. A hierarchical unit (three calls
+    behind one hand-off) is then charged the hand-off three times: an over-estimate of
+    2 × (unit − call) per such unit, ~1 ms dilated, accepted until the cost model has a
+    per-unit term. Older records (bare calls only) keep the bare figures.
+    """
     probes = [r.get("per_call_overhead_s") or {} for r in ok]
-    coll = [p["collective"] for p in probes if "collective" in p]
-    ps = [p["ps_round"] for p in probes if "ps_round" in p]
-    ag = [p["allgather"] for p in probes if "allgather" in p]
-    return CostParams(
-        call_overhead_s=float(np.median(coll)) if coll else None,
-        ps_round_s=float(np.median(ps)) if ps else None,
-        allgather_call_s=float(np.median(ag)) if ag else None,
-    )
+
+    def med(kind: str) -> float | None:
+        v = [p[kind] for p in probes if kind in p]
+        return float(np.median(v)) if v else None
+
+    coll, ag, ps = med("collective"), med("allgather"), med("ps_round")
+    unit, ps_unit = med("collective_unit"), med("ps_unit")
+    if unit is not None and coll is not None:
+        excess = max(0.0, unit - coll)
+        ag = ag + excess / 3 if ag is not None else None
+        coll = unit
+    if ps_unit is not None:
+        ps = ps_unit
+    return CostParams(call_overhead_s=coll, ps_round_s=ps, allgather_call_s=ag)
 
 
 def _counts_only(samples: Sequence[FitSample], meas: np.ndarray) -> float:
