@@ -35,6 +35,7 @@ from typing import Any, Protocol, Self, TypeVar, cast
 import httpx
 from pydantic import BaseModel
 
+from service.api.schemas.costs import CostsPublic
 from service.api.schemas.runtimes import RuntimeCreate, RuntimePublic, RuntimesPublic
 from service.api.schemas.searches import (
     RoundPublic,
@@ -169,6 +170,10 @@ class StrategistClient:
     def search(self, search_id: int) -> SearchStatusPublic:
         """A search's state and progress: trials by state, best so far, baselines, speed-ups."""
         return self._call(SearchStatusPublic, "GET", f"/searches/{search_id}")
+
+    def costs(self, search_id: int) -> CostsPublic:
+        """A cost-objective (heterogeneous) search's plans: money, throughput, per-stage units, best."""
+        return self._call(CostsPublic, "GET", f"/searches/{search_id}/costs")
 
     def rounds(self, search_id: int) -> list[RoundPublic]:
         """The search's rounds, first first (every page)."""

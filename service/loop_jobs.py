@@ -51,7 +51,14 @@ from typing import Any
 log = logging.getLogger("strategist.loop")
 
 #: Modules the forkserver imports once, so that each forked job starts with them loaded.
-PRELOAD = ("service.loop_round", "service.loop_simulators", "simulator.analytical", "search")
+#: (search.heterogeneous brings torch, for its RL scheduler: ~3 s that each heterogeneous job paid.)
+PRELOAD = (
+    "service.loop_round",
+    "service.loop_simulators",
+    "simulator.analytical",
+    "search",
+    "search.heterogeneous",
+)
 #: The largest result a job may send back (pickled bytes); a round's K candidates are far smaller.
 MAX_RESULT_BYTES = 64 << 20
 _PR_SET_PDEATHSIG = 1

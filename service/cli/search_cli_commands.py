@@ -21,6 +21,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from service.api.schemas.searches import SearchCreate, SearchStatusPublic
+from service.cli.costs_render import cost_lines, costs_table, heterogeneous_fields, print_costs
 from service.client import ApiError, StrategistClient
 
 search_app = typer.Typer(
@@ -170,7 +171,10 @@ def watch_search(
     with Live(console=console, refresh_per_second=4, transient=False) as live:
 
         def show(status: SearchStatusPublic) -> None:
-            trials = [as_json(t) for t in client.trials(search_id)]
+            if status.search.plan_kind == "heterogeneous":
+                table = costs_table(as_json(client.costs(search_id)))
+            else:
+                table = best_table(as_json(status), [as_json(t) for t in client.trials(search_id)])
             s = status.search
             progress.update(
                 task, completed=status.candidate_trials_done, state=s.state, round=s.current_round
@@ -178,7 +182,7 @@ def watch_search(
             waiting = (
                 [f"[red]waiting for workers:[/] {escape(status.state_detail)}"] if status.state_detail else []
             )
-            live.update(Group(progress, *waiting, best_table(as_json(status), trials)))
+            live.update(Group(progress, *waiting, table))
 
         return client.wait(search_id, on_progress=show, interval_s=interval_s)
 
@@ -213,6 +217,17 @@ def create(
         typer.Option(help="Lossy compression the search may use: none (lossless) | fp16 | powersgd | all."),
     ] = "none",
     name: Annotated[str, typer.Option(help="A label.")] = "",
+    throughput_limit: Annotated[
+        float | None,
+        typer.Option(
+            help="Samples/s a heterogeneous (HeterPS) plan must reach; with --objective cost, the search "
+            "schedules layers to the cluster's priced resource types at the least money."
+        ),
+    ] = None,
+    scheduler: Annotated[
+        str,
+        typer.Option(help="With --throughput-limit: exact | rl | greedy | bo-tpe | bo-gp | genetic | ..."),
+    ] = "exact",
     as_json_out: Annotated[bool, typer.Option("--json", help="Print the created search as JSON.")] = False,
     api: ApiOpt = "http://127.0.0.1:8000",
     token: TokenOpt = "",
@@ -234,6 +249,7 @@ def create(
         "seed": seed,
         "name": name,
         "compression": compression,
+        **heterogeneous_fields(objective, throughput_limit, scheduler),
     }
     options = {
         "trial_budget": "--budget",
@@ -266,9 +282,12 @@ def status_cmd(
     if as_json_out:
         typer.echo(json.dumps(status, indent=2))
         return
-    trials = [as_json(t) for t in _run(lambda: client.trials(search_id))]
     s = status["search"]
     console = Console()
+    if s.get("plan_kind") == "heterogeneous":
+        print_costs(console, status, as_json(_run(lambda: client.costs(search_id))))
+        return
+    trials = [as_json(t) for t in _run(lambda: client.trials(search_id))]
     console.print(  # escaped: "[pending]" and user-chosen names are text, not rich markup
         escape(
             f"search {search_id} [{s['state']}] {s['model_name']} on {s['cluster_name']}: "
@@ -292,6 +311,10 @@ def watch_cmd(
     client = _client(api, token)
     final = _run(lambda: watch_search(client, search_id, Console(), interval))
     typer.echo(f"search {search_id} {final.search.state}")
+    if final.search.plan_kind == "heterogeneous":
+        for line in cost_lines(as_json(_run(lambda: client.costs(search_id)))):
+            typer.echo(line)
+        return
     for line in honest_lines(as_json(final)):
         typer.echo(line)
 

@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from runtime.worker.plan_heterogeneous import DOC_KIND, HeterogeneousPlan, PlanCost, StageCost, plan_key
 from service.domain import CandidateDraft, Search, Trial
 from service.plans.base import OptionsInvalid, PlanKind, RoundAsk, RoundPlan
 from simulator.spec import ClusterSpec, ModelSpec, ResourcePlan
@@ -52,8 +53,6 @@ SchedulerName = Literal[
 ]
 BaselineName = Literal["aibox", "all-gpu", "all-cpu"]
 BASELINES: tuple[BaselineName, ...] = ("aibox", "all-gpu", "all-cpu")
-#: The plan document type of a heterogeneous candidate or trial (its ``strategy`` JSON's "kind").
-DOC_KIND = "heterogeneous_plan"
 #: Seconds a black-box scheduler (BO, genetic, brute force) may take for one plan of a round.
 BLACK_BOX_SECONDS = 20.0
 #: Throughput limits above this are refused (1e12 samples/s is far past any cluster).
@@ -84,54 +83,6 @@ class HeterogeneousOptions(BaseModel):
         None,
         description="Baseline plans to measure; None: those of aibox, all-gpu, all-cpu that meet the limit.",
     )
-
-
-class StageCost(BaseModel):
-    """One stage of a plan as the cost model sees it (Formulas 2-5)."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    first_layer: int
-    last_layer: int
-    resource_type: str
-    units: int = Field(description="k_i: units of the type provisioned for the stage.")
-    throughput: float = Field(description="Throughput_i (Formula 5), samples/s.")
-    price_per_hour: float = Field(description="p_t * k_i, USD per hour.")
-
-
-class PlanCost(BaseModel):
-    """A plan's predicted money and throughput (Formulas 6-8)."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    money: float = Field(description="USD to train the workload (Formula 8).")
-    throughput: float = Field(description="Samples/s: the slowest stage's (Formula 6).")
-    price_per_hour: float = Field(description="Σ p_t k_i, USD per hour.")
-    training_time_s: float = Field(description="Seconds to train the workload (Formula 7).")
-    stages: tuple[StageCost, ...]
-
-
-class HeterogeneousPlan(BaseModel):
-    """The plan document a heterogeneous candidate or trial stores as its ``strategy``."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    kind: Literal["heterogeneous_plan"] = "heterogeneous_plan"
-    plan: ResourcePlan = Field(description="Layers -> resource types with units per stage.")
-    scheduler: str = Field(description="Who proposed it: a scheduler, or a baseline's name.")
-    throughput_limit: float
-    batch_size: int = Field(description="B, samples per iteration (the trial measures iterations of B).")
-    samples: float = Field(description="Samples the money is for (epochs * samples per epoch).")
-    scheduler_seconds: float = Field(description="Wall time the scheduler took for this plan.")
-    predicted: PlanCost
-
-    def key(self) -> tuple[tuple[int, int, str, int], ...]:
-        """Identity of the plan (schedule and provisioning): two documents with one key are one plan."""
-        return plan_key(self.plan)
-
-
-def plan_key(plan: ResourcePlan) -> tuple[tuple[int, int, str, int], ...]:
-    return tuple((s.first_layer, s.last_layer, s.resource_type, s.units) for s in plan.stages)
 
 
 def cost_model(

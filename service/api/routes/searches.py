@@ -17,6 +17,7 @@ from service.api.paging import DEFAULT_LIMIT, CursorQuery, LimitQuery, fetch, pa
 from service.api.params import IdPath
 from service.api.routes._plans import plan_options
 from service.api.routes._refs import resolve_field
+from service.api.routes.costs import cheapest_as_best
 from service.api.schemas.common import Message
 from service.api.schemas.searches import (
     RoundPublic,
@@ -120,6 +121,8 @@ def get_search(
     st = SearchStatusPublic.model_validate(
         repo.search_status(session, search_id=search_id, owner_id=owner_filter(user))
     )
+    if st.search.plan_kind == "heterogeneous":  # best = the cheapest meeting the limit, not the fastest
+        st = cheapest_as_best(session, st, owner_filter(user))
     if st.trials_by_state.get("queued", 0) or st.trials_by_state.get("running", 0):
         st.state_detail = repo.waiting_on_workers(
             session, search_id=search_id, owner_id=owner_filter(user), live_s=settings.heartbeat_timeout_s

@@ -1,0 +1,248 @@
+"""A cost-objective (heterogeneous, HeterPS) search end to end through the API (issue 18, item 7).
+
+The API creates the search on the zoo's CTRDNN and HeterPS-2GPU; the loop (stepped with
+``advance``, its jobs in their own processes) queues the AIBox and all-GPU baselines and walks the
+money vs throughput front in two rounds of two; a worker claims each trial through the API, runs
+its document through the worker's dispatch (``runtime.worker.plans``) to the heterogeneous runner,
+whose ``measure_plan`` is replaced by a deterministic fake (the real one is in
+``test_heterogeneous_trial.py``), and reports. Every figure the API answers is recomputed here
+from the cost model and the fake's rule: plans the cost model says are slower than 160,000
+samples/s measure 0.6x their predicted throughput (so the cheapest predicted plan misses the
+limit of 100,000 when measured), the others 0.95x.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+from sqlalchemy.orm import Session, sessionmaker
+
+from runtime.heterogeneous import HeterogeneousRun, StageMeasurement
+from runtime.worker.plans import TrialContext, document_kind, runner
+from service.loop import SearchLoop
+from simulator import zoo
+from simulator.analytical.heterogeneous import HeterogeneousCostModel, Workload
+from simulator.spec import ResourcePlan
+
+API = "/api/v1"
+WAIT = 120.0
+DATASETS = Path(__file__).resolve().parents[2] / "datasets"
+LIMIT = 1e5
+SLOW_BELOW = 160_000.0
+
+
+def factor(predicted_throughput: float) -> float:
+    return 0.6 if predicted_throughput < SLOW_BELOW else 0.95
+
+
+def fake_measure(
+    model: Any, resources: Any, plan: ResourcePlan, provisioning: Any, *, config: Any
+) -> HeterogeneousRun:
+    """The cost model's prediction scaled by ``factor``: money with Formula 8 at that throughput."""
+    cm = HeterogeneousCostModel(model, resources, config.workload)
+    report = cm.evaluate(plan)
+    f = factor(report.throughput)
+    b = config.workload.batch_size
+    thr = report.throughput * f
+    stages = tuple(
+        StageMeasurement(
+            resource_type=st.resource_type,
+            units=st.units,
+            groups=1,
+            period_s=b / (s_thr * f),
+            compute_s=ct * b,
+            comm_s=dt * b,
+            predicted_ct_s=ct * b,
+            predicted_dt_s=dt * b,
+        )
+        for st, s_thr, ct, dt in zip(plan.stages, report.stage_throughput, report.ct, report.dt, strict=True)
+    )
+    return HeterogeneousRun(
+        status="ok",
+        throughput=thr,
+        money=config.workload.samples / thr * report.price_per_hour / 3600.0,
+        samples=(thr,) * (config.iterations - config.warmup),
+        stages=stages,
+        predicted_throughput=report.throughput,
+        predicted_money=report.money,
+        price_per_hour=report.price_per_hour,
+        environment={"testbed": "fake"},
+    )
+
+
+@pytest.fixture
+def heterps_zoo(zoo_dir: Path) -> Path:
+    """The private zoo plus the real CTRDNN and HeterPS-2GPU specs."""
+    shutil.copy(DATASETS / "models" / "CTRDNN.json", zoo_dir / "models")
+    shutil.copy(DATASETS / "clusters" / "HeterPS-2GPU.json", zoo_dir / "clusters")
+    zoo.model.cache_clear()
+    zoo.cluster.cache_clear()
+    return zoo_dir
+
+
+def run_queued(client: TestClient, headers: dict[str, str]) -> list[int]:
+    """Claim every queued trial through the API, run it through the worker's dispatch, report it."""
+    done = []
+    while True:
+        r = client.post(
+            f"{API}/workers/claim", json={"clusters": ["HeterPS-2GPU"], "worker": "w"}, headers=headers
+        )
+        if r.status_code == 204:
+            return done
+        claim = r.json()
+        doc = claim["trial"]["strategy"]
+        assert document_kind(doc) == "heterogeneous_plan"
+        context = TrialContext(
+            zoo.model("CTRDNN"),
+            zoo.cluster("HeterPS-2GPU"),
+            {"iterations": 5, "warmup": 1, "pool": "testbed"},
+        )
+        m = runner(document_kind(doc))(doc, context)
+        assert m.ok, m.failure
+        ident = {"attempt": claim["attempt"], "claim_token": claim["claim_token"], "worker": "w"}
+        r = client.post(
+            f"{API}/trials/{claim['trial']['id']}/report",
+            json=ident | {"measurement": m.model_dump(mode="json")},
+            headers=headers,
+        )
+        assert r.status_code == 200 and r.json()["recorded"], r.text
+        done.append(claim["trial"]["id"])
+
+
+def test_cost_objective_search_runs_end_to_end_through_the_api(
+    heterps_zoo: Path,
+    client: TestClient,
+    sessions: sessionmaker[Session],
+    tokens: dict[str, dict[str, str]],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr("runtime.heterogeneous.measure_plan", fake_measure)
+    body = {
+        "model": "CTRDNN",
+        "cluster": "HeterPS-2GPU",
+        "objective": "cost",
+        "plan_kind": "heterogeneous",
+        "plan_options": {"throughput_limit": LIMIT},
+        "trial_budget": 4,
+        "candidates_per_round": 2,
+        "samples_per_round": 2,
+    }
+    r = client.post(f"{API}/searches", json=body, headers=tokens["alice"])
+    assert r.status_code == 201, r.text
+    search = r.json()
+    sid = search["id"]
+    assert search["objective"] == "cost" and search["plan_kind"] == "heterogeneous"
+    # stored with its defaults; AIBox and all-GPU meet the limit, all-CPU does not (it is left out)
+    assert search["plan_options"] == {
+        "throughput_limit": LIMIT,
+        "scheduler": "exact",
+        "batch_size": 2048,
+        "samples_per_epoch": 1e9,
+        "epochs": 1,
+        "front_step": 0.1,
+        "baselines": ["aibox", "all-gpu"],
+    }
+
+    loop = SearchLoop(sessions)
+    assert loop.advance(sid, wait_s=WAIT) == "baselines queued"
+    assert loop.advance(sid, wait_s=WAIT) == "round 1 planned"
+    assert len(run_queued(client, tokens["worker"])) == 4  # two baselines, two candidates
+    assert loop.advance(sid, wait_s=WAIT) == "round 1 completed"
+    assert loop.advance(sid, wait_s=WAIT) == "round 2 planned"  # no retraining for this kind
+    assert len(run_queued(client, tokens["worker"])) == 2
+    assert loop.advance(sid, wait_s=WAIT) == "round 2 completed"
+    assert loop.advance(sid, wait_s=WAIT) == "completed"
+
+    rounds = client.get(f"{API}/searches/{sid}/rounds", headers=tokens["alice"]).json()["data"]
+    assert [(x["index"], x["state"], x["simulator_kind"]) for x in rounds] == [
+        (1, "completed", "heterps-exact"),
+        (2, "completed", "heterps-exact"),
+    ]
+    costs = client.get(f"{API}/searches/{sid}/costs", headers=tokens["alice"]).json()
+    assert costs["throughput_limit"] == LIMIT and costs["scheduler"] == "exact"
+    plans = costs["plans"]
+    assert [p["label"].split(":")[0] for p in plans] == ["candidate"] * 4 + ["baseline"] * 2
+    assert {p["baseline"] for p in plans if p["baseline"]} == {"aibox", "all-gpu"}
+
+    cm = HeterogeneousCostModel(
+        zoo.model("CTRDNN"), zoo.cluster("HeterPS-2GPU"), Workload(LIMIT, batch_size=2048)
+    )
+    for p in plans:
+        plan = ResourcePlan.model_validate(p["plan"])
+        report = cm.evaluate(plan)
+        assert p["state"] == "succeeded"
+        assert p["predicted_money"] == pytest.approx(report.money, rel=1e-9)
+        assert p["predicted_throughput"] == pytest.approx(report.throughput, rel=1e-9)
+        assert p["price_per_hour"] == pytest.approx(report.price_per_hour, rel=1e-9)
+        f = factor(report.throughput)
+        assert p["measured_throughput"] == pytest.approx(f * report.throughput, rel=1e-9)
+        assert p["measured_money"] == pytest.approx(report.money / f, rel=1e-9)
+        assert p["meets_limit"] == (f * report.throughput >= LIMIT)
+        # the per-stage provisioning: every stage's type and units, as the plan has them
+        assert [(s["resource_type"], s["units"]) for s in p["stages"]] == [
+            (st.resource_type, st.units) for st in plan.stages
+        ]
+        for s, thr in zip(p["stages"], report.stage_throughput, strict=True):
+            assert s["predicted_throughput"] == pytest.approx(thr, rel=1e-9)
+            assert s["measured_throughput"] == pytest.approx(f * thr, rel=1e-9)
+        assert math.isclose(sum(s["price_per_hour"] for s in p["stages"]), p["price_per_hour"], rel_tol=1e-9)
+
+    cands = [p for p in plans if p["candidate_id"] is not None]
+    # the front walk: each round's candidates ranked by money, each next plan >= 10 % faster
+    by_throughput = sorted(cands, key=lambda p: p["predicted_throughput"])
+    assert [p["round_index"] for p in by_throughput] == [1, 1, 2, 2]
+    assert [p["rank"] for p in by_throughput] == [1, 2, 1, 2]
+    for a, b in itertools.pairwise(by_throughput):
+        assert b["predicted_throughput"] >= 1.1 * a["predicted_throughput"] * (1 - 1e-9)
+        assert b["predicted_money"] > a["predicted_money"]
+    # the first is the exact scheduler's optimum at the limit; no baseline is cheaper
+    cheapest = by_throughput[0]
+    assert costs["cheapest_predicted"]["label"] == cheapest["label"]
+    assert all(p["predicted_money"] >= cheapest["predicted_money"] for p in plans)
+    # measured, the cheapest predicted plan misses the limit: the best is the next one
+    assert not cheapest["meets_limit"] and cheapest["predicted_throughput"] < SLOW_BELOW
+    meeting = [p for p in plans if p["meets_limit"]]
+    best = min(meeting, key=lambda p: p["measured_money"])
+    assert costs["best"]["label"] == best["label"] == by_throughput[1]["label"]
+    assert costs["savings"] == pytest.approx(
+        {p["baseline"]: p["measured_money"] / best["measured_money"] for p in plans if p["baseline"]}
+    )
+    # fronts: no plan on a front is dominated by another (faster-or-equal and cheaper-or-equal)
+    for key, flag in (("predicted", "on_predicted_front"), ("measured", "on_measured_front")):
+        for p in plans:
+            dominated = any(
+                q[f"{key}_throughput"] >= p[f"{key}_throughput"]
+                and q[f"{key}_money"] <= p[f"{key}_money"]
+                and q is not p
+                and (q[f"{key}_throughput"], q[f"{key}_money"]) != (p[f"{key}_throughput"], p[f"{key}_money"])
+                for q in plans
+            )
+            assert p[flag] == (not dominated), (key, p["label"])
+
+    status = client.get(f"{API}/searches/{sid}", headers=tokens["alice"]).json()
+    assert status["search"]["state"] == "completed"
+    assert status["best_candidate_id"] == best["candidate_id"]
+    assert status["best_trial_id"] == best["trial_id"]
+    assert status["best_time"] == pytest.approx(2048 / best["measured_throughput"], rel=1e-9)
+    assert status["families"] == [] and status["speedups"] == {}
+    # heterogeneous trials are not AutoSync runtimes: none enters the simulators' training data
+    runtimes = client.get(f"{API}/runtimes", headers=tokens["admin"])
+    assert runtimes.status_code == 200 and runtimes.json()["count"] == 0, runtimes.text
+    json.dumps(costs, allow_nan=False)  # strict JSON
+
+
+def test_costs_of_a_sync_search_is_a_conflict(client: TestClient, tokens: dict[str, dict[str, str]]) -> None:
+    r = client.post(
+        f"{API}/searches", json={"model": "tiny-mlp", "cluster": "two-node"}, headers=tokens["alice"]
+    )
+    sid = r.json()["id"]
+    r = client.get(f"{API}/searches/{sid}/costs", headers=tokens["alice"])
+    assert r.status_code == 409 and "heterogeneous" in r.json()["detail"]
+    assert client.get(f"{API}/searches/{sid}/costs", headers=tokens["bob"]).status_code == 404
