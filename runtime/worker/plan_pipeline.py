@@ -130,6 +130,8 @@ def pipeline_details(
     steps = [[indices[int(st[0])], (e - s) / dilation] for st, s, e in zip(steps0, starts, ends, strict=True)]
     last = indices[int(steps0[-1][0])]
     t0, t1 = starts[-1], ends[-1]
+    # each process's own actions of its last step (a stage may still run the previous step's
+    # backward after another stage began the last one)
     rows = sorted(
         [
             int(rec["replica"]),
@@ -141,7 +143,7 @@ def pipeline_details(
         ]
         for rec in records.values()
         for kind, mb, s, e in rec["events"]
-        if kind in ("F", "B") and t0 <= s < t1
+        if kind in ("F", "B") and rec["steps"][-1][1] <= s < rec["steps"][-1][2]
     )
     plan = cands[0]
     return {

@@ -14,6 +14,7 @@ from service.db import repository as repo
 from service.domain import NotFound
 from service.loop_store import search_specs
 from service.web.auth import WebUser, owner_of
+from service.web.plan_views import plan_view
 from service.web.render import page
 from service.web.views import diff_counts, strategy_layers, summarize
 from simulator.analytical import baseline, cost_breakdown
@@ -36,6 +37,12 @@ def _strategy_page(
     predicted: float | None,
     trial: d.Trial | None,
 ) -> HTMLResponse:
+    plan = plan_view(strategy_json, (trial.measurement or {}).get("details") if trial else None)
+    if plan is not None:  # a pipeline or hybrid plan document (issues 17, 19), not a Strategy
+        return page(
+            request, "plan.html", title=title, back=back, search=search, plan=plan,
+            plan_kind=strategy_json.get("kind"), predicted=predicted, trial=trial,
+        )  # fmt: skip
     model, cluster = search_specs(session, search=search)
     try:
         strategy = parse_as(Strategy, strategy_json)
@@ -120,4 +127,6 @@ def trial_page(request: Request, trial_id: IdPath, session: SessionDep, user: We
         waits=m.get("sync_wait_times") or [],
         measurement=m,
         error=error,
+        plan=plan_view(trial.strategy, m.get("details")),
+        plan_kind=trial.strategy.get("kind"),
     )

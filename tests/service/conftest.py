@@ -322,3 +322,61 @@ def _wait_for(check: Callable[[], Any], timeout_s: float, what: str) -> Any:
 def wait_for() -> Callable[[Callable[[], Any], float, str], Any]:
     """``wait_for(check, timeout_s, what)``: poll until ``check()`` is truthy (the end-to-end tests)."""
     return _wait_for
+
+
+# --- pipeline and hybrid searches (issues 17, 19): small specs in the private zoo ---
+
+
+def chain_model(name: str, layers: list[str], hidden: int = 256, batch: int = 8) -> dict[str, Any]:
+    """Linear layers of hidden x hidden weights, each reading the previous one."""
+    return {
+        "kind": "model",
+        "name": name,
+        "family": "LM",
+        "batch_size": batch,
+        "layers": [
+            {
+                "name": n,
+                "kind": "linear",
+                "fwd_flops": 2.0 * hidden * hidden * 64,
+                "activation_bytes": 4.0 * 64 * hidden,
+                "variables": [{"name": f"{n}.weight", "shape": [hidden, hidden]}],
+                **({"inputs": [layers[i - 1]]} if i else {}),
+            }
+            for i, n in enumerate(layers)
+        ],
+    }
+
+
+V100 = {"name": "V100", "fp32_tflops": 15.7, "fp16_tflops": 125, "memory_gb": 32, "memory_bw_gbs": 900}
+P100 = {"name": "P100", "fp32_tflops": 9.3, "fp16_tflops": 18.7, "memory_gb": 16, "memory_bw_gbs": 732}
+
+
+def two_nodes(name: str, devices: tuple[dict[str, Any], dict[str, Any]]) -> dict[str, Any]:
+    types = list({d["name"]: d for d in devices}.values())
+    return {
+        "kind": "cluster",
+        "name": name,
+        "device_types": types,
+        "nodes": [
+            {"name": f"n{i}", "device": d["name"], "gpus": 1, "nic_gbps": 10, "price_per_hour": 1.0}
+            for i, d in enumerate(devices)
+        ],
+        "intra_node_gbps": 100,
+    }
+
+
+@pytest.fixture
+def plan_zoo(zoo_dir: Path) -> Path:
+    """tiny-mlp/two-node plus pp-chain on pp-2 (two V100) and mixed-net on mixed-2 (V100 + P100)."""
+    (zoo_dir / "models" / "pp-chain.json").write_text(
+        json.dumps(chain_model("pp-chain", [f"b{i}" for i in range(4)]))
+    )
+    (zoo_dir / "models" / "mixed-net.json").write_text(
+        json.dumps(chain_model("mixed-net", ["features.0", "features.1", "classifier"]))
+    )
+    (zoo_dir / "clusters" / "pp-2.json").write_text(json.dumps(two_nodes("pp-2", (V100, V100))))
+    (zoo_dir / "clusters" / "mixed-2.json").write_text(json.dumps(two_nodes("mixed-2", (V100, P100))))
+    zoo.model.cache_clear()
+    zoo.cluster.cache_clear()
+    return zoo_dir
