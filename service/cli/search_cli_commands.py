@@ -22,6 +22,7 @@ from rich.table import Table
 
 from service.api.schemas.searches import SearchCreate, SearchStatusPublic
 from service.cli.costs_render import cost_lines, costs_table, heterogeneous_fields, print_costs
+from service.cli.plans_render import plan_fields, plan_lines
 from service.client import ApiError, StrategistClient
 
 search_app = typer.Typer(
@@ -228,6 +229,25 @@ def create(
         str,
         typer.Option(help="With --throughput-limit: exact | rl | greedy | bo-tpe | bo-gp | genetic | ..."),
     ] = "exact",
+    plan: Annotated[
+        str, typer.Option(help="What to plan: sync (AutoSync strategies) | pipeline | hybrid.")
+    ] = "sync",
+    stages: Annotated[
+        str | None, typer.Option(help='--plan pipeline: number of stages, or "choose" (the default).')
+    ] = None,
+    memory_per_device_gb: Annotated[
+        float | None, typer.Option(help="--plan pipeline: usable memory per device, GB (default 90 % of it).")
+    ] = None,
+    global_batch: Annotated[
+        int | None, typer.Option(help="--plan pipeline|hybrid: samples per step over the cluster.")
+    ] = None,
+    annotate: Annotated[
+        list[str] | None,
+        typer.Option(help="--plan hybrid: MODULE=replicate|split[:DEVICES], repeatable (none: automatic)."),
+    ] = None,
+    fixed: Annotated[
+        bool, typer.Option(help="--plan pipeline: trials run the (k, b) fixed, no tuner.")
+    ] = False,
     as_json_out: Annotated[bool, typer.Option("--json", help="Print the created search as JSON.")] = False,
     api: ApiOpt = "http://127.0.0.1:8000",
     token: TokenOpt = "",
@@ -250,7 +270,11 @@ def create(
         "name": name,
         "compression": compression,
         **heterogeneous_fields(objective, throughput_limit, scheduler),
+        **plan_fields(plan, stages, memory_per_device_gb, global_batch, annotate or (), fixed),
     }
+    if plan != "sync" and throughput_limit is not None:
+        typer.echo("error: --plan: a --throughput-limit search plans heterogeneous schedules", err=True)
+        raise typer.Exit(2)
     options = {
         "trial_budget": "--budget",
         "candidates_per_round": "--per-round",
@@ -297,6 +321,8 @@ def status_cmd(
     )
     console.print(best_table(status, trials))
     for line in honest_lines(status):
+        console.print(escape(line))
+    for line in plan_lines(trials):  # pipeline / hybrid trials: chosen (k, b), switches, shares, busy
         console.print(escape(line))
 
 
