@@ -70,6 +70,9 @@ def search_status(session: Session, *, search_id: int, owner_id: int | None = No
         # Per baseline family: its tuned (fastest measured) member's median / the best candidate of
         # the same space (lossless vs lossless, lossy vs lossy; < 1: the search did not beat it).
         speedups = {r.family: r.ratio for rep in reports for r in rep.ratios if rep.winner is not None}
+        if search.plan_kind in ("pipeline", "hybrid") and best is not None:
+            # a pipeline (1F1B) or hybrid (even shares) baseline's median / the best candidate's
+            speedups = {b.name: b.median_time / best.median_time for b in baselines if b.median_time}
         return d.SearchStatus(
             search=convert.search(search),
             trials_by_state=by_state,

@@ -312,3 +312,38 @@ def test_a_pipeline_document_refuses_candidates_the_tuner_cannot_switch_between(
         PipelineTrial(candidates=(a, c))
     with pytest.raises(ValueError, match="start"):
         PipelineTrial(candidates=(a,), start=1)
+
+
+def test_status_reports_each_baselines_median_over_the_best_candidates(
+    client: TestClient, session: Session, tokens: dict[str, dict[str, str]], plan_zoo: Path
+) -> None:
+    """Pipeline: 1F1B's median / the best candidate's (Ada-Grouper's comparison), through GET /searches/{id}."""
+    model, cluster = specs("pp-chain", "pp-2")
+    kind = PipelinePlans()
+    options = kind.validate({"memory_per_device_gb": 0.005}, objective="time", model=model, cluster=cluster)
+    user = repo.create_token(session, name="carol", role="user")
+    search = repo.create_search(
+        session,
+        owner_id=user.info.user_id,
+        model=repo.zoo_spec(session, kind="model", name="pp-chain"),
+        cluster=repo.zoo_spec(session, kind="cluster", name="pp-2"),
+        plan_kind="pipeline",
+        plan_options=options,
+    )
+    base = kind.baselines(model, cluster, options, ("1f1b",))["1f1b"]
+    repo.enqueue_trial(session, search_id=search.id, strategy=base, baseline="1f1b")
+    drafts = kind.plan_round(model, cluster, options, RoundAsk(1, 2, 0, ())).drafts
+    repo.add_round(
+        session, search_id=search.id, candidates=drafts, samples=1, simulator_kind="pipeline-cost-model"
+    )
+    medians = iter([0.30, 0.20, 0.24])  # baseline, then the two candidates in claim order
+    while (claim := repo.claim_trial(session, worker="w", clusters=["pp-2"])) is not None:
+        m = Measurement(iteration_times=(next(medians),))
+        repo.report_trial(
+            session, trial_id=claim.trial.id, attempt=1, claim_token=claim.claim_token, measurement=m
+        )
+    r = client.get(f"{API}/searches/{search.id}", headers={"Authorization": f"Bearer {user.secret}"})
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert body["best_time"] == 0.20 and body["speedups"] == {"1f1b": pytest.approx(0.30 / 0.20)}
+    assert body["search"]["plan_kind"] == "pipeline" and body["families"] == []
