@@ -101,6 +101,7 @@ def test_claim_heartbeat_report(
         "compute_mode": "replay",
         "backend": "gloo",
         "environment": {},
+        "details": {},
     }
     # A redelivered report changes nothing and records no second measurement.
     again = client.post(
