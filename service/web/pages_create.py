@@ -8,13 +8,14 @@ fp16 and PowerSGD change what the model learns, so asking for them is a separate
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any, cast
 
-from fastapi import APIRouter, Form, Request, status
+from fastapi import APIRouter, Form, HTTPException, Request, status
 from fastapi.responses import HTMLResponse, RedirectResponse
 from pydantic import ValidationError
 
 from service.api.deps import OrchestratorDep, SessionDep, notify
+from service.api.routes._plans import plan_options
 from service.api.schemas.searches import SearchCreate
 from service.db import repository as repo
 from service.domain import NotFound
@@ -33,6 +34,26 @@ COMPRESSIONS = (
 )
 
 
+#: Schedulers a cost-objective search may use (value, label); ``service.plans.heterogeneous``.
+SCHEDULERS = (
+    ("exact", "exact: dynamic programming, optimal under the cost model (default)"),
+    ("rl", "rl: HeterPS's LSTM + REINFORCE (up to 5 s per plan)"),
+    ("greedy", "greedy"),
+    ("bo-tpe", "bo-tpe: Optuna TPE"),
+    ("genetic", "genetic: Optuna NSGA-II"),
+)
+
+
+def cost_fields(throughput_limit: str, scheduler: str) -> dict[str, object]:
+    """A throughput limit makes the search a heterogeneous (HeterPS) one with these options."""
+    if not throughput_limit.strip():
+        return {}
+    return {
+        "plan_kind": "heterogeneous",
+        "plan_options": {"throughput_limit": throughput_limit.strip(), "scheduler": scheduler},
+    }
+
+
 def _form(request: Request, values: dict[str, str], error: str | None, code: int = 200) -> HTMLResponse:
     return page(
         request,
@@ -41,6 +62,7 @@ def _form(request: Request, values: dict[str, str], error: str | None, code: int
         values=values,
         error=error,
         compressions=COMPRESSIONS,
+        schedulers=SCHEDULERS,
         models=zoo.model_names(),
         clusters=zoo.cluster_names(),
     )
@@ -49,7 +71,8 @@ def _form(request: Request, values: dict[str, str], error: str | None, code: int
 @router.get("/searches/new", response_class=HTMLResponse)
 def new_search_form(request: Request, user: WebUser) -> HTMLResponse:
     defaults = {"model": "", "cluster": "", "trial_budget": "8", "candidates_per_round": "4",
-                "samples_per_round": "200", "compression": "none", "name": ""}  # fmt: skip
+                "samples_per_round": "200", "compression": "none", "name": "", "objective": "time",
+                "throughput_limit": "", "scheduler": "exact"}  # fmt: skip
     return _form(request, defaults, None)
 
 
@@ -66,16 +89,20 @@ def create_search(
     samples_per_round: Annotated[str, Form()] = "200",
     compression: Annotated[str, Form()] = "none",
     name: Annotated[str, Form()] = "",
+    objective: Annotated[str, Form()] = "time",
+    throughput_limit: Annotated[str, Form()] = "",
+    scheduler: Annotated[str, Form()] = "exact",
 ) -> RedirectResponse | HTMLResponse:
     values = {"model": model, "cluster": cluster, "trial_budget": trial_budget,
               "candidates_per_round": candidates_per_round, "samples_per_round": samples_per_round,
-              "compression": compression, "name": name}  # fmt: skip
+              "compression": compression, "name": name, "objective": objective}  # fmt: skip
+    shown = values | {"throughput_limit": throughput_limit, "scheduler": scheduler}
     try:
-        body = SearchCreate.model_validate(values)
+        body = SearchCreate.model_validate(values | cost_fields(throughput_limit, scheduler))
     except ValidationError as e:
         first = e.errors()[0]
         field = ".".join(str(p) for p in first["loc"]) or "form"
-        return _form(request, values, f"{field}: {first['msg']}", status.HTTP_422_UNPROCESSABLE_CONTENT)
+        return _form(request, shown, f"{field}: {first['msg']}", status.HTTP_422_UNPROCESSABLE_CONTENT)
     specs = {}
     for kind, ref in (("model", body.model), ("cluster", body.cluster)):
         try:
@@ -83,8 +110,14 @@ def create_search(
         except NotFound as e:
             reason = e.args[0] if e.args else "not found"
             return _form(
-                request, values, f"{kind}: no {kind} {ref!r}: {reason}", status.HTTP_422_UNPROCESSABLE_CONTENT
+                request, shown, f"{kind}: no {kind} {ref!r}: {reason}", status.HTTP_422_UNPROCESSABLE_CONTENT
             )
+    try:
+        options = plan_options(body, specs["model"], specs["cluster"])
+    except HTTPException as e:  # the API's 422 for a plan option: its first entry as one line
+        entry = cast(list[dict[str, Any]], e.detail)[0]
+        where = ".".join(str(p) for p in entry["loc"][1:])
+        return _form(request, shown, f"{where}: {entry['msg']}", status.HTTP_422_UNPROCESSABLE_CONTENT)
     search = repo.create_search(
         session,
         owner_id=user.user_id,
@@ -95,6 +128,9 @@ def create_search(
         samples_per_round=body.samples_per_round,
         name=body.name,
         compression=body.compression,
+        objective=body.objective,
+        plan_kind=body.plan_kind,
+        plan_options=options,
     )
     notify(lambda: orchestrator.search_created(search), "search_created")
     return RedirectResponse(f"/ui/searches/{search.id}", status_code=status.HTTP_303_SEE_OTHER)

@@ -14,6 +14,7 @@ from service.db import repository as repo
 from service.domain import SEARCH_FINAL, Conflict, NotFound
 from service.loop_store import search_specs
 from service.web.auth import WebUser, owner_of
+from service.web.heterogeneous_views import cost_context
 from service.web.render import page
 from service.web.views import best_so_far, cluster_summary
 
@@ -53,6 +54,7 @@ def search(
     trials = repo.list_trials(session, search_id=search_id, owner_id=owner_of(user))
     model, cluster = search_specs(session, search=st.search)
     chart = best_so_far(trials)
+    costs = cost_context(session, st) if st.search.plan_kind == "heterogeneous" else {}
     waiting = repo.waiting_on_workers(
         session, search_id=search_id, owner_id=owner_of(user), live_s=settings.heartbeat_timeout_s
     )
@@ -67,6 +69,7 @@ def search(
         model=model,
         cluster=cluster,
         cluster_line=cluster_summary(cluster),
+        **costs,
     )
 
 

@@ -158,13 +158,15 @@ def hybrid_view(document: dict[str, Any], details: dict[str, Any] | None) -> Hyb
     return HybridView(plan.name, plan.nested_dp, plan.global_batch, plan.num_micro_batches, rows, bool(busy))
 
 
-def plan_view(
-    document: dict[str, Any], details: dict[str, Any] | None = None
-) -> PipelineView | HybridView | None:
+def plan_view(document: dict[str, Any], details: dict[str, Any] | None = None) -> Any:
     """The view of a pipeline or hybrid document; None for a Strategy or another kind."""
     kind = document.get("kind")
     if kind == "pipeline":
         return pipeline_view(document, details)
     if kind == "hybrid":
         return hybrid_view(document, details)
+    if kind == "heterogeneous_plan":
+        from service.web.heterogeneous_views import heterogeneous_view
+
+        return heterogeneous_view(document, details)
     return None

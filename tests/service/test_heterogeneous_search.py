@@ -246,3 +246,84 @@ def test_costs_of_a_sync_search_is_a_conflict(client: TestClient, tokens: dict[s
     r = client.get(f"{API}/searches/{sid}/costs", headers=tokens["alice"])
     assert r.status_code == 409 and "heterogeneous" in r.json()["detail"]
     assert client.get(f"{API}/searches/{sid}/costs", headers=tokens["bob"]).status_code == 404
+
+
+def _login(client: TestClient, headers: dict[str, str]) -> None:
+    secret = headers["Authorization"].removeprefix("Bearer ")
+    r = client.post("/ui/login", data={"token": secret, "next": "/ui/searches"}, follow_redirects=False)
+    assert r.status_code == 303
+
+
+def test_dashboard_shows_money_throughput_provisioning_and_the_front(
+    heterps_zoo: Path,
+    client: TestClient,
+    sessions: sessionmaker[Session],
+    tokens: dict[str, dict[str, str]],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The create form makes a cost search; a round and the baselines are stored as the loop would
+    (computed in-process), measured through the fake; the pages show what /costs answers."""
+    from service.db import repository as repo
+    from service.plans import RoundAsk, plan_kind
+
+    monkeypatch.setattr("runtime.heterogeneous.measure_plan", fake_measure)
+    _login(client, tokens["alice"])
+    form = {"model": "CTRDNN", "cluster": "HeterPS-2GPU", "trial_budget": "3", "candidates_per_round": "3",
+            "samples_per_round": "3", "objective": "cost", "throughput_limit": "1e5", "scheduler": "exact"}  # fmt: skip
+    bad = client.post("/ui/searches/new", data=form | {"throughput_limit": "1e7"}, follow_redirects=False)
+    assert (
+        bad.status_code == 422 and "plan_options.throughput_limit: 1e+07 samples/s cannot be met" in bad.text
+    )
+    bad = client.post("/ui/searches/new", data=form | {"objective": "time"}, follow_redirects=False)
+    assert bad.status_code == 422 and "objective: a heterogeneous search minimises money" in bad.text
+    r = client.post("/ui/searches/new", data=form, follow_redirects=False)
+    assert r.status_code == 303, r.text
+    sid = int(r.headers["location"].rsplit("/", 1)[1])
+
+    kind = plan_kind("heterogeneous")
+    assert kind is not None
+    with sessions() as s:
+        search = repo.get_search(s, search_id=sid)
+        assert (search.objective, search.plan_kind) == ("cost", "heterogeneous")
+        assert search.plan_options is not None and search.plan_options["throughput_limit"] == LIMIT
+        model, cluster = zoo.model("CTRDNN"), zoo.cluster("HeterPS-2GPU")
+        for name, doc in kind.baselines(model, cluster, search.plan_options, ("aibox",)).items():
+            repo.enqueue_trial(s, search_id=sid, strategy=doc, baseline=name)
+        repo.transition_search(s, search_id=sid, from_states=["pending"], to_state="running")
+        planned = kind.plan_round(
+            model, cluster, search.plan_options, RoundAsk(index=1, k=3, seed=0, tried=())
+        )
+        repo.add_round(
+            s, search_id=sid, candidates=list(planned.drafts), samples=3, simulator_kind=planned.scorer
+        )
+    assert len(run_queued(client, tokens["worker"])) == 4
+    costs = client.get(f"{API}/searches/{sid}/costs", headers=tokens["alice"]).json()
+    best = costs["best"]
+
+    page = client.get(f"/ui/searches/{sid}").text
+    assert 'data-testid="front-chart"' in page and "/ui/static/plotly.min.js" in page
+    data = json.loads(page.split('id="front-data">')[1].split("</script>")[0])
+    assert data["limit"] == LIMIT and data["best"] == best["label"]
+    assert sorted(data["predicted"]["x"]) == sorted(p["predicted_throughput"] for p in costs["plans"])
+    assert sorted(data["measured"]["y"]) == sorted(p["measured_money"] for p in costs["plans"])
+    front = [p for p in costs["plans"] if p["on_measured_front"]]
+    assert sorted(data["measured_front"]["x"]) == sorted(p["measured_throughput"] for p in front)
+    assert page.count('data-testid="plan-row"') == 4
+    assert f'data-testid="best-money">{best["measured_money"]:.2f} USD' in page
+    assert f'data-testid="saving-aibox">{costs["savings"]["aibox"]:.2f}×' in page
+    for p in costs["plans"]:
+        stages = " | ".join(
+            f"{s['first_layer']}-{s['last_layer'] - 1} {s['resource_type']} ×{s['units']}"
+            for s in p["stages"]
+        )
+        assert stages in page
+        assert f"{p['predicted_money']:.2f}" in page and f"{p['measured_money']:.2f}" in page
+    assert 'data-testid="best-chart"' not in page  # the AutoSync iteration-time chart is not shown
+
+    trial = client.get(f"/ui/trials/{best['trial_id']}")
+    assert trial.status_code == 200 and 'data-testid="plan-stages"' in trial.text
+    assert f'data-testid="measured-money">{best["measured_money"]:.2f} USD' in trial.text
+    for s in best["stages"]:
+        assert f'<td>{s["resource_type"]}</td><td class="num">{s["units"]}</td>' in trial.text
+    cand = client.get(f"/ui/candidates/{best['candidate_id']}")
+    assert cand.status_code == 200 and "Heterogeneous plan (exact)" in cand.text
