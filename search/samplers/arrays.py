@@ -39,7 +39,7 @@ round's object path (the reference) decodes this sampler's draws, so both paths 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from functools import lru_cache
 from typing import Literal
 
@@ -50,7 +50,7 @@ from search.samplers.base import InfeasibleSpaceError
 from search.samplers.constrained import Constraints
 from search.samplers.partial import Prior, _collective, _partition, _ps
 from search.space import Space
-from simulator.analytical import StrategyBatch, cluster_arrays, model_arrays
+from simulator.analytical import ShardGeometry, StrategyBatch, cluster_arrays, model_arrays, shard_geometry
 from simulator.analytical.arrays import ALGORITHMS, COMPRESSORS
 from simulator.analytical.batch import CHOICE_FIELDS, make_batch
 from simulator.spec import DTYPE_BYTES, Compressor, Strategy, Synchronizer, VariableStrategy
@@ -61,6 +61,12 @@ CHUNK = 1024
 COLUMNS = tuple(f for f in CHOICE_FIELDS if f not in ("strategy", "staleness"))
 
 
+#: ``ShardGeometry``'s fields, and the choice columns ``shard_geometry`` reads (in its order).
+_GEO_FIELDS = tuple(f.name for f in fields(ShardGeometry))
+_GEO_CHOICES = ("variable", "axis", "num_shards", "shard_index", "compressor", "rank")
+
+#: Rows hashed at a time by ``ChoiceArrays.identity`` (its uint64 temporaries fit in cache).
+IDENTITY_ROWS = 1 << 16
 #: Multipliers of the identity hash's column mix (odd 64-bit constants).
 _MIX = (0x9E3779B97F4A7C15, 0xC2B2AE3D27D4EB4F, 0x165667B19E3779F9, 0xD6E8FEB86659FD93)
 
@@ -93,6 +99,8 @@ class _Tables:
     brank: np.ndarray  # (S,) int16 rank of msg, descending (0 = largest)
     fp16: np.ndarray  # (S,) bool: fp16 is on offer
     min_side: np.ndarray  # (S,) min(rows, cols) of a dense >= 2-D shard, else 0 (no PowerSGD)
+    geo: ShardGeometry  # (S,) ``shard_geometry`` of every shard entry, uncompressed
+    model_bytes: float  # parameter bytes of the whole model (every strategy's shards sum to it)
 
 
 @lru_cache(maxsize=16)
@@ -148,6 +156,7 @@ def _tables(space: Space) -> _Tables:
     dense_rank = np.cumsum(~same) - 1
     brank[order] = dense_rank
     psgd = ~sparse[var] & (ndim[var] >= 2)
+    zero = np.zeros(len(var), dtype=np.int64)
     return _Tables(
         n_axes=n_axes,
         n_axes_f=np.maximum(n_axes, 1).astype(np.float32),
@@ -164,6 +173,8 @@ def _tables(space: Space) -> _Tables:
         brank=brank.astype(np.int16 if dense_rank[-1] < 2**15 else np.int32),
         fp16=f32[var] & ("fp16" in cfg.compressors),
         min_side=np.where(psgd & ("powersgd" in cfg.compressors), np.minimum(rows, cols), 0),
+        geo=shard_geometry(model_arrays(space.model), var, axis_e, k_e, idx, zero, zero),
+        model_bytes=float(param[start[whole]].sum()),
     )
 
 
@@ -189,6 +200,7 @@ class ChoiceArrays:
     algorithm: np.ndarray
     compressor: np.ndarray
     rank: np.ndarray
+    entry: np.ndarray | None = None  # (T,) the row's shard entry of the space's tables (sampler rows)
 
     @property
     def size(self) -> int:
@@ -197,7 +209,11 @@ class ChoiceArrays:
     def slice(self, lo: int, hi: int) -> ChoiceArrays:
         """Strategies lo..hi-1, as views (no copy)."""
         a, b = int(self.offsets[lo]), int(self.offsets[hi])
-        return ChoiceArrays(self.offsets[lo : hi + 1] - a, *(getattr(self, k)[a:b] for k in COLUMNS))
+        return ChoiceArrays(
+            offsets=self.offsets[lo : hi + 1] - a,
+            entry=None if self.entry is None else self.entry[a:b],
+            **{k: getattr(self, k)[a:b] for k in COLUMNS},
+        )
 
     def take(self, index: np.ndarray) -> ChoiceArrays:
         """Strategies ``index`` (in that order)."""
@@ -206,7 +222,11 @@ class ChoiceArrays:
         counts = hi - lo
         offsets = np.concatenate(([0], np.cumsum(counts))).astype(np.int64)
         rows = np.arange(int(offsets[-1]), dtype=np.int64) + np.repeat(lo - offsets[:-1], counts)
-        return ChoiceArrays(offsets, *(getattr(self, k)[rows] for k in COLUMNS))
+        return ChoiceArrays(
+            offsets=offsets,
+            entry=None if self.entry is None else self.entry[rows],
+            **{k: getattr(self, k)[rows] for k in COLUMNS},
+        )
 
     @staticmethod
     def concat(parts: list[ChoiceArrays]) -> ChoiceArrays:
@@ -215,8 +235,11 @@ class ChoiceArrays:
         offs = [parts[0].offsets]
         for p in parts[1:]:
             offs.append(p.offsets[1:] + offs[-1][-1])
+        entries = [p.entry for p in parts]
         return ChoiceArrays(
-            np.concatenate(offs), *(np.concatenate([getattr(p, k) for p in parts]) for k in COLUMNS)
+            offsets=np.concatenate(offs),
+            entry=None if any(e is None for e in entries) else np.concatenate(entries),  # type: ignore[arg-type]
+            **{k: np.concatenate([getattr(p, k) for p in parts]) for k in COLUMNS},
         )
 
     @staticmethod
@@ -229,14 +252,24 @@ class ChoiceArrays:
         for strategies without staleness or plan); different ones differ up to a 64-bit collision."""
         if self.size == 0:
             return np.zeros(0, dtype=np.uint64)
-        x = np.zeros(len(self.variable), dtype=np.uint64)
-        for i, k in enumerate(COLUMNS):
-            x *= np.uint64(_MIX[i % len(_MIX)])
-            x += np.asarray(getattr(self, k)).astype(np.uint64)  # -1 wraps (any int width alike)
-        x ^= x >> np.uint64(31)
-        x *= np.uint64(0xBF58476D1CE4E5B9)
-        x ^= x >> np.uint64(29)
-        return np.add.reduceat(x, self.offsets[:-1])
+        out = np.empty(self.size, dtype=np.uint64)
+        # blocks of about IDENTITY_ROWS rows (whole strategies): the temporaries stay in cache
+        cum = self.offsets[1:]
+        lo = 0
+        while lo < self.size:
+            base = int(self.offsets[lo])
+            hi = max(lo + 1, int(np.searchsorted(cum, base + IDENTITY_ROWS, side="right")))
+            a, b = base, int(self.offsets[hi])
+            x = np.zeros(b - a, dtype=np.uint64)
+            for i, k in enumerate(COLUMNS):
+                x *= np.uint64(_MIX[i % len(_MIX)])
+                x += np.asarray(getattr(self, k))[a:b].astype(np.uint64)  # -1 wraps (any int width alike)
+            x ^= x >> np.uint64(31)
+            x *= np.uint64(0xBF58476D1CE4E5B9)
+            x ^= x >> np.uint64(29)
+            out[lo:hi] = np.add.reduceat(x, self.offsets[lo:hi] - a)
+            lo = hi
+        return out
 
     def strategy(self, space: Space, i: int, name: str = "") -> Strategy:
         """Strategy ``i`` as an object (shared frozen synchronisers, as ``partial.assemble``)."""
@@ -269,13 +302,25 @@ class ChoiceArrays:
         )
 
     def batch(self, space: Space) -> StrategyBatch:
-        """The analytical scorer's StrategyBatch of these strategies."""
+        """The analytical scorer's StrategyBatch of these strategies (shard sizes looked up in the
+        space's table when the rows carry their ``entry``; compressed rows computed)."""
         counts = np.diff(self.offsets)
+        ma = model_arrays(space.model)
+        geo = None
+        if self.entry is not None:
+            table = _tables(space).geo
+            geo = ShardGeometry(*(getattr(table, k)[self.entry] for k in _GEO_FIELDS))
+            squeezed = np.flatnonzero(self.compressor != 0)
+            if squeezed.size:
+                part = shard_geometry(ma, *(np.asarray(getattr(self, k))[squeezed] for k in _GEO_CHOICES))
+                for k in _GEO_FIELDS:
+                    getattr(geo, k)[squeezed] = getattr(part, k)
         return make_batch(
-            model_arrays(space.model),
+            ma,
             cluster_arrays(space.cluster),
             strategy=np.repeat(np.arange(self.size), counts),
             staleness=np.zeros(len(self.variable), dtype=np.int64),
+            geo=geo,
             **{k: getattr(self, k) for k in COLUMNS},
         )
 
@@ -440,6 +485,7 @@ class ArraySampler:
             algorithm=algorithm,
             compressor=compressor,
             rank=rank,
+            entry=entry,
         )
         return arrays, fits
 
@@ -508,45 +554,55 @@ class ArraySampler:
         # strategies by PS count, descending: the active ones at step t are a prefix
         d_order = np.argsort(-n_ps, kind="stable")
         n_sorted = n_ps[d_order]
-        start_s = start[d_order]
-        unit_s = mean[d_order] * temp
+        steps = int(n_sorted[0]) if b else 0
+        unit = mean * temp
+        if temp > 0:  # sizes in units of temperature x mean PS shard: the logits need no division
+            inv = np.divide(1.0, unit, out=np.zeros(b), where=unit > 0)
+            sizes = sizes * np.repeat(inv, n_ps)
+        # Step-major order: step t's shards (each active strategy's t-th largest) are one
+        # contiguous block, strategies in d_order (the active ones are a prefix), so every step
+        # reads and writes slices instead of gathering from all over the chunk.
+        active_at = np.searchsorted(-n_sorted, -np.arange(steps), side="left")  # n_ps > t
+        block = np.concatenate(([0], np.cumsum(active_at)))
+        column_of = np.empty(b, dtype=np.int64)
+        column_of[d_order] = np.arange(b)
+        step_of = np.arange(len(rows)) - np.repeat(start, n_ps)
+        where = block[step_of] + np.repeat(column_of, n_ps)
+        size_sm = np.empty(len(rows))
+        size_sm[where] = sizes
+        u_sm = np.empty(len(rows))
+        u_sm[where] = u
+        pick_sm = np.empty(len(rows), dtype=np.int64)
         # servers x strategies (each server's row contiguous: the per-step reductions run over J rows)
         loads = np.zeros((j, b))
         flat = loads.reshape(-1)
         total = np.zeros(b)
         w = np.empty((j, b))
-        cum = np.empty((j, b))
         share_col = share[:, None]
-        inv_unit = np.divide(1.0, unit_s, out=np.zeros(b), where=unit_s > 0)
         columns = np.arange(b)
-        out = np.empty(len(rows), dtype=np.int64)
-        steps = int(n_sorted[0]) if b else 0
-        active = b
         for step in range(steps):
-            while active and n_sorted[active - 1] <= step:
-                active -= 1
-            a = active
-            pos = start_s[:a] + step
-            s = sizes[pos]
+            lo, hi = int(block[step]), int(block[step + 1])
+            a = hi - lo
+            s = size_sm[lo:hi]
             lag = w[:, :a]
             np.multiply(share_col, total[:a], out=lag)
             lag -= loads[:, :a]  # how far each server lags its bandwidth share
             top = lag.max(axis=0)
             if temp > 0:
                 lag -= top
-                lag *= inv_unit[:a]
                 np.exp(lag, out=lag)
             else:
                 np.greater_equal(lag, top - 1e-9 * np.maximum(1.0, np.abs(top)), out=lag, casting="unsafe")
-            c = cum[:, :a]
-            np.cumsum(lag, axis=0, out=c)
-            target = u[pos] * c[-1]
+            for r in range(1, j):  # cumulative weights in place (a cumsum over axis 0 is ~30x slower)
+                np.add(lag[r - 1], lag[r], out=lag[r])
+            target = u_sm[lo:hi] * lag[-1]
             # inverse CDF: the servers whose cumulative weight is <= target are passed (the last
             # server takes what rounding leaves)
-            pick = (c[:-1] <= target).sum(axis=0)
-            out[pos] = pick
+            pick = pick_sm[lo:hi]
+            np.add.reduce(lag[:-1] <= target, axis=0, out=pick)
             flat[pick * b + columns[:a]] += s
             total[:a] += s
+        out = pick_sm[where]
         server = np.full(len(is_ps), -1, dtype=np.int64)
         server[rows] = out
         return server
@@ -566,15 +622,20 @@ class ArraySampler:
         mm = self.memory
         assert mm is not None
         jn = len(self.space.servers)
-        cc = ~is_ps
-        device_extra = np.where(cc, mm.state_factor * nbytes, 0.0) + np.where(
-            cc & (compressor == 2), nbytes, 0.0
-        )
-        ok = np.bincount(row_draw, weights=device_extra, minlength=n) <= mm.headroom()
-        if is_ps.any():
-            hosted = np.bincount(
-                row_draw[is_ps].astype(np.int64) * jn + server[is_ps], weights=nbytes[is_ps], minlength=n * jn
-            ).reshape(n, jn)
+        # Every strategy holds each variable's bytes once, so its collective bytes are the model's
+        # parameter bytes less its PS bytes (integers: exact in float64).
+        ps_rows = np.flatnonzero(is_ps)
+        hosted = np.bincount(
+            row_draw[ps_rows].astype(np.int64) * jn + server[ps_rows],
+            weights=nbytes[ps_rows],
+            minlength=n * jn,
+        ).reshape(n, jn)
+        device_extra = mm.state_factor * (self._t.model_bytes - hosted.sum(axis=1))
+        lowrank = np.flatnonzero(compressor == 2)  # PowerSGD's buffers (collective rows only)
+        if lowrank.size:
+            device_extra += np.bincount(row_draw[lowrank], weights=nbytes[lowrank], minlength=n)
+        ok = device_extra <= mm.headroom()
+        if ps_rows.size:
             cap = np.array(
                 [node.host_memory_gb * GB * mm.config.host_usable for node in self.space.cluster.nodes]
             )

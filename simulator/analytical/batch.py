@@ -112,8 +112,12 @@ def make_batch(
     algorithm: np.ndarray,
     compressor: np.ndarray,
     rank: np.ndarray,
+    geo: ShardGeometry | None = None,
 ) -> StrategyBatch:
     """Build a batch from per-row choices (all shape (T,), rows grouped by strategy 0..N-1).
+
+    ``geo``: the rows' ``ShardGeometry`` when the caller has it already (a sampler looks its
+    shards up in a table of ``shard_geometry`` results); computed from the choices when None.
 
     Derives the collective op of each row (all-gather for sparse variables, else the row's
     all-reduce algorithm) and numbers the distinct collective calls (strategy, unit key, op).
@@ -157,16 +161,29 @@ def make_batch(
     cc = ~is_ps
     call = np.full(strategy.shape, -1, dtype=np.int64)
     gspan = int(group.max()) + 1 if cc.any() else 1
-    rspan = int(rank[cc].max()) + 1 if cc.any() else 1
+    rspan = int(np.max(rank, where=cc, initial=0)) + 1
     # Mixed radix over (strategy, group, algorithm, compressor, rank, op): comm.unit_key + op.
-    unit = ((group[cc] * 2 + algorithm[cc]) * 3 + compressor[cc]) * rspan + rank[cc]
+    # Computed on every row (whole-array arithmetic), kept for the collective rows only.
     uspan = gspan * 2 * 3 * rspan
-    key = (strategy[cc] * uspan + unit) * 3 + op[cc]
-    uniq, call[cc] = _dense_rank(key, n * uspan * 3)
-    geo = shard_geometry(ma, variable, axis, num_shards, shard_index, compressor, rank)
+    key = group * 2 + algorithm
+    key *= 3
+    key += compressor
+    key *= rspan
+    key += rank
+    key += strategy * uspan
+    key *= 3
+    key += op
+    uniq, call[cc] = _dense_rank(key[cc], n * uspan * 3)
+    if geo is None:
+        geo = shard_geometry(ma, variable, axis, num_shards, shard_index, compressor, rank)
+    elif len(geo.sent_bytes) != len(strategy):
+        raise ValueError(f"geo: {len(geo.sent_bytes)} rows, expected {len(strategy)} like strategy")
     calls = len(uniq)
-    lowrank = np.bincount(call[cc], weights=geo.lowrank[cc], minlength=calls) > 0
-    plain = np.bincount(call[cc], weights=~geo.lowrank[cc], minlength=calls) > 0
+    if geo.lowrank.any():
+        lowrank = np.bincount(call[cc], weights=geo.lowrank[cc], minlength=calls) > 0
+        plain = np.bincount(call[cc], weights=~geo.lowrank[cc], minlength=calls) > 0
+    else:  # no PowerSGD-compressed shard: every call is a plain one
+        lowrank, plain = np.zeros(calls, dtype=bool), np.ones(calls, dtype=bool)
     call_op = uniq % 3
     repeats = np.where(call_op == OP_ALLGATHER, 1.0, plain + comm.POWERSGD_ALLREDUCES * lowrank)
     server = np.where(is_ps, server, -1)

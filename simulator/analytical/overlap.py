@@ -69,6 +69,8 @@ def channel_end(
     channel: np.ndarray,
     channels: int,
     tail: np.ndarray | None = None,
+    level: np.ndarray | None = None,
+    level_ready: np.ndarray | None = None,
 ) -> np.ndarray:
     """(channels,) end time of each serial channel: max_u (r_u + Σ_{u' ≥ u in its channel} d_u'),
     plus the ``tail`` of the channel's last unit (a PS shard's pull; 0 for a collective).
@@ -76,24 +78,56 @@ def channel_end(
     ``ready``, ``duration``, ``channel``, ``tail`` (U,): each unit's ready time, duration in the
     channel, channel index and tail. A channel with no unit ends at 0. Units of a channel are
     taken in order of readiness (ties: input order).
+
+    No sort: units that share a ready time r all start no earlier than r, so the max over the
+    units is the max over the distinct ready times r of r + D(≥ r), D(≥ r) the channel's duration
+    of units ready at r or later (the first unit of a tie has the largest suffix). D is a suffix
+    sum over a (channel, ready level) table. ``level`` (U,) and ``level_ready`` (R,) give each
+    unit's index among the distinct ready times, ascending (``np.unique(ready)``'s, computed when
+    None; a caller whose units take few known ready times, the layers', passes them). The last
+    unit (for ``tail``) is the channel's latest-ready one, ties: the last in input order.
     """
     end = np.zeros(channels)
     if ready.size == 0:
         return end
-    order = np.lexsort((ready, channel))
-    r, d, c = ready[order], duration[order], channel[order]
-    total = np.bincount(c, weights=d, minlength=channels)
-    before = np.cumsum(d) - d  # Σ of durations earlier in the sorted array
-    start_of = np.searchsorted(c, np.arange(channels))  # first index of each channel
-    done_in_channel = before - before[start_of[c]]
-    suffix = total[c] - done_in_channel  # Σ_{u' ≥ u, same channel} d
-    first = np.flatnonzero(np.r_[True, c[1:] != c[:-1]])  # the first unit of each channel
-    # a segment max over each channel's run (np.maximum.at is ~10x slower on millions of units)
-    end[c[first]] = np.maximum(end[c[first]], np.maximum.reduceat(r + suffix, first))
+    if level is None or level_ready is None:
+        level_ready, level = np.unique(ready, return_inverse=True)
+    nl = len(level_ready)
+    block = max(1, _TABLE_CELLS // nl)  # channels per (channel, level) table
+    if channels > block:  # bounded tables: channel blocks (a unit belongs to one block)
+        which = channel // block
+        for b in np.unique(which).tolist():
+            sel = np.flatnonzero(which == b)
+            lo = b * block
+            hi = min(channels, lo + block)
+            end[lo:hi] = channel_end(
+                ready[sel],
+                duration[sel],
+                channel[sel] - lo,
+                hi - lo,
+                None if tail is None else tail[sel],
+                level[sel],
+                level_ready,
+            )
+        return end
+    cell = channel * nl + level
+    size = channels * nl
+    present = (np.bincount(cell, minlength=size) > 0).reshape(channels, nl)
+    later = np.bincount(cell, weights=duration, minlength=size).reshape(channels, nl)
+    later = np.cumsum(later[:, ::-1], axis=1)[:, ::-1]  # D(≥ level) per channel
+    end = np.where(present, level_ready[None, :] + later, 0.0).max(axis=1)
     if tail is not None:
-        last = np.flatnonzero(np.r_[c[1:] != c[:-1], True])  # the last unit of each channel
-        end[c[last]] += tail[order][last]
+        top = nl - 1 - np.argmax(present[:, ::-1], axis=1)  # each channel's latest ready level
+        at_top = np.flatnonzero(level == top[channel])
+        last = np.full(channels, -1, dtype=np.int64)
+        np.maximum.at(last, channel[at_top], at_top)
+        has = last >= 0
+        end[has] += tail[last[has]]
     return end
+
+
+#: Cells of one (channel, ready level) table of ``channel_end`` (32 MB of float64).
+_TABLE_CELLS = 1 << 22
 
 
 def sync_end(
@@ -118,11 +152,14 @@ def sync_end(
     ``row_call`` the collective call of a collective row (-1 for PS rows); ``server_time`` (N, J).
     """
     layer_ready = layer_ready_times(ma, ca, params)
-    row_ready = layer_ready[ma.layer[row_variable]]
+    level_ready, layer_level = np.unique(layer_ready, return_inverse=True)
+    row_level = layer_level[ma.layer[row_variable]]
+    row_ready = level_ready[row_level]
     g = len(call_strategy)
     call_ready = np.zeros(g)
     cc = ~row_is_ps
     np.maximum.at(call_ready, row_call[cc], row_ready[cc])
+    call_level = np.searchsorted(level_ready, call_ready)  # exact: every call has rows
     j = server_time.shape[1]
     ps_rows = np.flatnonzero(row_is_ps)
     half = row_time[ps_rows] / 2  # push and pull (Eq. 2 counts both directions alike)
@@ -131,11 +168,14 @@ def sync_end(
         share = np.divide(server_time.max(axis=1), total, out=np.zeros(n), where=total > 0)
         scaled = half * share[row_strategy[ps_rows]]
         ready = np.concatenate([call_ready, row_ready[ps_rows]])
+        level = np.concatenate([call_level, row_level[ps_rows]])
         duration = np.concatenate([call_time, scaled])
         channel = np.concatenate([call_strategy, row_strategy[ps_rows]])
         tail = np.concatenate([np.zeros(g), scaled])
-        return channel_end(ready, duration, channel, n, tail)
-    cc_end = channel_end(call_ready, call_time, call_strategy, n)
+        return channel_end(ready, duration, channel, n, tail, level, level_ready)
+    cc_end = channel_end(call_ready, call_time, call_strategy, n, None, call_level, level_ready)
     ps_channel = row_strategy[ps_rows] * j + row_server[ps_rows]
-    ps_end = channel_end(row_ready[ps_rows], half, ps_channel, n * j, half).reshape(n, j)
+    ps_end = channel_end(
+        row_ready[ps_rows], half, ps_channel, n * j, half, row_level[ps_rows], level_ready
+    ).reshape(n, j)
     return np.maximum(cc_end, ps_end.max(axis=1) if j else 0.0)
