@@ -37,7 +37,6 @@ from typing import Any
 import numpy as np
 from scipy.stats import spearmanr
 
-from runtime.collect import load_records
 from simulator import zoo
 from simulator.analytical import (
     CostParams,
@@ -50,6 +49,7 @@ from simulator.analytical import (
 )
 from simulator.metrics import pairwise_accuracy, resolved_pairs
 from simulator.spec import Strategy
+from simulator.spec.records import load_records
 
 #: "Resolved" pairs: measured times more than 5 % apart (above a quiet domain's retest noise).
 GAP = 0.05

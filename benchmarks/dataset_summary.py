@@ -12,8 +12,8 @@ import statistics
 import sys
 from pathlib import Path
 
-from runtime.collect import load_records
 from simulator import zoo
+from simulator.spec.records import load_records
 
 
 def main() -> None:

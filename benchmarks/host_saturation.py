@@ -24,12 +24,12 @@ from pathlib import Path
 
 import numpy as np
 
-from runtime.collect import load_records
 from runtime.executor import ExecutorConfig, ExecutorSession
 from runtime.executor.local import LocalLauncher
 from simulator import zoo
 from simulator.analytical import CostParams, FitSample, baseline, predict_samples
 from simulator.spec import Strategy
+from simulator.spec.records import load_records
 
 
 def sweep(model_name: str, cluster_name: str, dilations: list[float], scale: float) -> None:

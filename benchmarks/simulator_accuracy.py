@@ -47,10 +47,11 @@ from simulator.learned.data import Domain, EncodedDomain, encode
 from simulator.learned.evaluation import analytical_metrics, fitted_params
 from simulator.learned.linear import fit_linear
 from simulator.learned.pretrain import analytical_labelled, pretrain
-from simulator.learned.runtimes import default_runtimes_dir, domain_folders, load_runtimes, read_records
+from simulator.learned.runtimes import default_runtimes_dir, domain_folders, load_runtimes
 from simulator.learned.simulator import NeuralSimulator
 from simulator.learned.train import TrainConfig, evaluate, fine_tune, fit, make_net
 from simulator.metrics import pairwise_accuracy
+from simulator.spec.records import read_records
 
 Task = dict[str, Any]
 _DATA: dict[str, Any] = {}

@@ -41,12 +41,12 @@ import numpy as np
 from rich.console import Console
 from rich.table import Table
 
-from runtime.collect import load_records
 from search.baselines import family_of
 from search.space import space_of
 from search.speedup import bootstrap_ratio
 from simulator import zoo
 from simulator.spec import Strategy
+from simulator.spec.records import load_records
 
 ROOT = Path(__file__).resolve().parents[1]
 #: Baseline names of the 2026-11-22 collections and their family; members of the measured families

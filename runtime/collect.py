@@ -32,7 +32,7 @@ import socket
 import statistics
 import subprocess
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -46,8 +46,8 @@ from simulator.analytical import BASELINES, baseline
 from simulator.metrics import median_ci95
 from simulator.spec import ClusterSpec, ModelSpec, Strategy, strategy_key
 from simulator.spec.measurement import Measurement
+from simulator.spec.records import FORMAT, load_records
 
-FORMAT = "strategist.runtime/2"
 REPO_ROOT = Path(__file__).resolve().parents[1]
 GZIP_ABOVE_BYTES = 4 << 20  # files larger than this are compressed when the collection ends
 #: Share of the host's CPU that other processes may use during a trial before it is measured again.
@@ -252,14 +252,3 @@ def compress_if_large(path: Path, above: int = GZIP_ABOVE_BYTES) -> Path:
         shutil.copyfileobj(src, dst)
     path.unlink()
     return gz
-
-
-def load_records(path: Path) -> Iterator[dict[str, Any]]:
-    """The records of one ``.jsonl`` or ``.jsonl.gz`` file, or of every such file under a folder."""
-    files = sorted([*path.rglob("*.jsonl"), *path.rglob("*.jsonl.gz")]) if path.is_dir() else [path]
-    for p in files:
-        opener = gzip.open if p.suffix == ".gz" else open
-        with opener(p, "rt") as f:
-            for line in f:
-                if line.strip():
-                    yield json.loads(line)

@@ -1,30 +1,26 @@
 """Memory feasibility: does a strategy fit in every GPU's memory and every PS server's host memory?
 
-Per GPU (data parallel: every GPU holds a full replica), bytes needed =
+The rule and its assumptions are ``simulator.memory``'s (the runtime measures with the same one).
+Applied to a data-parallel strategy, every GPU holds a full replica, and bytes needed per GPU =
     parameters                       sum of variable bytes
   + gradients                        sum of gradient bytes (density-scaled for sparse variables)
   + optimizer state of collective shards   state_factor x shard bytes
                                      (a PS shard's optimizer state lives on its server's host)
   + PowerSGD error-feedback buffers  shard bytes for each PowerSGD-compressed shard
   + activations                      activation_bytes per sample x per-GPU batch x activation_factor
-and must not exceed ``device_usable`` x the device's memory (the rest is CUDA context, workspace
-and allocator fragmentation). The smallest device of the cluster's GPU nodes decides.
+and must not exceed ``device_usable`` x the device's memory. The smallest device of the cluster's
+GPU nodes decides.
 
 Per PS server node, bytes needed = sum over hosted shards of shard bytes x (1 parameter copy
 + 1 gradient accumulator + state_factor), against ``host_usable`` x its host memory.
-
-state_factor: Adam keeps two moments (2x parameter bytes), SGD with momentum one (1x), plain
-SGD none. Adam is the default: it is what BERT and NCF train with in MLPerf, the worst common case.
-GB in ``DeviceType.memory_gb`` and ``Node.host_memory_gb`` is read as 1e9 bytes (conservative
-against the GiB that vendors mean).
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Literal
 
+from simulator.memory import GB, MemoryConfig, StageMemory, boundary_bytes, stage_memory, usable_bytes
 from simulator.spec import (
     DTYPE_BYTES,
     ClusterSpec,
@@ -36,24 +32,7 @@ from simulator.spec import (
     Variable,
 )
 
-_STATE_FACTOR = {"adam": 2.0, "sgd_momentum": 1.0, "sgd": 0.0}
-GB = 1e9
-
-
-@dataclass(frozen=True)
-class MemoryConfig:
-    """Assumptions of the memory model."""
-
-    # Optimizer whose state is counted (Adam: 2x parameters; SGD momentum: 1x; SGD: 0).
-    optimizer: Literal["adam", "sgd_momentum", "sgd"] = "adam"
-    # Multiplier on the per-sample activation bytes stored for the backward pass.
-    activation_factor: float = 1.0
-    # Fraction of a GPU's memory the training step may use.
-    device_usable: float = 0.9
-    # Fraction of a server's host memory its PS shards may use.
-    host_usable: float = 0.8
-    # Per-GPU batch size; None = the model's default.
-    batch_size: int | None = None
+__all__ = ["GB", "Feasibility", "MemoryConfig", "MemoryModel", "StageMemory"]
 
 
 @dataclass(frozen=True)
@@ -67,21 +46,6 @@ class Feasibility:
     reasons: tuple[str, ...]
 
 
-@dataclass(frozen=True)
-class StageMemory:
-    """Bytes one GPU of a pipeline stage needs, by kind."""
-
-    params: float
-    grads: float
-    optimizer: float
-    activations: float
-    buffers: float
-
-    @property
-    def total(self) -> float:
-        return self.params + self.grads + self.optimizer + self.activations + self.buffers
-
-
 class MemoryModel:
     """Checks strategies of ``model`` on ``cluster`` against device and host memory."""
 
@@ -91,14 +55,14 @@ class MemoryModel:
         self.config = config or MemoryConfig()
         c = self.config
         batch = c.batch_size or model.batch_size
-        self.state_factor = _STATE_FACTOR[c.optimizer]
+        self.state_factor = c.state_factor
         self._params = float(model.param_bytes)
         self._grads = float(sum(v.grad_bytes for v in model.variables))
         self._activations = model.activation_bytes * batch * c.activation_factor
         gpu_nodes = [n for n in cluster.nodes if n.gpus > 0]
         smallest = min(gpu_nodes, key=lambda n: cluster.device_type(n.name).memory_gb)
         self._device_name = cluster.device_type(smallest.name).name
-        self.device_capacity = cluster.device_type(smallest.name).memory_gb * GB * c.device_usable
+        self.device_capacity = usable_bytes(cluster.device_type(smallest.name), c.device_usable)
         self._bytes: dict[tuple[str, int, int], list[int]] = {}
 
     def check(self, strategy: Strategy) -> Feasibility:
@@ -159,25 +123,24 @@ class MemoryModel:
         ``stashed_samples`` x activation_factor) + point-to-point buffers (the stage's input and
         output activation per sample x ``buffer_samples``).
         """
-        layers = self.model.layers[first:last]
-        params = float(sum(v.bytes for layer in layers for v in layer.variables))
-        grads = float(sum(v.grad_bytes for layer in layers for v in layer.variables))
-        optimizer = self.state_factor * params
-        per_sample = sum(layer.activation_bytes for layer in layers) * self.config.activation_factor
-        activations = per_sample * stashed_samples
-        buffers = self.boundary_bytes(first, last) * buffer_samples
-        return StageMemory(params, grads, optimizer, activations, buffers)
+        return stage_memory(
+            self.model,
+            first,
+            last,
+            stashed_samples=stashed_samples,
+            buffer_samples=buffer_samples,
+            state_factor=self.state_factor,
+            activation_factor=self.config.activation_factor,
+        )
 
     def boundary_bytes(self, first: int, last: int) -> float:
         """Point-to-point buffer bytes per sample of a stage holding layers [first, last): its output
         activation and, unless it is the first stage, its input (the previous layer's output)."""
-        return self.model.layers[last - 1].activation_bytes + (
-            self.model.layers[first - 1].activation_bytes if first > 0 else 0.0
-        )
+        return boundary_bytes(self.model, first, last)
 
     def device_capacity_of(self, node: str) -> float:
         """Usable bytes of one GPU of ``node``."""
-        return self.cluster.device_type(node).memory_gb * GB * self.config.device_usable
+        return usable_bytes(self.cluster.device_type(node), self.config.device_usable)
 
     def headroom(self) -> float:
         """Device bytes left when every variable is PS-synchronised (the strategy-free floor)."""

@@ -37,6 +37,7 @@ from runtime.executor.plan import unsupported_reason
 from runtime.executor.results import aggregate, failed
 from runtime.executor.worker_main import READY, RESULT, write_profiles
 from runtime.launch import Launcher
+from simulator.memory import GB, stage_memory, usable_bytes
 from simulator.profile.store import ProfileStore
 from simulator.spec import ClusterSpec, ModelSpec, SpecError, Strategy
 from simulator.spec.measurement import Measurement
@@ -69,14 +70,17 @@ class _Proc:
 
 
 def memory_failure(model: ModelSpec, cluster: ClusterSpec, batch: int) -> str | None:
-    """An estimated out-of-memory reason: params + grads + activations over a worker's device."""
-    need = 2 * model.param_bytes + model.activation_bytes * batch
+    """An estimated out-of-memory reason: a worker's device cannot hold a replica's parameters,
+    gradients and ``batch`` samples of activations (``simulator.memory``'s rule). Decision: no
+    optimizer state and the whole memory usable, so only trials that certainly cannot fit are
+    refused; the planner's feasibility check is the stricter one."""
+    need = stage_memory(model, 0, len(model.layers), stashed_samples=batch, state_factor=0.0)
     for n in cluster.worker_nodes:
         dev = cluster.device_type(n)
-        if need > dev.memory_gb * 1e9:
+        if need.total > usable_bytes(dev):
             return (
-                f"out of memory (estimated): params+grads {2 * model.param_bytes / 1e9:.2f} GB + activations "
-                f"{model.activation_bytes * batch / 1e9:.2f} GB > {dev.memory_gb:g} GB of {dev.name}"
+                f"out of memory (estimated): params+grads {(need.params + need.grads) / GB:.2f} GB + activations "
+                f"{need.activations / GB:.2f} GB > {dev.memory_gb:g} GB of {dev.name}"
             )
     return None
 

@@ -34,6 +34,7 @@ from simulator.hybrid.sharding import (
     ShardOp,
     shard_ops,
 )
+from simulator.memory import activation_bytes, boundary_bytes, layer_bytes
 from simulator.spec import ClusterSpec, HybridPlan, Layer, ModelSpec
 from simulator.spec.hybrid import proportional_sizes
 
@@ -216,9 +217,9 @@ class Layout:
     ) -> list[tuple[str, float]]:
         """(what, bytes) a device holds in a step, in allocation order (``runtime.hybrid.memory``).
 
-        The rules of the planner's memory model (``search.feasibility.MemoryModel.stage_bytes``)
-        applied to what this device runs. Per TaskGraph: its parameters (split: its shards, whole
-        copies of the layers it does not shard), gradients (density-scaled for sparse variables),
+        The memory rule (``simulator.memory``, the planner's) applied to what this device runs.
+        Per TaskGraph: its parameters (split: its shards, whole copies of the layers it does not
+        shard), gradients (density-scaled for sparse variables),
         ``state_factor`` x parameters of optimizer state, for a split TaskGraph bridge buffers of
         its input and output for the whole batch (``boundary_bytes`` x rows), then the activations
         it stashes for backward: every layer's ``activation_bytes`` x its rows x
@@ -231,7 +232,6 @@ class Layout:
             if p is None:
                 continue
             lo, hi = self.rows(t, rank)
-            layers = range(tg.first_layer, tg.last_layer)
             frac = 1.0
             if tg.primitive == "split":
                 frac = self.split_fraction(t, p[1])
@@ -245,16 +245,13 @@ class Layout:
                         pbytes += v.bytes * f
                         gbytes += v.grad_bytes * f
             else:
-                pbytes = float(sum(v.bytes for li in layers for v in self.model.layers[li].variables))
-                gbytes = float(sum(v.grad_bytes for li in layers for v in self.model.layers[li].variables))
-            per_sample = sum(self.model.layers[li].activation_bytes for li in layers) * activation_factor
+                pbytes, gbytes = layer_bytes(self.model, tg.first_layer, tg.last_layer)
+            per_sample = activation_bytes(self.model, tg.first_layer, tg.last_layer, activation_factor)
             params += [(f"task_graphs.{t} parameters", pbytes), (f"task_graphs.{t} gradients", gbytes)]
             if state_factor:
                 params.append((f"task_graphs.{t} optimizer state", state_factor * pbytes))
             if tg.primitive == "split":
-                boundary = self.model.layers[tg.last_layer - 1].activation_bytes + (
-                    self.model.layers[tg.first_layer - 1].activation_bytes if tg.first_layer > 0 else 0.0
-                )
+                boundary = boundary_bytes(self.model, tg.first_layer, tg.last_layer)
                 params.append((f"task_graphs.{t} bridge buffers", boundary * (hi - lo)))
             acts.append((f"task_graphs.{t} activations ({hi - lo} samples)", frac * (hi - lo) * per_sample))
         return params + acts

@@ -4,7 +4,8 @@ A CPU process cannot be given a GPU's memory limit, so each emulated device keep
 ``allocate(what, nbytes)`` adds the bytes a real device would hold (at full, unscaled size: the
 parameters, gradients, optimizer state and stashed activations the worker's TaskGraphs hold, see
 ``layout.Layout.memory_items``) and raises ``DeviceOutOfMemory`` the moment the total would pass
-``capacity_bytes``, as a CUDA allocator would; ``free`` returns them (activations after each
+``capacity_bytes``, as a CUDA allocator would (the bytes are counted by ``simulator.memory``'s
+rule, the planner's); ``free`` returns them (activations after each
 backward). The ledger counts bytes; it does not reserve host memory (the replayed tensors are
 scaled down and the sum over sixteen emulated GPUs would not fit this host). The worker turns the
 exception into an explicit ``oom`` result (``runtime.hybrid.run.HybridRun.status``), not a crash.
@@ -12,7 +13,9 @@ exception into an explicit ``oom`` result (``runtime.hybrid.run.HybridRun.status
 
 from __future__ import annotations
 
-GB = 1e9
+from simulator.memory import GB
+
+__all__ = ["GB", "DeviceMemory", "DeviceOutOfMemory"]
 
 
 class DeviceOutOfMemory(Exception):

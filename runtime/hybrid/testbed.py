@@ -26,11 +26,15 @@ from collections.abc import Iterator
 
 from runtime.executor.config import ExecutorConfig
 from runtime.hybrid.config import HybridConfig
-from runtime.hybrid.memory import GB, DeviceMemory, DeviceOutOfMemory
+from runtime.hybrid.memory import DeviceMemory, DeviceOutOfMemory
 from runtime.hybrid.run import HybridRun, run_hybrid
 from runtime.launch import Launcher
+from simulator.memory import MemoryConfig, stage_memory, usable_bytes
 from simulator.pipeline import expected_peak_stashed
 from simulator.spec import ClusterSpec, HybridPlan, ModelSpec, hybrid_issues
+
+#: The planner's memory assumptions, the defaults of ``measure_plan``.
+PLANNER = MemoryConfig()
 
 
 @contextlib.contextmanager
@@ -57,15 +61,15 @@ def measure_plan(
     scale: float | None = None,
     dilation: float | None = None,
     efficiency: float = 1.0,
-    memory_fraction: float = 0.9,
-    optimizer_state_factor: float = 2.0,
-    activation_factor: float = 1.0,
+    memory_fraction: float = PLANNER.device_usable,
+    optimizer_state_factor: float = PLANNER.state_factor,
+    activation_factor: float = PLANNER.activation_factor,
     timeout_s: float = 600.0,
     launcher: Launcher | None = None,
 ) -> HybridRun:
     """Run ``plan`` (replay) for ``warmup + iterations`` steps; see the module docstring.
 
-    The memory assumptions default to the planner's (``search.feasibility.MemoryConfig``: Adam's
+    The memory assumptions default to the planner's (``simulator.memory.MemoryConfig``: Adam's
     state 2x parameters, 90 % of a GPU usable, activation factor 1), so a plan the planner says
     fits is judged by the device with the same rules; pass the planner's values when they differ.
     ``testbed``: shaped network namespaces (falling back to unshaped loopback with a warning
@@ -115,21 +119,25 @@ def pipeline_memory_failure(
     p = plan.to_plan()
     P = len(p.stages)
     for s, st in enumerate(p.stages):
-        layers = model.layers[st.first_layer : st.last_layer]
-        params = sum(v.bytes for layer in layers for v in layer.variables)
-        grads = sum(v.grad_bytes for layer in layers for v in layer.variables)
-        acts = sum(layer.activation_bytes for layer in layers) * cfg.activation_factor
         for d, dev in enumerate(st.devices):
             gpu = cluster.device_type(dev.rpartition(":")[0])
-            mem = DeviceMemory(dev, gpu.name, gpu.memory_gb * GB * cfg.memory_fraction)
+            mem = DeviceMemory(dev, gpu.name, usable_bytes(gpu, cfg.memory_fraction))
             n = p.replica_micro_batches(d)
             stash = expected_peak_stashed(P, n, p.group_size(n), s)
+            need = stage_memory(
+                model,
+                st.first_layer,
+                st.last_layer,
+                stashed_samples=stash * p.micro_batch_size,
+                state_factor=cfg.optimizer_state_factor,
+                activation_factor=cfg.activation_factor,
+            )
             try:
-                mem.allocate(f"stage {s} parameters", params)
-                mem.allocate(f"stage {s} gradients", grads)
-                mem.allocate(f"stage {s} optimizer state", cfg.optimizer_state_factor * params)
+                mem.allocate(f"stage {s} parameters", need.params)
+                mem.allocate(f"stage {s} gradients", need.grads)
+                mem.allocate(f"stage {s} optimizer state", need.optimizer)
                 mem.allocate(f"stage {s} activations ({stash} micro-batches of {p.micro_batch_size})",
-                             stash * p.micro_batch_size * acts)  # fmt: skip
+                             need.activations)  # fmt: skip
             except DeviceOutOfMemory as e:
                 return str(e)
     return None

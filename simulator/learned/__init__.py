@@ -15,7 +15,7 @@ What the service calls:
   ``scoring.HybridScorer(ensemble)`` / ``scoring.LearnedScorer`` score a round's arrays.
 """
 
-from simulator.learned.data import Domain, EncodedDomain, SourceFile, domain_name, encode, strategy_key
+from simulator.learned.data import Domain, EncodedDomain, SourceFile, encode
 from simulator.learned.features import FEATURE_SCHEMA_VERSION, FeatureExtractor, StrategyGraph
 from simulator.learned.gat import GATSimulatorNet
 from simulator.learned.linear import LinearRanker, fit_linear
@@ -42,13 +42,11 @@ __all__ = [
     "StrategyGraph",
     "TrainConfig",
     "VersionInfo",
-    "domain_name",
     "encode",
     "evaluate",
     "fine_tune",
     "fit",
     "fit_linear",
     "load",
-    "strategy_key",
     "train_version",
 ]

@@ -16,14 +16,10 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from simulator.learned.features import FeatureExtractor, StrategyGraph
-from simulator.spec import ClusterSpec, ModelSpec, Strategy, strategy_key
+from simulator.spec import ClusterSpec, ModelSpec, Strategy, domain_name, strategy_key
 
 #: Fractions of (train, validation); the rest is test (AutoSync §10: 70/15/15).
 SPLIT = (0.70, 0.15)
-
-
-def domain_name(model: str, cluster: str) -> str:
-    return f"{model}__{cluster}"
 
 
 @dataclass(frozen=True)

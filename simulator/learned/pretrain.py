@@ -24,11 +24,11 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 from simulator.analytical import AnalyticalSimulator, CostParams
-from simulator.learned.data import EncodedDomain, domain_name
+from simulator.learned.data import EncodedDomain
 from simulator.learned.features import FeatureExtractor
 from simulator.learned.simulator import NeuralSimulator
 from simulator.learned.train import FitResult, TrainConfig, fit
-from simulator.spec import ClusterSpec, ModelSpec, Strategy
+from simulator.spec import ClusterSpec, ModelSpec, Strategy, domain_name
 
 #: Prefix of every pre-training set's name, so no report can mistake it for measured data.
 LABEL_PREFIX = "analytical-labels:"

@@ -1,29 +1,23 @@
 """Reading measured runtimes from ``datasets/runtimes/<model>__<cluster>/*.jsonl[.gz]`` as Domains.
 
-The record format is ``runtime.collect``'s (datasets/README.md, "Runtime records"): one JSON
-object per line with ``format`` ("strategist.runtime/1"), ``model`` and ``cluster`` (zoo names),
-``strategy`` (a Strategy as JSON), ``ok``, ``median_s`` (median seconds per iteration) and
-``failure``. Failed trials carry no time and are left out (they are counted). Model and cluster
+The records are read by ``simulator.spec.records.read_records`` (the one reader; the format is
+there). Failed trials carry no time and are left out (they are counted). Model and cluster
 specs are looked up by name (the zoo by default). Only measured times are used: nothing here
 makes a label up.
 """
 
 from __future__ import annotations
 
-import gzip
 import hashlib
-import json
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from simulator import zoo
 from simulator.learned.data import Domain, SourceFile
 from simulator.spec import ClusterSpec, ModelSpec, SpecError, Strategy
 from simulator.spec.io import parse_as
-
-FORMAT_PREFIX = "strategist.runtime/"
+from simulator.spec.records import read_records
 
 
 def default_runtimes_dir() -> Path:
@@ -50,38 +44,8 @@ def domain_folders(root: Path) -> list[DomainFiles]:
     return out
 
 
-def _lines(path: Path) -> Iterator[tuple[int, str]]:
-    opener = gzip.open if path.suffix == ".gz" else open
-    with opener(path, "rt") as f:
-        for i, line in enumerate(f, start=1):
-            if line.strip():
-                yield i, line
-
-
 def _sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
-
-
-def read_records(path: Path) -> list[dict[str, Any]]:
-    """The records of one file; a bad line raises ValueError naming file, line and field."""
-    out = []
-    for lineno, line in _lines(path):
-        try:
-            rec = json.loads(line)
-        except json.JSONDecodeError as e:
-            if not line.endswith("\n"):
-                break  # the last line of a file still being written
-            raise ValueError(f"{path}:{lineno}: not valid JSON: {e}") from None
-        if not isinstance(rec, dict):
-            raise ValueError(f"{path}:{lineno}: a record must be a JSON object")
-        fmt = rec.get("format", "")
-        if not str(fmt).startswith(FORMAT_PREFIX):
-            raise ValueError(f"{path}:{lineno}: format: expected {FORMAT_PREFIX}*, got {fmt!r}")
-        for key in ("model", "cluster", "strategy"):
-            if key not in rec:
-                raise ValueError(f"{path}:{lineno}: {key}: missing")
-        out.append(rec)
-    return out
 
 
 def load_domain(

@@ -10,14 +10,12 @@ import pytest
 
 from runtime import collect as collect_module
 from runtime.collect import (
-    FORMAT,
     DirtyTreeError,
     Trial,
     baseline_trials,
     collect,
     compress_if_large,
     interleave,
-    load_records,
     record,
     require_clean_tree,
 )
@@ -28,6 +26,7 @@ from runtime.testbed import netns
 from simulator.analytical import BASELINES
 from simulator.spec import ClusterSpec, CollectiveSync, Node, PSSync, Strategy, VariableStrategy
 from simulator.spec.measurement import Measurement
+from simulator.spec.records import FORMAT, load_records
 
 MODEL = tiny_model()
 CLUSTER = ClusterSpec(name="2x1", device_types=(GPU,), intra_node_gbps=100.0,

@@ -16,6 +16,7 @@ from runtime.executor.shards import powersgd_rank, replay_shape
 from runtime.executor.worker import layer_seconds
 from simulator.analytical import CostParams
 from simulator.analytical.formulas import compute_time
+from simulator.memory import stage_memory
 from simulator.spec import (
     ClusterSpec,
     CollectiveSync,
@@ -220,7 +221,7 @@ def test_dilation_is_replay_only_and_multiplies_the_link_scale() -> None:
 
 def test_memory_estimate() -> None:
     assert memory_failure(MODEL, two_by_two(), 4) is None
-    need = 2 * MODEL.param_bytes + MODEL.activation_bytes * 4
+    need = stage_memory(MODEL, 0, len(MODEL.layers), stashed_samples=4, state_factor=0.0).total
     tiny = GPU.model_copy(update={"memory_gb": need / 1e9 * 0.99})
     cluster = two_by_two().model_copy(update={"device_types": (tiny,)})
     reason = memory_failure(MODEL, cluster, 4)

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from runtime.collect import load_records
+from simulator.spec.records import load_records
 from simulator.zoo import datasets_dir
 
 ROOTS = (datasets_dir() / "runtimes-v2", datasets_dir() / "retest-v2")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from simulator.learned.data import Domain, strategy_key
+from simulator.learned.data import Domain
 from simulator.learned.features import (
     NUM_GLOBAL_FEATURES,
     NUM_SHARD_FEATURES,
@@ -21,6 +21,7 @@ from simulator.spec import (
     PSSync,
     Strategy,
     VariableStrategy,
+    strategy_key,
 )
 
 from .conftest import random_strategy, toy_model

@@ -1,0 +1,71 @@
+"""Runtime records: the one reader of measured-runtime files (``*.jsonl`` and ``*.jsonl.gz``).
+
+The format is written by ``runtime.collect`` and described in datasets/README.md ("Runtime
+records"): one JSON object per line with ``format`` (``FORMAT``), ``model`` and ``cluster`` (zoo
+names), ``strategy`` (a Strategy as JSON), ``ok``, ``median_s`` (median seconds per iteration),
+``failure`` and the collection's environment. The collector (resuming a collection), the learned
+simulators' loader (``simulator.learned.runtimes``) and the benchmarks all read through here.
+
+Decisions: blank lines are skipped; a last line without its newline is a record still being
+written (an interrupted or running collection) and is left out, while an unreadable line anywhere
+else raises ValueError naming the file and line. ``read_records`` also checks that each record is
+an object in this format with ``model``, ``cluster`` and ``strategy``; ``load_records`` yields the
+objects as they are (the collector's own files, and tests writing minimal records).
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+#: The format this code writes; readers accept any ``FORMAT_PREFIX`` version.
+FORMAT = "strategist.runtime/2"
+FORMAT_PREFIX = "strategist.runtime/"
+
+
+def record_files(path: Path) -> list[Path]:
+    """``path`` itself, or every ``.jsonl`` and ``.jsonl.gz`` file under the folder ``path``, sorted."""
+    if not path.is_dir():
+        return [path]
+    return sorted([*path.rglob("*.jsonl"), *path.rglob("*.jsonl.gz")])
+
+
+def parsed_lines(path: Path) -> Iterator[tuple[int, Any]]:
+    """(line number, parsed JSON) of every non-blank line of one file (gzip by its suffix)."""
+    opener = gzip.open if path.suffix == ".gz" else open
+    with opener(path, "rt") as f:
+        for lineno, line in enumerate(f, start=1):
+            if not line.strip():
+                continue
+            try:
+                yield lineno, json.loads(line)
+            except json.JSONDecodeError as e:
+                if not line.endswith("\n"):
+                    return  # the last line of a file still being written
+                raise ValueError(f"{path}:{lineno}: not valid JSON: {e}") from None
+
+
+def load_records(path: Path) -> Iterator[dict[str, Any]]:
+    """The records of one file, or of every record file under a folder, unchecked."""
+    for p in record_files(path):
+        for _, rec in parsed_lines(p):
+            yield rec
+
+
+def read_records(path: Path) -> list[dict[str, Any]]:
+    """The records of one file, checked; a bad record raises ValueError naming file, line and field."""
+    out = []
+    for lineno, rec in parsed_lines(path):
+        if not isinstance(rec, dict):
+            raise ValueError(f"{path}:{lineno}: a record must be a JSON object")
+        fmt = rec.get("format", "")
+        if not str(fmt).startswith(FORMAT_PREFIX):
+            raise ValueError(f"{path}:{lineno}: format: expected {FORMAT_PREFIX}*, got {fmt!r}")
+        for key in ("model", "cluster", "strategy"):
+            if key not in rec:
+                raise ValueError(f"{path}:{lineno}: {key}: missing")
+        out.append(rec)
+    return out
