@@ -448,27 +448,27 @@ class ArraySampler:
         if len(cfg.algorithms) > 1:
             frac = (np.cumsum(aw, axis=1) / aw.sum(axis=1, keepdims=True))[:, :-1].astype(np.float32)
             u_alg = rng.random(rows_total, dtype=np.float32)
-            alg_i = np.zeros(rows_total, dtype=np.int64)
+            alg_i = np.zeros(rows_total, dtype=np.int8)
             for c in range(frac.shape[1]):
-                alg_i += u_alg >= np.repeat(frac[:, c], per_draw)
-            algorithm = self._algorithms[alg_i]
+                alg_i += u_alg >= frac[row_draw, c]
+            algorithm = self._algorithms.astype(np.int8)[alg_i]
         else:
-            algorithm = np.full(rows_total, self._algorithms[0])
-        algorithm = np.where(cc, algorithm, 0).astype(np.int8)
+            algorithm = np.full(rows_total, self._algorithms[0], dtype=np.int8)
+        algorithm[is_ps] = 0
         msg = t.msg[entry]
         n_cc = np.add.reduceat(cc.astype(np.int64), offsets[:-1]) if rows_total else np.zeros(b, np.int64)
         n_groups = 1 + (u_groups * np.maximum(1, np.minimum(cfg.max_groups, n_cc))).astype(np.int64)
         if self.kind == "constrained" and self.constraints.load_balance:
-            server = self._load_balance(rng, row_draw, is_ps, msg, t.brank[entry])
+            server = self._load_balance(rng, row_draw, is_ps, msg, t.brank[entry])  # -1: collective
         else:
-            server = (rng.random(rows_total) * len(self.space.servers)).astype(np.int64)
-        server = np.where(is_ps, server, -1).astype(np.int16)
+            server = (rng.random(rows_total) * len(self.space.servers)).astype(np.int16)
+            server[~is_ps] = -1
         if self.kind == "constrained" and self.constraints.adjacent_merge:
-            group = _adjacent_merge(offsets, cc, msg, n_groups, row_draw)
+            group = _adjacent_merge(offsets, cc, msg, n_groups, row_draw)  # -1: PS
         else:
             ng = np.repeat(n_groups, per_draw)
-            group = np.minimum((rng.random(rows_total) * ng).astype(np.int64), ng - 1)
-        group = np.where(cc, group, -1).astype(np.int16)
+            group = np.minimum((rng.random(rows_total) * ng).astype(np.int64), ng - 1).astype(np.int16)
+            group[is_ps] = -1
         fits = None
         if self.memory is not None:
             fits = self._fits_rows(b, row_draw, t.param[entry], is_ps, server, compressor)
@@ -603,7 +603,7 @@ class ArraySampler:
             flat[pick * b + columns[:a]] += s
             total[:a] += s
         out = pick_sm[where]
-        server = np.full(len(is_ps), -1, dtype=np.int64)
+        server = np.full(len(is_ps), -1, dtype=np.int16)
         server[rows] = out
         return server
 
@@ -675,7 +675,7 @@ def _adjacent_merge(
     """
     b = len(offsets) - 1
     cc_rows = np.flatnonzero(cc)[::-1]  # every strategy's collective shards in backprop order
-    out = np.full(len(cc), -1, dtype=np.int64)
+    out = np.full(len(cc), -1, dtype=np.int16)
     if cc_rows.size == 0:
         return out
     if row_draw is None:
