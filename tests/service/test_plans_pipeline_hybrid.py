@@ -347,3 +347,9 @@ def test_status_reports_each_baselines_median_over_the_best_candidates(
     body = r.json()
     assert body["best_time"] == 0.20 and body["speedups"] == {"1f1b": pytest.approx(0.30 / 0.20)}
     assert body["search"]["plan_kind"] == "pipeline" and body["families"] == []
+
+
+def test_measurement_details_must_be_strict_json() -> None:
+    """A worker's details are stored as JSON (PostgreSQL): non-finite numbers are refused by field."""
+    with pytest.raises(ValueError, match="details"):
+        Measurement(iteration_times=(0.1,), details={"busy_s": {"n0:0": math.inf}})
