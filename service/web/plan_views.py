@@ -13,9 +13,12 @@ Documents that are not a pipeline or hybrid plan give None (the page shows nothi
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from simulator.spec import HybridPlan, Plan
+
+if TYPE_CHECKING:
+    from service.web.heterogeneous_views import HeterogeneousView
 
 #: Gantt geometry (px): drawing width, lane height, left margin for lane labels, axis height.
 WIDTH, LANE, LEFT, AXIS = 720.0, 22.0, 110.0, 24.0
@@ -158,8 +161,10 @@ def hybrid_view(document: dict[str, Any], details: dict[str, Any] | None) -> Hyb
     return HybridView(plan.name, plan.nested_dp, plan.global_batch, plan.num_micro_batches, rows, bool(busy))
 
 
-def plan_view(document: dict[str, Any], details: dict[str, Any] | None = None) -> Any:
-    """The view of a pipeline or hybrid document; None for a Strategy or another kind."""
+def plan_view(
+    document: dict[str, Any], details: dict[str, Any] | None = None
+) -> PipelineView | HybridView | HeterogeneousView | None:
+    """The view of a pipeline, hybrid or heterogeneous document; None for a Strategy or another kind."""
     kind = document.get("kind")
     if kind == "pipeline":
         return pipeline_view(document, details)
