@@ -15,6 +15,7 @@ from service.domain import SEARCH_FINAL, Conflict, NotFound
 from service.loop_store import search_specs
 from service.web.auth import WebUser, owner_of
 from service.web.heterogeneous_views import cost_context
+from service.web.plan_views import plan_labels
 from service.web.render import page
 from service.web.views import best_so_far, cluster_summary
 
@@ -69,6 +70,7 @@ def search(
         model=model,
         cluster=cluster,
         cluster_line=cluster_summary(cluster),
+        plan_labels=plan_labels(trials) if st.search.plan_kind in ("pipeline", "hybrid") else {},
         **costs,
     )
 

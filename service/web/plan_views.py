@@ -12,9 +12,11 @@ Documents that are not a pipeline or hybrid plan give None (the page shows nothi
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from service.domain import Trial
 from simulator.spec import HybridPlan, Plan
 
 if TYPE_CHECKING:
@@ -159,6 +161,32 @@ def hybrid_view(document: dict[str, Any], details: dict[str, Any] | None) -> Hyb
             )
         )
     return HybridView(plan.name, plan.nested_dp, plan.global_batch, plan.num_micro_batches, rows, bool(busy))
+
+
+def plan_label(document: dict[str, Any], details: dict[str, Any] | None = None) -> str:
+    """One line for a trials table: a pipeline's start and chosen (k, b) and its switches, a hybrid
+    plan's name and TaskGraphs; '' for a Strategy or another kind."""
+    kind = document.get("kind")
+    d = details or {}
+    if kind == "pipeline":
+        plan = Plan.model_validate(document["candidates"][int(document.get("start", 0))])
+        kb = _kb(plan)
+        text = f"P={len(plan.stages)} {kb['schedule']} k={kb['k']} b={kb['b']}"
+        if d.get("chosen"):
+            c = d["chosen"]
+            text += (
+                f" → chosen {c['schedule']} k={c['k']} b={c['b']} ({len(d.get('switches') or [])} switches)"
+            )
+        return text
+    if kind == "hybrid":
+        hp = HybridPlan.model_validate(document)
+        return f"{hp.name or 'hybrid'}: {len(hp.task_graphs)} TaskGraphs, nested DP {hp.nested_dp}"
+    return ""
+
+
+def plan_labels(trials: Sequence[Trial]) -> dict[int, str]:
+    """Trial id -> ``plan_label`` of its document and measured details (the search page's column)."""
+    return {t.id: plan_label(t.strategy, (t.measurement or {}).get("details")) for t in trials}
 
 
 def plan_view(

@@ -347,6 +347,9 @@ def test_status_reports_each_baselines_median_over_the_best_candidates(
     body = r.json()
     assert body["best_time"] == 0.20 and body["speedups"] == {"1f1b": pytest.approx(0.30 / 0.20)}
     assert body["search"]["plan_kind"] == "pipeline" and body["families"] == []
+    client.cookies.set("strategist_token", user.secret)
+    html = client.get(f"/ui/searches/{search.id}").text  # the trials table names each plan
+    assert html.count('data-testid="plan-label"') == 3 and "P=2 1f1b k=1 b=4" in html
 
 
 def test_measurement_details_must_be_strict_json() -> None:
