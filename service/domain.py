@@ -17,6 +17,7 @@ from simulator.spec import ClusterSpec, ModelSpec, Strategy, domain_name
 from simulator.spec.io import parse_as
 from simulator.spec.measurement import Measurement
 from simulator.spec.profile import Profile
+from simulator.spec.wire import HeartbeatAck as HeartbeatAck  # the repository's answer to a heartbeat
 
 if TYPE_CHECKING:
     from search.space import Compression, SpaceKind
@@ -52,11 +53,6 @@ TRIAL_FINAL: frozenset[str] = frozenset({"succeeded", "failed", "cancelled"})
 
 RuntimeSource = Literal["trial", "user"]
 RetrainState = Literal["pending", "running", "done", "failed"]
-
-
-def domain_of(model_name: str, cluster_name: str) -> str:
-    """The simulator domain of a (model, cluster) pair, e.g. ``'VGG16__A2'`` (as in datasets/runtimes/)."""
-    return domain_name(model_name, cluster_name)
 
 
 @dataclass(frozen=True)
@@ -147,7 +143,7 @@ class Search:
 
     @property
     def domain(self) -> str:
-        return domain_of(self.model_name, self.cluster_name)
+        return domain_name(self.model_name, self.cluster_name)
 
 
 @dataclass(frozen=True)
@@ -241,14 +237,6 @@ class TrialClaim:
     claim_token: str
     model: dict[str, Any]
     cluster: dict[str, Any]
-
-
-@dataclass(frozen=True)
-class HeartbeatAck:
-    """``accepted``: the claim is still current (False: lost, abandon it); ``stop``: search cancelled."""
-
-    accepted: bool
-    stop: bool
 
 
 @dataclass(frozen=True)

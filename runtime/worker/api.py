@@ -1,5 +1,8 @@
 """The worker's HTTP client for the service API: claim a trial, heartbeat it, report its measurement.
 
+Requests and answers are the trial wire format (``simulator.spec.wire``), the models the API's
+schemas are made of: nothing here picks fields out of JSON by hand.
+
 The worker never touches the database or the broker's state of a trial: the API (and behind it the
 database) is the source of truth. Every call carries the worker token as a bearer token.
 """
@@ -15,6 +18,7 @@ from runtime.worker.plans import document_kind
 from simulator.spec import ClusterSpec, ModelSpec, Strategy
 from simulator.spec.io import parse_as
 from simulator.spec.measurement import Measurement
+from simulator.spec.wire import ClaimRequest, Heartbeat, HeartbeatAck, Report, ReportAck, TrialClaim
 
 API_PREFIX = "/api/v1"
 
@@ -35,15 +39,16 @@ class ClaimedTrial:
     strategy: Strategy | dict[str, Any]
 
     @classmethod
-    def from_json(cls, data: dict[str, Any]) -> ClaimedTrial:
-        trial = data.get("trial", data)
-        doc = trial["strategy"]
+    def of(cls, claim: TrialClaim) -> ClaimedTrial:
+        """The claim answer (``simulator.spec.wire.TrialClaim``) with its specs validated."""
+        doc = claim.trial.strategy
+        model, cluster = claim.specs()
         return cls(
-            id=int(trial["id"]),
-            claim_token=str(data["claim_token"]),
-            attempt=int(data["attempt"]),
-            model=parse_as(ModelSpec, data["model"]),
-            cluster=parse_as(ClusterSpec, data["cluster"]),
+            id=claim.trial.id,
+            claim_token=claim.claim_token,
+            attempt=claim.attempt,
+            model=model,
+            cluster=cluster,
             strategy=parse_as(Strategy, doc) if document_kind(doc) == "strategy" else dict(doc),
         )
 
@@ -86,43 +91,35 @@ class ApiClient:
 
     def claim(self, *, pool: str, clusters: list[str]) -> ClaimedTrial | None:
         """Claim the oldest queued trial on one of ``clusters``; None when there is none."""
-        r = self._http.post(
-            "/workers/claim", json={"pool": pool, "clusters": clusters, "worker": self.worker_name}
-        )
+        body = ClaimRequest(pool=pool, clusters=clusters, worker=self.worker_name)
+        r = self._http.post("/workers/claim", json=body.model_dump(mode="json", exclude_none=True))
         if r.status_code == 204:
             return None
         _check(r, "claim")
-        body = r.json()
-        if not body:
-            return None
-        return ClaimedTrial.from_json(body)
+        return ClaimedTrial.of(TrialClaim.model_validate_json(r.content))
 
     def heartbeat(self, trial: ClaimedTrial) -> HeartbeatReply:
-        r = self._http.post(
-            f"/trials/{trial.id}/heartbeat",
-            json={"claim_token": trial.claim_token, "attempt": trial.attempt, "worker": self.worker_name},
-        )
+        body = Heartbeat(claim_token=trial.claim_token, attempt=trial.attempt, worker=self.worker_name)
+        r = self._http.post(f"/trials/{trial.id}/heartbeat", json=body.model_dump(mode="json"))
         if r.status_code in (404, 409):
             return HeartbeatReply(cancel=False, lost=True)
         _check(r, "heartbeat")
-        body = r.json()
-        return HeartbeatReply(cancel=bool(body.get("stop", False)), lost=not body.get("accepted", True))
+        ack = HeartbeatAck.model_validate_json(r.content)
+        return HeartbeatReply(cancel=ack.stop, lost=not ack.accepted)
 
     def report(self, trial: ClaimedTrial, measurement: Measurement) -> bool:
         """Report a measurement; False when it was not recorded (a duplicate, a stale claim, cancelled)."""
-        r = self._http.post(
-            f"/trials/{trial.id}/report",
-            json={
-                "claim_token": trial.claim_token,
-                "attempt": trial.attempt,
-                "worker": self.worker_name,
-                "measurement": measurement.model_dump(mode="json"),
-            },
+        body = Report(
+            claim_token=trial.claim_token,
+            attempt=trial.attempt,
+            worker=self.worker_name,
+            measurement=measurement,
         )
+        r = self._http.post(f"/trials/{trial.id}/report", json=body.model_dump(mode="json"))
         if r.status_code in (404, 409):
             return False
         _check(r, "report")
-        return bool(r.json().get("recorded", True))
+        return ReportAck.model_validate_json(r.content).recorded
 
 
 def _check(r: httpx.Response, what: str) -> None:

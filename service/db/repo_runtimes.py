@@ -19,7 +19,7 @@ from service.db import convert
 from service.db.engine import affected
 from service.db.models import RetrainRequestRow, RuntimeRecordRow, SimulatorVersionRow, utcnow
 from service.db.paging import keyset
-from simulator.spec import Strategy
+from simulator.spec import Strategy, domain_name
 
 
 def ingest_runtime(
@@ -41,7 +41,7 @@ def ingest_runtime(
     median = ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
     with session.begin():
         row = RuntimeRecordRow(
-            domain=d.domain_of(model_name, cluster_name),
+            domain=domain_name(model_name, cluster_name),
             model_name=model_name,
             cluster_name=cluster_name,
             strategy=strategy.model_dump(mode="json"),

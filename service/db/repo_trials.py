@@ -39,6 +39,7 @@ from service.db.models import (
 )
 from service.db.paging import keyset
 from service.db.repo_searches import load_search, new_trial, open_search_guard
+from simulator.spec import domain_name
 from simulator.spec.measurement import Measurement
 
 
@@ -248,7 +249,7 @@ def report_trial(
         if final == "succeeded" and median is not None and search.plan_kind == "sync":
             session.add(
                 RuntimeRecordRow(
-                    domain=d.domain_of(search.model_name, search.cluster_name),
+                    domain=domain_name(search.model_name, search.cluster_name),
                     model_name=search.model_name,
                     cluster_name=search.cluster_name,
                     strategy=row.strategy,

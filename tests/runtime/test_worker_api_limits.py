@@ -1,5 +1,6 @@
-"""The worker parses a claimed trial through the same spec classes as the API and the CLI, so a spec
-stored before the limits existed (a node with 10**12 GPUs) is refused before anything runs."""
+"""The worker reads a claim through the trial wire format (simulator.spec.wire) and its specs through
+the same spec classes as the API and the CLI, so a spec stored before the limits existed (a node
+with 10**12 GPUs) is refused before anything runs."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from runtime.worker.api import ClaimedTrial
 from simulator import zoo
 from simulator.analytical import baseline
 from simulator.spec import SpecError, dump_json
+from simulator.spec.wire import TrialClaim
 
 
 def _claim() -> dict[str, Any]:
@@ -27,7 +29,7 @@ def _claim() -> dict[str, Any]:
 
 
 def test_a_valid_claim_parses() -> None:
-    assert ClaimedTrial.from_json(_claim()).cluster.num_gpus == zoo.cluster("B1").num_gpus
+    assert ClaimedTrial.of(TrialClaim.model_validate(_claim())).cluster.num_gpus == zoo.cluster("B1").num_gpus
 
 
 @pytest.mark.parametrize(
@@ -45,5 +47,15 @@ def test_a_poisoned_claim_is_refused_with_the_field(where: str, path: tuple[Any,
         node = node[p]
     node[path[-1]] = value
     with pytest.raises(SpecError) as e:
-        ClaimedTrial.from_json(claim)
+        ClaimedTrial.of(TrialClaim.model_validate(claim))
     assert e.value.issues[0].path == path
+
+
+def test_the_api_answers_what_the_worker_reads() -> None:
+    """The claim answer's schema is the wire model the worker validates (one definition)."""
+    from service.api.schemas.trials import ClaimPublic, HeartbeatPublic, ReportCreate, ReportPublic
+    from simulator.spec import wire
+
+    assert issubclass(ClaimPublic, wire.TrialClaim) and issubclass(HeartbeatPublic, wire.HeartbeatAck)
+    assert issubclass(ReportCreate, wire.Report) and issubclass(ReportPublic, wire.ReportAck)
+    assert set(ClaimPublic.model_fields) == set(wire.TrialClaim.model_fields)

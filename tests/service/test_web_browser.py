@@ -22,10 +22,10 @@ import pytest
 
 from service.client import StrategistClient
 from service.db import repository as repo
-from service.domain import domain_of
 from service.loop_stack import Stack, StackConfig
 from service.settings import Settings
 from simulator import zoo
+from simulator.spec import domain_name
 
 CHROMIUM = os.environ.get("STRATEGIST_CHROMIUM", "/usr/bin/chromium")
 ARTIFACTS = Path(
@@ -95,7 +95,7 @@ def seeded(stack: Stack, specs_module: Any) -> dict[str, Any]:
         )  # fmt: skip
     with stack.sessions() as session:
         repo.add_simulator_version(
-            session, domain=domain_of("tiny-mlp", "two-node"), kind="rnn",
+            session, domain=domain_name("tiny-mlp", "two-node"), kind="rnn",
             metrics={"val": {"pairwise_accuracy": 0.8}, "test": {"pairwise_accuracy": 0.75},
                      "analytical_val": {"pairwise_accuracy": 0.6}},
             path=None, n_records=3,
@@ -175,7 +175,7 @@ def test_review_and_approve_a_candidate(
     pg.goto(stack.url + "/ui/simulators")
     expect(pg.locator("[data-testid=acc-chart] .main-svg").first).to_be_visible()
     expect(pg.locator("[data-testid=scatter-chart] .main-svg").first).to_be_visible()
-    expect(pg.locator("[data-testid=versions]")).to_contain_text(domain_of("tiny-mlp", "two-node"))
+    expect(pg.locator("[data-testid=versions]")).to_contain_text(domain_name("tiny-mlp", "two-node"))
     _shot(pg, "06-simulators")
 
     trial_id = next(t.id for t in trials if t.candidate_id is not None)

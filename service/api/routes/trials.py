@@ -60,7 +60,7 @@ def heartbeat(
 ) -> HeartbeatPublic:
     """The claim holder is alive. ``accepted: false``: the claim went stale; ``stop``: cancelled."""
     ack = repo.heartbeat(session, trial_id=trial_id, attempt=body.attempt, claim_token=body.claim_token)
-    return HeartbeatPublic(accepted=ack.accepted, stop=ack.stop)
+    return HeartbeatPublic.model_validate(ack)
 
 
 @router.post("/trials/{trial_id}/report", response_model=ReportPublic)

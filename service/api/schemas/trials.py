@@ -5,11 +5,10 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
-from service.api.schemas.common import Id, Public
-from simulator.spec.limits import INT4_MAX, Label, Name
-from simulator.spec.measurement import Measurement
+from service.api.schemas.common import Public
+from simulator.spec import wire
 
 
 class CandidatePublic(Public):
@@ -42,7 +41,7 @@ class CandidatesPublic(Public):
     )
 
 
-class TrialPublic(Public):
+class TrialPublic(Public, wire.ClaimedTrial):
     id: int
     search_id: int
     round_index: int | None = Field(description="Null for a baseline.")
@@ -80,71 +79,36 @@ class DecisionPublic(Public):
     trial: TrialPublic | None
 
 
-class ClaimCreate(BaseModel):
+# The worker endpoints' bodies are the trial wire format (simulator.spec.wire, shared with the
+# worker); the subclasses keep the schema names of the OpenAPI document and add only the public
+# view of the trial to the claim and report answers.
+
+
+class ClaimCreate(wire.ClaimRequest):
     """A worker asks for a trial on one of the clusters it can run."""
 
-    model_config = ConfigDict(
-        extra="forbid",
-        json_schema_extra={"examples": [{"clusters": ["B1"], "worker": "gpu-host-3", "pool": "testbed"}]},
-    )
 
-    clusters: list[Name] = Field(
-        min_length=1, max_length=1000, fail_fast=True, description="Cluster names this worker can run."
-    )
-    worker: Label = Field("", description="Worker name; default: the token's user name.")
-    pool: Label = Field("", max_length=64, description="'testbed' or 'gpu' (informational).")
-    trial_id: Id | None = Field(None, description="Claim exactly this trial (e.g. from a queue nudge).")
-
-
-class ClaimPublic(Public):
+class ClaimPublic(wire.TrialClaim):
     """The claimed trial with everything needed to run it; quote attempt and claim_token afterwards."""
 
     trial: TrialPublic
-    attempt: int
-    claim_token: str
-    model: dict[str, Any]
-    cluster: dict[str, Any]
 
 
-class HeartbeatCreate(BaseModel):
-    model_config = ConfigDict(
-        extra="forbid",
-        json_schema_extra={"examples": [{"attempt": 1, "claim_token": "9f2c...", "worker": "w1"}]},
-    )
-
-    attempt: int = Field(ge=1, le=INT4_MAX)
-    claim_token: Name = Field(max_length=64)
-    worker: Label = ""
+class HeartbeatCreate(wire.Heartbeat):
+    """The claim holder is alive."""
 
 
-class HeartbeatPublic(Public):
-    accepted: bool = Field(description="False: the claim is stale (requeued/finished); abandon the trial.")
-    stop: bool = Field(description="True: the search was cancelled; stop the trial.")
+class HeartbeatPublic(wire.HeartbeatAck):
+    """``accepted``: the claim is current; ``stop``: the search was cancelled."""
 
 
-class ReportCreate(BaseModel):
-    model_config = ConfigDict(
-        extra="forbid",
-        json_schema_extra={
-            "examples": [
-                {
-                    "attempt": 1,
-                    "claim_token": "9f2c...",
-                    "worker": "w1",
-                    "measurement": {"iteration_times": [0.41, 0.40, 0.42], "warmup": 2},
-                }
-            ]
-        },
-    )
-
-    attempt: int = Field(ge=1, le=INT4_MAX)
-    claim_token: Name = Field(max_length=64)
-    worker: Label = ""
-    measurement: Measurement
+class ReportCreate(wire.Report):
+    """The trial's measurement."""
 
 
-class ReportPublic(Public):
-    recorded: bool = Field(description="False for a duplicate or stale report (nothing changed).")
+class ReportPublic(wire.ReportAck):
+    """Whether the report was recorded, and the trial after it."""
+
     trial: TrialPublic
 
 
