@@ -1,7 +1,7 @@
 """The executor on the shaped testbed: does backward overlap communication, do PS pushes and pulls overlap?
 
 ``python benchmarks/executor_testbed.py [--rate-mbit 200] [--iterations 6]`` (needs root for
-network namespaces) replays DESIGN.md's check: 4 nodes x 1 GPU shaped to ``rate`` Mbit/s, 12
+network namespaces) replays the check in docs/architecture.md: 4 nodes x 1 GPU shaped to ``rate`` Mbit/s, 12
 layers of 5 ms forward / 10 ms backward, 1 MB of gradient each (12 MB). For each strategy it
 prints the measured median step, a bandwidth lower bound, and their ratio:
 

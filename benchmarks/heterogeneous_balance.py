@@ -20,7 +20,7 @@
    interleaved repeat by repeat; per repeat the speed-up is even / balanced median step; printed:
    the median over repeats with a 95 % bootstrap interval, and the prediction's error.
 
-Device figures are the published ones (DESIGN.md): V100-SXM2-32GB 15.7 FP32 / 125 FP16 TFLOPS,
+Device figures are the published ones (docs/architecture.md): V100-SXM2-32GB 15.7 FP32 / 125 FP16 TFLOPS,
 900 GB/s; P100-PCIe-16GB 9.3 / 18.7 TFLOPS, 732 GB/s (cloud P100s are PCIe cards); A100-40GB
 19.5 / 312, 1555 GB/s; T4 8.1 / 65, 320 GB/s.
 """

@@ -1,6 +1,6 @@
 """Ranking metrics every simulator is judged by: pairwise accuracy, Kendall tau, top-k regret.
 
-Simulators are rankers (STYLE.md 14): what matters is whether they order strategies the way the
+Simulators are rankers (docs/architecture.md, "Simulators are judged as rankers"): what matters is whether they order strategies the way the
 measured runtimes do. All functions take ``predicted`` (any score where lower means faster) and
 ``measured`` (seconds per iteration) of the same N strategies.
 """

@@ -3,7 +3,8 @@
 A direction is shaped by, from the root down:
 
 * ``netem delay`` (only when a delay is asked for and the kernel has netem; its child holds the
-  rest), as DESIGN.md prescribes: netem as the parent, the rate shaper as its child;
+  rest), as docs/architecture.md ("The emulated-cluster testbed") prescribes: netem as the
+  parent, the rate shaper as its child;
 * a rate shaper: ``tbf`` at the link rate; or, when a per-flow cap (``ClusterSpec.single_flow_gbps``)
   is lower than the link rate, ``htb`` with one class at the link rate and under it one class per
   destination node, capped at the per-flow rate and selected by a ``u32`` match on the destination

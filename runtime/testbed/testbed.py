@@ -1,6 +1,6 @@
 """Testbed: an emulated cluster of network namespaces on a bridge, each node's link shaped with tc.
 
-Topology (DESIGN.md "The emulated-cluster testbed"): one switch namespace holding a Linux bridge;
+Topology (docs/architecture.md, "The emulated-cluster testbed"): one switch namespace holding a Linux bridge;
 one namespace per node; a veth pair from each node (``eth0`` inside the node) to a bridge port
 (``p<i>`` in the switch). Node ``i`` gets ``198.<18|19>.<id>.<i+1>/24``, where ``id`` is drawn per
 testbed so that two testbeds never share a subnet. Both directions of a node's link are shaped to

@@ -1,6 +1,6 @@
 """Deciding hybrid plans on heterogeneous GPUs (Whale §3.3): intra- and inter-TaskGraph balancing.
 
-Where it lives (DESIGN.md's layout): load balancers and partitioners *decide*, so they are in
+Where it lives (docs/architecture.md, "Layout"): load balancers and partitioners *decide*, so they are in
 ``search/``; the step-time prediction they are judged by is ``simulator.hybrid`` (everything that
 predicts a cost is in ``simulator/``). The memory model is ``search.feasibility.MemoryModel``
 (parameters, gradients, optimizer state, activations stashed per schedule, buffers), the one the

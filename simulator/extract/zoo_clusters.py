@@ -5,7 +5,7 @@ P100s on 50 Gbit/s Ethernet; 8 + 8 GPUs for data parallelism, 4 + 4 for pipeline
 T4 mix (Whale's Figure 4 pairs V100 with T4; one generation on).
 
 Every cluster is assembled from the instance types below; the figures are the published ones
-collected in DESIGN.md ("Published hardware figures") and the vendors' instance pages. Prices are
+collected in docs/architecture.md ("Published hardware figures") and the vendors' instance pages. Prices are
 approximate AWS on-demand prices (us-east-1, USD per hour); the in-house Cluster A has no price.
 
 Bandwidth conventions: ``nic_gbps`` is the instance's advertised network bandwidth; inside a node

@@ -15,7 +15,7 @@ instances in June 2025, so the A100 and H100 figures are the older, higher list 
 
 Hardware: c5.24xlarge = 2x Xeon Platinum 8275CL (48 cores, 3.0 GHz, AVX-512 with two FMA units:
 32 FP32 FLOPs per cycle per core = 96 GFLOPS), 6 channels of DDR4-2933 per socket (281.6 GB/s for
-48 cores), 192 GiB, 25 Gbit/s. GPU figures are the published ones in DESIGN.md (p3.16xlarge has
+48 cores), 192 GiB, 25 Gbit/s. GPU figures are the published ones in docs/architecture.md (p3.16xlarge has
 V100 SXM2 16 GB).
 """
 

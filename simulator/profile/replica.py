@@ -3,7 +3,7 @@
 A replica runs the kernels the layer's kind and shapes imply, on its own inputs, so its forward
 and backward can be timed one layer at a time (``measure.profile_replicas``) for any spec, also
 for models whose reference implementation does not import here (torchvision's CNNs: see
-DESIGN.md). Shapes come from the spec alone:
+docs/architecture.md, "Facts checked on these machines"). Shapes come from the spec alone:
 
     linear       weight (out, in); rows per sample R = F / (2·in·out); input (B·R, in)
     conv*        weight (Cout, Cin, kh, kw), groups 1; output pixels P = F / (2·Cout·Cin·kh·kw);
