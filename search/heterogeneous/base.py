@@ -17,8 +17,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from search.heterogeneous.provisioning import Provisioning, provision
-from simulator.analytical.heterogeneous import HeterogeneousCostModel
+from simulator.analytical.heterogeneous import HeterogeneousCostModel, StageProfile
 from simulator.spec import ResourcePlan
+from simulator.spec.resources import stage_bounds
 
 Assignment = tuple[int, ...]  # the type index of every layer (Formula 9 as one choice per layer)
 
@@ -32,6 +33,8 @@ class Objective:
     def __init__(self, cost_model: HeterogeneousCostModel) -> None:
         self.cm = cost_model
         self.memo: dict[Assignment, Provisioning] = {}
+        # stage profiles by (first, last, type, next type): schedules share most of their stages
+        self._stages: dict[tuple[int, int, int, int | None], StageProfile] = {}
 
     @property
     def num_layers(self) -> int:
@@ -49,9 +52,23 @@ class Objective:
         key = tuple(int(a) for a in assignment)
         got = self.memo.get(key)
         if got is None:
-            got = provision(self.cm, self.cm.stages(key))
+            got = provision(self.cm, self.stages(key))
             self.memo[key] = got
         return got
+
+    def stages(self, key: Assignment) -> tuple[StageProfile, ...]:
+        """``cm.stages(key)``, each stage profile built once per objective."""
+        if len(key) != self.cm.num_layers:
+            raise ValueError(f"assignment: {len(key)} entries for {self.cm.num_layers} layers")
+        runs = stage_bounds(key)
+        out = []
+        for i, (a, b) in enumerate(runs):
+            skey = (a, b, key[a], key[runs[i + 1][0]] if i + 1 < len(runs) else None)
+            st = self._stages.get(skey)
+            if st is None:
+                st = self._stages[skey] = self.cm.stage(*skey)
+            out.append(st)
+        return tuple(out)
 
     def money(self, assignment: Sequence[int]) -> float:
         """Money of the schedule; inf when no provisioning meets the limit."""

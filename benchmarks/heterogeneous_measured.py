@@ -1,0 +1,173 @@
+"""HeterPS plans measured on the emulated cluster next to the cost model's prediction (issue 18, item 6).
+
+Run:   python benchmarks/heterogeneous_measured.py [--models CTRDNN,2EMB,NCE] [--pool HeterPS-2GPU]
+           [--limit 1e5] [--repeats 3] [--iterations 8] [--warmup 2] [--rl-seconds 5]
+           [--max-groups 2] [--scale S] [--dilation D]
+
+For every model: the RL scheduler's plan (``RLScheduler``, seed 0), the all-GPU plan
+(``SingleTypeScheduler('gpu')``) and AIBox's plan (``AIBoxScheduler``), each with its own
+provisioning, are run by ``runtime.heterogeneous.measure_plan`` (stages as unit-group processes on
+shaped links, the embedding stage served by PS processes). Runs are interleaved: repeat r runs
+every (model, plan) once before repeat r + 1 starts, so slow drifts of the shared host hit every
+plan alike. Printed per plan: predicted throughput (Formula 6) and money (Formula 8); measured
+throughput as the median over repeats with the 2.5-97.5 percentile range of all measured
+iterations of the bottleneck stage ("95 % range"); measured money (Formula 8 with the measured
+throughput); the ratio measured / predicted throughput; the measured bottleneck stage.
+
+Targets (issue 18): every plan's measured throughput within +-20 % of the cost model; the RL plan
+meets the throughput limit and costs less than AIBox's plan, measured.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import time
+
+import numpy as np
+from rich.console import Console
+from rich.table import Table
+
+from runtime.heterogeneous import HeterogeneousRun, MeasureConfig, measure_plan
+from search.heterogeneous import AIBoxScheduler, RLConfig, RLScheduler, ScheduleResult, SingleTypeScheduler
+from simulator import zoo
+from simulator.analytical.heterogeneous import HeterogeneousCostModel, Workload
+
+
+def plans(model: str, pool: str, limit: float, rl_seconds: float) -> dict[str, ScheduleResult]:
+    spec = zoo.model(model)
+    cm = HeterogeneousCostModel(spec, zoo.cluster(pool), Workload(limit, batch_size=spec.batch_size))
+    out = {
+        "rl": RLScheduler(RLConfig(time_limit=rl_seconds), seed=0).schedule(cm),
+        "all-gpu": SingleTypeScheduler("gpu").schedule(cm),
+        "aibox": AIBoxScheduler().schedule(cm),
+    }
+    return {k: r for k, r in out.items() if r.plan is not None}
+
+
+def describe(r: ScheduleResult) -> str:
+    assert r.plan is not None
+    return ", ".join(
+        f"{s.first_layer}-{s.last_layer - 1}:{s.resource_type.split('-')[-1]}x{s.units}"
+        for s in r.plan.stages
+    )
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    ap.add_argument("--models", default="CTRDNN,2EMB,NCE")
+    ap.add_argument("--pool", default="HeterPS-2GPU")
+    ap.add_argument("--limit", type=float, default=1e5, help="throughput limit, samples/s")
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--iterations", type=int, default=8)
+    ap.add_argument("--warmup", type=int, default=2)
+    ap.add_argument("--rl-seconds", type=float, default=5.0)
+    ap.add_argument("--max-groups", type=int, default=2)
+    ap.add_argument("--scale", type=float, default=None)
+    ap.add_argument("--dilation", type=float, default=None)
+    ap.add_argument("--loopback", action="store_true", help="unshaped loopback (logic check only)")
+    args = ap.parse_args()
+    console = Console(width=220)
+    console.print(f"load average at start: {os.getloadavg()[0]:.1f} (2-core machine shared with other jobs)")
+    start = time.perf_counter()
+    models = args.models.split(",")
+    chosen = {m: plans(m, args.pool, args.limit, args.rl_seconds) for m in models}
+    for m, ps in chosen.items():
+        for name, r in ps.items():
+            console.print(
+                f"{m} {name}: {describe(r)}; predicted {r.throughput:.4g} samples/s, {r.money:.4g} USD"
+            )
+    runs: dict[tuple[str, str], list[HeterogeneousRun]] = {(m, n): [] for m in models for n in chosen[m]}
+    for rep in range(args.repeats):
+        for m in models:
+            spec = zoo.model(m)
+            cfg = MeasureConfig(
+                Workload(args.limit, batch_size=spec.batch_size),
+                iterations=args.iterations,
+                warmup=args.warmup,
+                scale=args.scale,
+                dilation=args.dilation,
+                max_groups=args.max_groups,
+                testbed=not args.loopback,
+                seed=rep,
+            )
+            for name, r in chosen[m].items():
+                run = measure_plan(spec, zoo.cluster(args.pool), r.plan, None, config=cfg)  # type: ignore[arg-type]
+                runs[(m, name)].append(run)
+                status = (
+                    f"{run.throughput:.4g} samples/s ({run.ratio:.3f} of predicted)" if run.ok else run.reason
+                )
+                console.print(f"  repeat {rep} {m} {name}: {status}; {run.wall_s:.1f} s wall", style="dim")
+    t = Table(
+        title=f"Measured vs cost model on {args.pool}, limit {args.limit:g} samples/s, "
+        f"{args.repeats} interleaved repeats, money in USD per 1e9 samples"
+    )
+    for col in (
+        "model",
+        "plan",
+        "stages (layers:type x units)",
+        "pred. samples/s",
+        "meas. median",
+        "95 % range",
+        "ratio",
+        "pred. money",
+        "meas. money",
+        "meets limit",
+        "bottleneck (meas.)",
+        "scale / D",
+    ):
+        t.add_column(col, justify="right")
+    verdicts: list[str] = []
+    for m in models:
+        money: dict[str, float] = {}
+        for name, r in chosen[m].items():
+            rs = [x for x in runs[(m, name)] if x.ok]
+            if not rs:
+                t.add_row(
+                    m, name, describe(r), f"{r.throughput:.4g}", "failed", runs[(m, name)][0].reason[:60]
+                )
+                verdicts.append(f"{m} {name}: every run failed")
+                continue
+            thr = statistics.median(x.throughput for x in rs)
+            pooled = np.concatenate([x.samples for x in rs])
+            lo, hi = np.percentile(pooled, [2.5, 97.5])
+            money[name] = statistics.median(x.money for x in rs)
+            ratio = thr / r.throughput
+            slow = max(
+                range(len(rs[0].stages)), key=lambda i: statistics.median(x.stages[i].period_s for x in rs)
+            )
+            st = rs[0].stages[slow]
+            kind = (
+                "compute" if st.compute_s >= statistics.median(x.stages[slow].comm_s for x in rs) else "comm"
+            )
+            t.add_row(
+                m,
+                name,
+                describe(r),
+                f"{r.throughput:.4g}",
+                f"{thr:.4g}",
+                f"{lo:.4g}-{hi:.4g}",
+                f"{ratio:.3f}",
+                f"{r.money:.4g}",
+                f"{money[name]:.4g}",
+                "yes" if thr >= args.limit else "NO",
+                f"stage {slow} ({kind})",
+                f"{rs[0].scale:.3g} / {rs[0].dilation:.3g}",
+            )
+            if abs(ratio - 1) > 0.2:
+                verdicts.append(f"{m} {name}: measured/predicted {ratio:.3f}, outside +-20 %")
+        if "rl" in money:
+            if statistics.median(x.throughput for x in runs[(m, "rl")] if x.ok) < args.limit:
+                verdicts.append(f"{m} rl: below the throughput limit, measured")
+            if "aibox" in money and not money["rl"] < money["aibox"]:
+                verdicts.append(
+                    f"{m} rl: {money['rl']:.4g} USD, not below AIBox's {money['aibox']:.4g}, measured"
+                )
+    console.print(t)
+    console.print("targets: " + ("all met" if not verdicts else "; ".join(verdicts)))
+    console.print(f"load average at end: {os.getloadavg()[0]:.1f}; total {time.perf_counter() - start:.0f} s")
+
+
+if __name__ == "__main__":
+    main()
