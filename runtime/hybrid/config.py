@@ -36,6 +36,9 @@ class HybridConfig:
     activation_factor: float = 1.0
     # Real mode: every rank returns every step's gradients (tests compare them with the reference).
     record_grads: bool = False
+    # Replay: the compute dtype whose peak the roofline uses (CostParams.compute_dtype: 'float16'
+    # is mixed precision on tensor cores where the GPU type has them); None: the model's own.
+    compute_dtype: Literal["float32", "tf32", "float16", "bfloat16"] | None = None
 
     def __post_init__(self) -> None:
         checks = [
@@ -49,6 +52,11 @@ class HybridConfig:
             (0 < self.memory_fraction <= 1, "memory_fraction", "must be in (0, 1]"),
             (self.optimizer_state_factor >= 0, "optimizer_state_factor", "must be >= 0"),
             (self.activation_factor > 0, "activation_factor", "must be > 0"),
+            (
+                self.compute_dtype in (None, "float32", "tf32", "float16", "bfloat16"),
+                "compute_dtype",
+                f"must be float32, tf32, float16, bfloat16 or None, got {self.compute_dtype!r}",
+            ),
         ]
         for ok, name, reason in checks:
             if not ok:

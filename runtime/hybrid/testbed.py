@@ -23,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import statistics
 from collections.abc import Iterator
+from typing import Literal
 
 from runtime.executor.config import ExecutorConfig
 from runtime.hybrid.config import HybridConfig
@@ -64,6 +65,7 @@ def measure_plan(
     memory_fraction: float = PLANNER.device_usable,
     optimizer_state_factor: float = PLANNER.state_factor,
     activation_factor: float = PLANNER.activation_factor,
+    compute_dtype: Literal["float32", "tf32", "float16", "bfloat16"] | None = None,
     timeout_s: float = 600.0,
     launcher: Launcher | None = None,
 ) -> HybridRun:
@@ -75,6 +77,9 @@ def measure_plan(
     ``testbed``: shaped network namespaces (falling back to unshaped loopback with a warning
     where they cannot be built); False: loopback. ``scale``/``dilation`` None: the executor's
     ``dilated_scales(cluster)``. ``launcher``: use this one (already built) instead.
+    ``compute_dtype``: the dtype whose peak the replayed compute uses (``CostParams.compute_dtype``;
+    'float16' = mixed precision on tensor cores); pipelined plans replay the model's own dtype
+    (``runtime.pipeline`` has no such setting) and refuse another one as ``unsupported``.
     """
     from runtime.testbed import dilated_scales
 
@@ -96,6 +101,7 @@ def measure_plan(
         memory_fraction=memory_fraction,
         optimizer_state_factor=optimizer_state_factor,
         activation_factor=activation_factor,
+        compute_dtype=compute_dtype,
     )
     issues = hybrid_issues(plan, model, cluster)
     if issues:
@@ -108,6 +114,10 @@ def measure_plan(
         if launcher is None:
             launcher = stack.enter_context(_launcher(cluster, scale * d, testbed))
         if plan.num_micro_batches > 1:
+            if compute_dtype is not None:
+                return HybridRun(
+                    "unsupported", "compute_dtype: runtime.pipeline replays the model's own dtype"
+                )
             return _run_pipelined(model, cluster, plan, launcher, cfg)
         return run_hybrid(model, cluster, plan, launcher, cfg)
 

@@ -132,3 +132,36 @@ def test_pipelined_plan_runs_on_the_pipeline_executor() -> None:
     for dev, gpu, layers in (("v:0", V100, slice(0, 2)), ("p:0", P100, slice(2, 3))):
         t = layer_times(m, gpu, 2, CostParams())
         assert run.busy_s[dev] >= 0.95 * 4 * float(t.fwd[layers].sum() + t.bwd[layers].sum())
+
+
+def _replay_worker(compute_dtype: str | None) -> object:
+    """A replay Worker set up in-process (no process group: a replicate plan creates none in setup)."""
+    from runtime.executor.config import ExecutorConfig
+    from runtime.hybrid.worker import Worker
+
+    m = model(1e6, 1e10)
+    cfg = HybridConfig(ExecutorConfig(compute="replay", scale=4.0), compute_dtype=compute_dtype)  # type: ignore[arg-type]
+    job = {"config": cfg.to_dict(), "model": m.model_dump(mode="json"),
+           "cluster": CLUSTER.model_dump(mode="json"), "plan": dp({"v:0": 8, "p:0": 8}).model_dump(mode="json")}  # fmt: skip
+    w = Worker(job, 0)  # rank 0 is v:0
+    w.setup({})
+    return w
+
+
+def test_replay_uses_the_configured_compute_dtype_and_a_persistent_gradient_buffer() -> None:
+    fp32, fp16 = _replay_worker(None), _replay_worker("float16")
+    m = model(1e6, 1e10)
+    for w, dtype in ((fp32, None), (fp16, "float16")):
+        want = layer_times(m, V100, 8, CostParams(compute_dtype=dtype))  # type: ignore[arg-type]
+        fwd, bwd, numel = w.replay[0]  # type: ignore[attr-defined]
+        assert fwd == pytest.approx(float(want.fwd.sum())) and bwd == pytest.approx(float(want.bwd.sum()))
+        assert numel == 3 * 256 * 256 // 4  # the TaskGraph's fp32 gradient bytes / 4 / scale 4
+        # allocated once in setup (outside every timed step) and reused by every all-reduce
+        buf = w._buffer(("grads", 0), numel)  # type: ignore[attr-defined]
+        assert buf is w._buffer(("grads", 0), numel)  # type: ignore[attr-defined]
+    assert fp16.replay[0][0] < 0.5 * fp32.replay[0][0]  # type: ignore[attr-defined]  # tensor cores
+
+
+def test_hybrid_config_rejects_an_unknown_compute_dtype() -> None:
+    with pytest.raises(ValueError, match="compute_dtype"):
+        HybridConfig(compute_dtype="int8")  # type: ignore[arg-type]
