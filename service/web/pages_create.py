@@ -8,6 +8,7 @@ fp16 and PowerSGD change what the model learns, so asking for them is a separate
 
 from __future__ import annotations
 
+import json
 from typing import Annotated, Any, cast
 
 from fastapi import APIRouter, Form, HTTPException, Request, status
@@ -54,6 +55,21 @@ def cost_fields(throughput_limit: str, scheduler: str) -> dict[str, object]:
     }
 
 
+def plan_fields(plan: str, plan_json: str, throughput_limit: str) -> dict[str, object]:
+    """``plan`` pipeline or hybrid with its JSON options (ValueError naming the field); {} for sync."""
+    if plan == "sync":
+        if plan_json.strip():
+            raise ValueError("plan_options: a sync search takes no plan options")
+        return {}
+    if throughput_limit.strip():
+        raise ValueError(f"plan: a throughput limit makes a heterogeneous search, not {plan!r}")
+    try:
+        options = json.loads(plan_json) if plan_json.strip() else {}
+    except json.JSONDecodeError as e:
+        raise ValueError(f"plan_options: not JSON ({e.msg} at character {e.pos})") from None
+    return {"plan_kind": plan, "plan_options": options}
+
+
 def _form(request: Request, values: dict[str, str], error: str | None, code: int = 200) -> HTMLResponse:
     return page(
         request,
@@ -72,7 +88,7 @@ def _form(request: Request, values: dict[str, str], error: str | None, code: int
 def new_search_form(request: Request, user: WebUser) -> HTMLResponse:
     defaults = {"model": "", "cluster": "", "trial_budget": "8", "candidates_per_round": "4",
                 "samples_per_round": "200", "compression": "none", "name": "", "objective": "time",
-                "throughput_limit": "", "scheduler": "exact"}  # fmt: skip
+                "throughput_limit": "", "scheduler": "exact", "plan": "sync", "plan_options": ""}  # fmt: skip
     return _form(request, defaults, None)
 
 
@@ -92,13 +108,22 @@ def create_search(
     objective: Annotated[str, Form()] = "time",
     throughput_limit: Annotated[str, Form()] = "",
     scheduler: Annotated[str, Form()] = "exact",
+    plan: Annotated[str, Form()] = "sync",
+    plan_json: Annotated[str, Form(alias="plan_options")] = "",
 ) -> RedirectResponse | HTMLResponse:
     values = {"model": model, "cluster": cluster, "trial_budget": trial_budget,
               "candidates_per_round": candidates_per_round, "samples_per_round": samples_per_round,
               "compression": compression, "name": name, "objective": objective}  # fmt: skip
-    shown = values | {"throughput_limit": throughput_limit, "scheduler": scheduler}
+    shown = values | {"throughput_limit": throughput_limit, "scheduler": scheduler, "plan": plan,
+                      "plan_options": plan_json}  # fmt: skip
     try:
-        body = SearchCreate.model_validate(values | cost_fields(throughput_limit, scheduler))
+        kind_fields = plan_fields(plan, plan_json, throughput_limit) or cost_fields(
+            throughput_limit, scheduler
+        )
+    except ValueError as e:
+        return _form(request, shown, str(e), status.HTTP_422_UNPROCESSABLE_CONTENT)
+    try:
+        body = SearchCreate.model_validate(values | kind_fields)
     except ValidationError as e:
         first = e.errors()[0]
         field = ".".join(str(p) for p in first["loc"]) or "form"

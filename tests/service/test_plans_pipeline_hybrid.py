@@ -356,3 +356,42 @@ def test_measurement_details_must_be_strict_json() -> None:
     """A worker's details are stored as JSON (PostgreSQL): non-finite numbers are refused by field."""
     with pytest.raises(ValueError, match="details"):
         Measurement(iteration_times=(0.1,), details={"busy_s": {"n0:0": math.inf}})
+
+
+def test_dashboard_form_creates_pipeline_and_hybrid_searches_or_names_the_option(
+    client: TestClient, tokens: dict[str, dict[str, str]], plan_zoo: Path
+) -> None:
+    secret = tokens["alice"]["Authorization"].removeprefix("Bearer ")
+    client.cookies.set("strategist_token", secret)
+    form = {"trial_budget": "2", "candidates_per_round": "1", "samples_per_round": "1"}
+    pipe = form | {
+        "model": "pp-chain",
+        "cluster": "pp-2",
+        "plan": "pipeline",
+        "plan_options": '{"stages": 2}',
+    }
+    hyb = form | {"model": "mixed-net", "cluster": "mixed-2", "plan": "hybrid",
+                  "plan_options": '{"annotations": {"classifier": {"primitive": "split", "degree": 2}}}'}  # fmt: skip
+    made = []
+    for data in (pipe, hyb):
+        r = client.post("/ui/searches/new", data=data, follow_redirects=False)
+        assert r.status_code == 303, r.text
+        made.append(int(r.headers["location"].rsplit("/", 1)[1]))
+    api = {s["id"]: s for s in client.get(f"{API}/searches", headers=tokens["alice"]).json()["data"]}
+    assert [api[i]["plan_kind"] for i in made] == ["pipeline", "hybrid"]
+    assert api[made[0]]["plan_options"]["stages"] == 2
+    for data, text in (
+        (pipe | {"plan_options": '{"stages": 3}'}, "plan_options.stages: must be an int in [2, 2]"),
+        (pipe | {"plan_options": "{stages: 2}"}, "plan_options: not JSON"),
+        (
+            hyb | {"plan_options": '{"annotations": {"head": {"primitive": "split"}}}'},
+            "plan_options.annotations.head",
+        ),
+        (
+            form | {"model": "tiny-mlp", "cluster": "two-node", "plan_options": '{"stages": 2}'},
+            "sync search takes no",
+        ),
+    ):
+        r = client.post("/ui/searches/new", data=data, follow_redirects=False)
+        assert r.status_code == 422 and text in r.text, r.text[-2000:]
+    assert len(client.get(f"{API}/searches", headers=tokens["alice"]).json()["data"]) == 2
