@@ -34,6 +34,7 @@ from service.db import repository as repo
 from service.db.engine import make_engine, session_factory, upgrade
 from service.loop import LoopConfig, SearchLoop, run_in_thread
 from service.loop_jobs import JobBudget
+from service.loop_simulators import RetrainConfig
 from service.queue import Nudger, make_celery
 from service.settings import Settings
 
@@ -105,6 +106,7 @@ class Stack:
                 heartbeat_timeout_s=s.heartbeat_timeout_s,
                 max_trial_attempts=s.max_trial_attempts,
                 registry_dir=s.simulators_path,
+                retrain=RetrainConfig(pretrain_datasets=s.pretrain_dirs),
                 jobs=JobBudget(
                     time_s=s.round_time_budget_s, memory_mb=s.round_memory_mb, slots=s.round_workers
                 ),

@@ -8,16 +8,44 @@ and ``strategist serve`` needs no server (SQLite database, SQLite-backed Celery 
 
 from __future__ import annotations
 
+import os
+from collections.abc import Iterable
 from functools import cached_property
 from pathlib import Path
+from typing import Annotated, Any
 
-from pydantic import Field, model_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic import Field, field_validator, model_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 
 def default_data_dir() -> Path:
     """``~/.local/share/strategist``: where the embedded database, broker and simulators live."""
     return Path.home() / ".local" / "share" / "strategist"
+
+
+def check_pretrain_dirs(folders: Iterable[Path | str]) -> tuple[Path, ...]:
+    """The folders, each checked to exist and hold runtime records; ValueError naming the first bad one.
+
+    "Holds records": at least one ``<model>__<cluster>`` sub-folder with a ``*.jsonl`` or
+    ``*.jsonl.gz`` file, the layout ``simulator.learned.runtimes.domain_folders`` reads (checked
+    here without importing it: ``simulator.learned`` loads torch, which the API process never
+    needs; tests/service/test_pretrain_dirs.py checks that both agree).
+    """
+    out = []
+    for raw in folders:
+        folder = Path(raw).expanduser()
+        if not folder.exists():
+            raise ValueError(f"pretrain_dirs: {folder} does not exist")
+        if not folder.is_dir():
+            raise ValueError(f"pretrain_dirs: {folder} is not a folder")
+        domains = [p for p in folder.iterdir() if p.is_dir() and "__" in p.name]
+        if not any(next(d.glob("*.jsonl"), None) or next(d.glob("*.jsonl.gz"), None) for d in domains):
+            raise ValueError(
+                f"pretrain_dirs: {folder} holds no runtime records "
+                "(expected <model>__<cluster>/*.jsonl or *.jsonl.gz inside it)"
+            )
+        out.append(folder)
+    return tuple(out)
 
 
 class Settings(BaseSettings):
@@ -69,6 +97,23 @@ class Settings(BaseSettings):
     migrate_on_start: bool = True
     # Log SQL statements (debugging).
     echo_sql: bool = False
+    # Extra runtime-record folders (datasets/runtimes layout: <model>__<cluster>/*.jsonl[.gz]) the
+    # pretrained transfer simulator also trains on, beside the database's runtimes; each must
+    # exist and hold records. Environment: folders separated by the path separator (':' on Linux),
+    # like PATH. `strategist serve --pretrain-dir` adds more.
+    pretrain_dirs: Annotated[tuple[Path, ...], NoDecode] = ()
+
+    @field_validator("pretrain_dirs", mode="before")
+    @classmethod
+    def _split_pretrain_dirs(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            return tuple(p for p in value.split(os.pathsep) if p.strip())
+        return value
+
+    @field_validator("pretrain_dirs")
+    @classmethod
+    def _check_pretrain_dirs(cls, value: tuple[Path, ...]) -> tuple[Path, ...]:
+        return check_pretrain_dirs(value)
 
     @model_validator(mode="after")
     def _fill_defaults(self) -> Settings:
@@ -86,6 +131,11 @@ class Settings(BaseSettings):
     def simulators_path(self) -> Path:
         """``simulators_dir`` with its default resolved (never None after validation)."""
         return self.simulators_dir or self.data_dir / "simulators"
+
+    def with_pretrain_dirs(self, folders: Iterable[Path | str]) -> Settings:
+        """These settings with ``folders`` added to ``pretrain_dirs`` (checked; ValueError names the bad one)."""
+        extra = check_pretrain_dirs(folders)
+        return self.model_copy(update={"pretrain_dirs": (*self.pretrain_dirs, *extra)})
 
     @property
     def embedded_database(self) -> bool:

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+from pydantic import ValidationError
 from rich.console import Console
 from rich.markup import escape
 
@@ -30,10 +31,22 @@ from service.cli.search_cli_commands import (
     honest_lines,
     watch_search,
 )
+from service.cli.spec_commands import fail
 from service.client import StrategistClient
 from service.loop_stack import Stack, StackConfig
 from service.queue.worker_main import EXIT_TOKEN_REFUSED
 from service.settings import Settings
+
+
+def load_settings() -> Settings:
+    """The settings from the environment; a bad value exits 2 with one line naming the setting."""
+    try:
+        return Settings()
+    except ValidationError as e:
+        err = e.errors()[0]
+        name = ".".join(str(x) for x in err["loc"])
+        reason = str(err["msg"]).removeprefix("Value error, ").removeprefix(f"{name}: ")
+        raise fail(f"setting {name} (STRATEGIST_{name.upper()}): {reason}") from None
 
 
 def serve(
@@ -57,9 +70,23 @@ def serve(
             help="uvicorn worker processes for the API (production: about one per core; 1 = a thread here).",
         ),
     ] = 1,
+    pretrain_dir: Annotated[
+        list[Path] | None,
+        typer.Option(
+            "--pretrain-dir",
+            help="Runtime-record folder (<model>__<cluster>/*.jsonl[.gz]) the pretrained transfer simulator "
+            "also trains on; repeat for more (added to the pretrain_dirs setting).",
+            show_default=False,
+        ),
+    ] = None,
 ) -> None:
     """Run strategist: migrations, API, search loop and an embedded testbed worker, until Ctrl-C."""
-    settings = Settings()
+    settings = load_settings()
+    if pretrain_dir:
+        try:
+            settings = settings.with_pretrain_dirs(pretrain_dir)
+        except ValueError as e:
+            raise fail(f"--pretrain-dir: {str(e).removeprefix('pretrain_dirs: ')}") from None
     if host:
         settings = settings.model_copy(update={"api_host": host})
     config = StackConfig(
