@@ -64,7 +64,10 @@ class SearchCreate(BaseModel):
     plan_options: dict[str, Any] | None = Field(
         None,
         description="The plan kind's options, validated by that kind (service.plans); e.g. for "
-        '\'heterogeneous\': {"throughput_limit": 100000, "scheduler": "exact"}. Null for \'sync\'.',
+        '\'heterogeneous\': {"throughput_limit": 100000, "scheduler": "exact"}; for \'pipeline\': '
+        '{"stages": 4 or "choose", "memory_per_device_gb": 16, "global_batch": 64, "adaptive": true}; for '
+        '\'hybrid\': {"annotations": {"classifier": {"primitive": "split", "degree": 4}}, "global_batch": 256} '
+        "(no annotations: automatic partition). Null for 'sync'.",
         examples=[{"throughput_limit": 100000, "scheduler": "exact"}],
     )
 
