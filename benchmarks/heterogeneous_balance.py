@@ -62,7 +62,8 @@ A100_40 = DeviceType(
     memory_bw_gbs=1555,
 )  # fmt: skip
 T4 = DeviceType(name="T4-16GB", fp32_tflops=8.1, fp16_tflops=65, memory_gb=16, memory_bw_gbs=320)
-DTYPES: tuple[Literal["float16"] | None, ...] = (
+Dtype = Literal["float16"] | None
+DTYPES: tuple[Dtype, ...] = (
     None,
     "float16",
 )  # FP32 as the zoo specs, then mixed precision
@@ -169,6 +170,42 @@ def memory_case(model: ModelSpec, cluster: ClusterSpec, params: CostParams, batc
     print(f"  global batches (step {batches.step}) where only Algorithm 1 fits: {len(found)} ({span})")
 
 
+def measured_sync(run: object, dilation: float) -> float | None:
+    """Median over steps of the DP all-reduce after the last device's backward (real seconds).
+
+    A non-pipelined hybrid record per step is [start, end of backward, end of step, busy]; the
+    step's sync is the last end minus the last end of backward. Pipelined runs: None.
+    """
+    records = getattr(run, "records", {})
+    steps = [rec.get("steps") for rec in records.values()]
+    if not steps or any(s is None or not s or len(s[0]) != 4 for s in steps):
+        return None
+    n = len(steps[0])
+    return statistics.median(
+        (max(s[k][2] for s in steps) - max(s[k][1] for s in steps)) / dilation for k in range(1, n)
+    )
+
+
+def bound_line(model: ModelSpec, cluster: ClusterSpec, params: CostParams) -> str:
+    """The best speed-up of any shares over the even split with sync free: (1 + r) / 2 per pair.
+
+    r = a P100's compute seconds / a V100's for the same rows (the compute model, this dtype); with
+    equal numbers of each type, proportional shares give (1 + r) / 2 over the even split. With the
+    predicted all-reduce S added to both: (t_P + S) / (2 t_P / (1 + r) + S).
+    """
+    ev = even_data_parallel(model, cluster, model.batch_size * len(devices(cluster)))
+    cost = predict(model, cluster, ev, params)
+    tv = min(cost.busy.values())
+    tp = max(cost.busy.values())
+    r = tp / tv
+    with_sync = (tp + cost.sync) / (2 * tp / (1 + r) + cost.sync)
+    return (
+        f"{model.name:<11} {params.compute_dtype or 'fp32':<8} r = P100/V100 compute time {r:.2f}: "
+        f"bound (1 + r)/2 = {(1 + r) / 2:.2f}x; with the non-overlapped all-reduce "
+        f"({cost.sync * 1e3:.0f} ms vs P100 compute {tp * 1e3:.0f} ms): {with_sync:.2f}x"
+    )
+
+
 def bootstrap(ratios: Sequence[float], rng: random.Random, n: int = 2000) -> tuple[float, float, float]:
     """Median of ``ratios`` and the 2.5 / 97.5 percentiles of its bootstrap distribution."""
     meds = sorted(statistics.median(rng.choices(ratios, k=len(ratios))) for _ in range(n))
@@ -201,39 +238,47 @@ def measure(args: argparse.Namespace) -> None:
     with make_launcher(cluster, scale * dilation) as launcher:
         print(f"launcher: {getattr(launcher, 'environment', type(launcher).__name__)}")
 
-        def runner(model: ModelSpec, plan: HybridPlan) -> Callable[[], float]:
+        details: dict[int, list[tuple[float | None, dict[str, float]]]] = {}
+
+        def runner(model: ModelSpec, plan: HybridPlan, dtype: Dtype) -> Callable[[], float]:
             def go() -> float:
                 run = measure_plan(
                     model, cluster, plan, iterations=args.iterations, warmup=1, scale=scale,
                     dilation=dilation, memory_fraction=0.9, optimizer_state_factor=2.0, timeout_s=900,
-                    launcher=launcher,
+                    launcher=launcher, compute_dtype=dtype,
                 )  # fmt: skip
                 if run.status != "ok" or run.iteration_s is None:
                     raise RuntimeError(f"{plan.name}: {run.status}: {run.reason}")
+                details.setdefault(id(plan), []).append((measured_sync(run, dilation), run.busy_s))
                 return run.iteration_s
 
             return go
 
-        cases: list[tuple[str, ModelSpec, HybridPlan, HybridPlan]] = []
-        for name in ("ResNet50", "BERT-large"):
-            model = zoo.model(name)
-            batch = model.batch_size * 4
-            hw, _ = balanced_data_parallel(model, cluster, MemoryModel(model, cluster), batch)
-            cases.append((f"DP {name} batch {batch}", model, even_data_parallel(model, cluster, batch), hw))
+        cases: list[tuple[str, ModelSpec, HybridPlan, HybridPlan, Dtype]] = []
+        for dtype in args.dtypes:
+            for name in ("ResNet50", "BERT-large"):
+                model = zoo.model(name)
+                batch = model.batch_size * 4
+                p = CostParams(compute_dtype=dtype)
+                hw, _ = balanced_data_parallel(model, cluster, MemoryModel(model, cluster), batch, params=p)
+                ev = even_data_parallel(model, cluster, batch)
+                label = f"DP {name} {dtype or 'fp32'} batch {batch}"
+                cases.append((label, model, ev, hw, dtype))
         bert = zoo.model("BERT-large")
         mem = MemoryModel(bert, cluster)
         devs = devices(cluster)
         hwp = balanced_pipeline(bert, cluster, mem, devs, 4, 32, 4).plan
         evp = even_pipeline(bert, cluster, mem, devs, 4, 32, 4).plan
-        cases.append(("4-stage pipeline BERT-large batch 32 mb 4", bert, evp, hwp))
+        cases.append(("4-stage pipeline BERT-large fp32 b32 mb4", bert, evp, hwp, None))
         print(
             f"{'case':<42} {'even ms':>9} {'bal. ms':>9} {'pred. even':>10} {'pred. bal.':>10} "
             f"{'speed-up (95% CI)':>22} {'predicted':>9} {'error':>6}"
         )
-        for label, model, ev, hw in cases:
+        for label, model, ev, hw, dtype in cases:
             t0 = time.monotonic()
+            params = CostParams(compute_dtype=dtype)
             try:
-                even_s, bal_s = interleave([runner(model, ev), runner(model, hw)], args.repeats)
+                even_s, bal_s = interleave([runner(model, ev, dtype), runner(model, hw, dtype)], args.repeats)
             except RuntimeError as e:
                 print(f"{label:<42} FAILED: {e}")
                 continue
@@ -249,6 +294,19 @@ def measure(args: argparse.Namespace) -> None:
             print(
                 f"    per repeat (ms) even {[round(x * 1e3) for x in even_s]} balanced {[round(x * 1e3) for x in bal_s]}"
             )
+            for what, plan in (("even", ev), ("balanced", hw)):
+                runs = details.get(id(plan), [])
+                syncs = [x for x, _ in runs if x is not None]
+                busy = {d: statistics.median(b[d] for _, b in runs) for d in runs[0][1]} if runs else {}
+                cost = predict(model, cluster, plan, params)
+                sync_text = (
+                    f"all-reduce after the last backward {statistics.median(syncs) * 1e3:.0f} ms "
+                    f"(pred. {cost.sync * 1e3:.0f}); " if syncs else ""
+                )  # fmt: skip
+                print(
+                    f"    {what:<8} {sync_text}busy ms (measured/pred.) "
+                    + " ".join(f"{d} {v * 1e3:.0f}/{cost.busy[d] * 1e3:.0f}" for d, v in busy.items())
+                )
             sys.stdout.flush()
 
 
@@ -258,7 +316,15 @@ def main() -> None:
     ap.add_argument("--iterations", type=int, default=4)
     ap.add_argument("--dilation", type=float, default=None, help="time dilation; default: the testbed's")
     ap.add_argument("--no-measure", action="store_true", help="print the predictions only")
+    ap.add_argument(
+        "--dtypes",
+        default="fp32",
+        help="measured DP rows: fp32 and/or float16 (mixed precision), comma-separated",
+    )
     args = ap.parse_args()
+    args.dtypes = [None if d == "fp32" else d for d in args.dtypes.split(",")]
+    if any(d not in (None, "float16") for d in args.dtypes):
+        ap.error("--dtypes: fp32 and/or float16")
 
     print("== PREDICTED (cost model), data parallelism on 8 V100 + 8 P100: Algorithm 1's shares vs even ==")
     cl16 = two_types(V100, 8, P100, 8, "V100x8+P100x8")
@@ -267,6 +333,12 @@ def main() -> None:
             model = zoo.model(name)
             _, line = predicted_dp(model, cl16, model.batch_size * 16, CostParams(compute_dtype=dtype))
             print(("  [mixed precision] " if dtype else "  ") + line)
+    print("\n== BOUND: best speed-up of hardware-aware DP shares over even (equal V100 and P100 counts) ==")
+    for cl in (cl16, two_types(V100, 2, P100, 2, "V100x2+P100x2")):
+        print(f"  {cl.name}:")
+        for dtype in DTYPES:
+            for name in ("ResNet50", "BERT-large"):
+                print("    " + bound_line(zoo.model(name), cl, CostParams(compute_dtype=dtype)))
     print(
         "\n== PREDICTED (cost model), 4-stage BERT-large pipeline: memory-ordered, speed-balanced vs even =="
     )

@@ -17,6 +17,9 @@ bytes, every rank entering after a barrier. One factor at a time:
   plan's P100s finish their backward 0.134 s x D = 0.268 s after the V100s);
 * idle time before the call (``--idle``, seconds every rank sleeps after the barrier, as the
   replayed compute does; TCP may restart slow start after an idle connection);
+* where the buffer is allocated (``--alloc``): before the barrier, or inside the timed call as
+  the worker did before commit f3cfd03 (a fresh ``torch.zeros`` per step; glibc maps buffers
+  above its mmap threshold, at most 32 MiB, anew on every allocation, so they page-fault again);
 * the network (``--loopback``): the same processes on unshaped loopback (no namespaces): the host
   CPU's share alone.
 
@@ -69,10 +72,13 @@ def worker(argv: list[str]) -> None:
     rows = []
     for cfg_i, (nbytes, skew, idle) in enumerate(plan["configs"]):
         for rep in range(plan["warmup"] + plan["repeats"]):
-            buf = torch.zeros(max(1, int(nbytes) // 4))
+            if not plan["alloc_inside"]:
+                buf = torch.zeros(max(1, int(nbytes) // 4))
             dist.barrier()
             time.sleep(idle + (skew if a.rank in late else 0.0))
             c0, t0 = time.process_time(), time.monotonic()
+            if plan["alloc_inside"]:  # as the worker did before f3cfd03: a fresh buffer per step
+                buf = torch.zeros(max(1, int(nbytes) // 4))
             dist.all_reduce(buf, group=group)
             t1, c1 = time.monotonic(), time.process_time()
             if rep >= plan["warmup"]:
@@ -82,12 +88,16 @@ def worker(argv: list[str]) -> None:
     dist.destroy_process_group()
 
 
-def run_session(launcher, nodes: list[int], configs, repeats: int, late: list[int]) -> list[dict]:  # type: ignore[no-untyped-def]
+def run_session(
+    launcher, nodes: list[int], configs, repeats: int, late: list[int], alloc_inside: bool = False
+) -> list[dict]:  # type: ignore[no-untyped-def]
     from runtime.hybrid.run import _free_port
 
     world = len(nodes)
     with tempfile.TemporaryDirectory(prefix="hybrid-allreduce-") as tmp:
-        plan = json.dumps({"configs": configs, "repeats": repeats, "warmup": 1, "late": late})
+        plan = json.dumps(
+            {"configs": configs, "repeats": repeats, "warmup": 1, "late": late, "alloc_inside": alloc_inside}
+        )
         port = _free_port()
         procs = [
             launcher.spawn(
@@ -125,6 +135,11 @@ def main() -> None:
         "--idle", default="0", help="seconds every rank sleeps before the call (replayed compute)"
     )
     ap.add_argument("--procs", default="4,2", help="process counts: 4 (two per node) and/or 2")
+    ap.add_argument(
+        "--alloc",
+        default="before",
+        help="before,inside: buffer allocated before the barrier or in the timed call",
+    )
     ap.add_argument("--loopback", action="store_true", help="also run on unshaped loopback")
     args = ap.parse_args()
 
@@ -148,23 +163,23 @@ def main() -> None:
     print(
         f"# links {rate * 8 / 1e6:.0f} Mbit/s each way; {args.repeats} repeats after 1 warm-up; times are DILATED (wall) seconds"
     )
-    print(f"{'network':<9} {'procs':>5} {'MB/rank':>8} {'skew s':>7} {'idle s':>6} {'from last in':>13} {'from first in':>13} "
+    print(f"{'network':<9} {'alloc':<6} {'procs':>5} {'MB/rank':>8} {'skew s':>7} {'idle s':>6} {'from last in':>13} {'from first in':>13} "
           f"{'ring term':>9} {'last/term':>9} {'CPU s/call':>10}")  # fmt: skip
     nets = [("shaped", True)] + ([("loopback", False)] if args.loopback else [])
     for net, shaped in nets:
-        for procs in (int(p) for p in args.procs.split(",")):
+        for procs, alloc in ((int(p), al) for p in args.procs.split(",") for al in args.alloc.split(",")):
             nodes = [0, 0, 1, 1] if procs == 4 else [0, 1]
             late = [r for r, n in enumerate(nodes) if n == 1]
             if shaped:
                 with make_launcher(cluster, LINK_SCALE, allow_fallback=False) as launcher:
-                    res = run_session(launcher, nodes, configs, args.repeats, late)
+                    res = run_session(launcher, nodes, configs, args.repeats, late, alloc == "inside")
             else:
-                res = run_session(LocalLauncher(), nodes, configs, args.repeats, late)
+                res = run_session(LocalLauncher(), nodes, configs, args.repeats, late, alloc == "inside")
             for r in res:
                 term = 2 * (procs - 1) / procs * r["bytes"] / rate
                 last = statistics.median(r["last"])
                 print(
-                    f"{net:<9} {procs:>5} {r['bytes'] / 1e6:8.1f} {r['skew']:7.3f} {r['idle']:6.2f} {last:13.3f} "
+                    f"{net:<9} {alloc:<6} {procs:>5} {r['bytes'] / 1e6:8.1f} {r['skew']:7.3f} {r['idle']:6.2f} {last:13.3f} "
                     f"{statistics.median(r['first']):13.3f} {term:9.3f} {last / term:9.2f} "
                     f"{statistics.median(r['cpu']):10.3f}"
                 )
