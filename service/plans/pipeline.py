@@ -111,11 +111,16 @@ class PipelinePlans(PlanKind):
         ti = out["tuner_interval"]
         if isinstance(ti, bool) or not isinstance(ti, int) or not 1 <= ti <= LIMITS.iterations:
             raise _bad("tuner_interval", f"must be an int in [1, {LIMITS.iterations}], got {ti!r}")
-        if not stage_counts(model, cluster, out):
+        n = len(cluster.devices)
+        if stages != "choose" and n % stages:
             raise _bad(
-                "stages",
-                f"global_batch {out['global_batch']} splits over no pipeline replica count of "
-                f"{len(cluster.devices)} devices with {'any stage count' if stages == 'choose' else f'{stages} stages'}",
+                "stages", f"{stages} does not divide the {n} devices (every stage gets devices // stages)"
+            )
+        if not stage_counts(model, cluster, out):
+            counts = "any stage count" if stages == "choose" else f"{stages} stages"
+            raise _bad(
+                "global_batch",
+                f"{out['global_batch']} does not split evenly over the pipeline replicas of {n} devices with {counts}",
             )
         return out
 

@@ -395,3 +395,26 @@ def test_dashboard_form_creates_pipeline_and_hybrid_searches_or_names_the_option
         r = client.post("/ui/searches/new", data=data, follow_redirects=False)
         assert r.status_code == 422 and text in r.text, r.text[-2000:]
     assert len(client.get(f"{API}/searches", headers=tokens["alice"]).json()["data"]) == 2
+
+
+def test_stage_counts_must_divide_the_devices_and_the_batch_the_replicas() -> None:
+    """On six single-GPU nodes: 4 stages leave devices over; 3 stages make 2 replicas of an odd batch."""
+    from service.plans.base import OptionsInvalid
+    from simulator.spec import ClusterSpec, ModelSpec
+
+    model = zoo.model("GPT-Medium")
+    gpu = {"name": "V100", "fp32_tflops": 15.7, "fp16_tflops": 125, "memory_gb": 32, "memory_bw_gbs": 900}
+    nodes = [{"name": f"n{i}", "device": "V100", "gpus": 1, "nic_gbps": 10} for i in range(6)]
+    cluster = ClusterSpec.model_validate(
+        {"kind": "cluster", "name": "six", "device_types": [gpu], "nodes": nodes, "intra_node_gbps": 100}
+    )
+    assert isinstance(model, ModelSpec)
+    for options, path, words in (
+        ({"stages": 4}, "stages", "4 does not divide the 6 devices"),
+        ({"stages": 3, "global_batch": 7}, "global_batch", "7 does not split evenly"),
+    ):
+        with pytest.raises(OptionsInvalid) as e:
+            PipelinePlans().validate(options, objective="time", model=model, cluster=cluster)
+        assert e.value.issues[0][0] == ("plan_options", path) and words in e.value.issues[0][1]
+    ok = PipelinePlans().validate({"global_batch": 7}, objective="time", model=model, cluster=cluster)
+    assert ok["stages"] == "choose"  # 6 stages, one replica of 7
