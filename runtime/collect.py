@@ -112,7 +112,7 @@ def measured_keys(path: Path) -> set[str]:
     keys: set[str] = set()
     for p in (path, path.with_name(path.name + ".gz")):
         if p.is_file():
-            keys.update(strategy_key(Strategy.model_validate(r["strategy"])) for r in load_records(p))
+            keys.update(strategy_key(r["strategy"]) for r in load_records(p))
     return keys
 
 

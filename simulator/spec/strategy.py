@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import hashlib
 import math
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from functools import cached_property
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -250,8 +250,12 @@ def _variable_issues(
     return issues
 
 
-def strategy_key(strategy: Strategy) -> str:
+def strategy_key(strategy: Strategy | Mapping[str, Any]) -> str:
     """A strategy's identity: a content hash ignoring its label and the model/cluster names it
-    carries (two samplers drawing the same choices get the same key)."""
+    carries (two samplers drawing the same choices get the same key). The one definition: a
+    stored strategy (its JSON object, as the service and the runtime records keep it) is
+    validated first and gets the key of the Strategy it describes."""
+    if not isinstance(strategy, Strategy):
+        strategy = Strategy.model_validate(strategy)
     body = strategy.model_copy(update={"name": "", "model": None, "cluster": None})
     return hashlib.sha256(body.model_dump_json().encode()).hexdigest()[:16]
