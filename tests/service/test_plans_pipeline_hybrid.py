@@ -333,7 +333,7 @@ def test_status_reports_each_baselines_median_over_the_best_candidates(
     base = kind.baselines(model, cluster, options, ("1f1b",))["1f1b"]
     repo.enqueue_trial(session, search_id=search.id, strategy=base, baseline="1f1b")
     drafts = kind.plan_round(model, cluster, options, RoundAsk(1, 2, 0, ())).drafts
-    repo.add_round(
+    _, cands = repo.add_round(
         session, search_id=search.id, candidates=drafts, samples=1, simulator_kind="pipeline-cost-model"
     )
     medians = iter([0.30, 0.20, 0.24])  # baseline, then the two candidates in claim order
@@ -350,6 +350,8 @@ def test_status_reports_each_baselines_median_over_the_best_candidates(
     client.cookies.set("strategist_token", user.secret)
     html = client.get(f"/ui/searches/{search.id}").text  # the trials table names each plan
     assert html.count('data-testid="plan-label"') == 3 and "P=2 1f1b k=1 b=4" in html
+    cand_page = client.get(f"/ui/candidates/{cands[0].id}")  # the round page's link
+    assert cand_page.status_code == 200 and "memory-limit curve" in cand_page.text
 
 
 def test_measurement_details_must_be_strict_json() -> None:
