@@ -36,89 +36,9 @@ import torch
 
 from simulator import zoo
 from simulator.analytical import CostParams, compute
-from simulator.analytical.compute import OpEfficiency
 from simulator.profile import reference_module, time_module, time_replicas
-from simulator.profile.measure import clock_for
-from simulator.spec import DeviceType
-
-
-def _best_time(fn, repeats: int, device: torch.device) -> float:  # type: ignore[no-untyped-def]
-    """The fastest of ``repeats`` runs after a warm-up: the least-disturbed one on a shared host."""
-    clock = clock_for(device)
-    fn()
-    out = []
-    for _ in range(repeats):
-        if device.type == "cuda":
-            torch.cuda.synchronize()
-        t0 = clock()
-        fn()
-        if device.type == "cuda":
-            torch.cuda.synchronize()
-        out.append(clock() - t0)
-    return min(out)
-
-
-def calibrate_device(device: torch.device, repeats: int = 7) -> tuple[DeviceType, OpEfficiency]:
-    """A DeviceType and op-class efficiencies measured on ``device`` (see the module docstring)."""
-    peak = 0.0
-    for n in (256, 512, 1024):
-        a = torch.randn(n, n, device=device)
-        b = torch.randn(n, n, device=device)
-        peak = max(peak, 2 * n**3 / _best_time(lambda: a @ b, repeats, device))  # noqa: B023
-    x = torch.randn(8, 64, 56, 56, device=device)
-    conv = torch.nn.Conv2d(64, 64, 3, padding=1, bias=False).to(device)
-    with torch.no_grad():
-        t_conv = _best_time(lambda: conv(x), repeats, device)
-    conv_rate = 2 * 8 * 64 * 64 * 9 * 56 * 56 / t_conv
-    big = torch.randn(16 * 1024 * 1024, device=device)  # 64 MB, beyond any cache
-    dst = torch.empty_like(big)
-    bw = 2 * big.numel() * 4 / _best_time(lambda: dst.copy_(big), repeats, device)
-    # A training GEMM: Linear(1024, 1024) on 512 rows, forward and both gradients (transposed
-    # operands, as backward runs them): the gemm class's share of the square-matmul peak.
-    lin = torch.nn.Linear(1024, 1024, bias=False).to(device)
-    xin = torch.randn(512, 1024, device=device, requires_grad=True)
-
-    def linear_step() -> None:
-        lin(xin).backward(torch.ones(512, 1024, device=device))
-
-    gemm_rate = 3 * 2 * 512 * 1024 * 1024 / _best_time(linear_step, repeats, device)
-    # Attention core shapes (8 heads of 128 tokens x 64): batched QK^T, the attention op class.
-    q = torch.randn(8, 128, 64, device=device)
-    kt = torch.randn(8, 64, 128, device=device)
-    att_rate = 2 * 8 * 128 * 64 * 128 / _best_time(lambda: q @ kt, repeats, device)
-    # Batch norm + ReLU (training mode) on 8x64x56x56, counted as the roofline counts it: five
-    # passes over the activation (statistics, normalise read + write, ReLU read + write).
-    norm = torch.nn.BatchNorm2d(64).to(device).train()
-    with torch.no_grad():
-        t_norm = _best_time(lambda: torch.relu(norm(x)), repeats, device)
-    norm_bw = 5 * x.numel() * 4 / t_norm
-    tiny = torch.ones(1, device=device, requires_grad=True)
-
-    def chain() -> None:  # 200 recorded ops forward, then their 200 backward nodes
-        y = tiny
-        for _ in range(200):
-            y = y * 1.0
-        y.backward()
-
-    t_op = _best_time(chain, repeats, device) / 400
-    dt = DeviceType(
-        name=f"{device.type}-calibrated",
-        fp32_tflops=peak / 1e12,
-        fp16_tflops=peak / 1e12,
-        memory_gb=64,
-        memory_bw_gbs=bw / 1e9,
-        launch_overhead_us=t_op * 1e6,
-        source=f"micro-benchmarks on {device.type} with {torch.get_num_threads()} torch threads",
-    )
-    eff = OpEfficiency(
-        gemm=min(1.0, gemm_rate / peak),
-        conv=min(1.0, conv_rate / peak),
-        attention=min(1.0, att_rate / peak),
-        vector=1.0,
-        memory=1.0,
-        norm=min(1.0, norm_bw / bw),
-    )
-    return dt, eff
+from simulator.profile.calibrate import Calibration, ModelScales, calibrate_device, fit_scales
+from simulator.spec import ModelSpec
 
 
 def spearman(x: list[float], y: list[float]) -> float:
@@ -140,13 +60,19 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
     device = torch.device(args.device)
-    dt, eff = calibrate_device(device)
+    cal = calibrate_device(device)
+    dt, eff = cal.device, cal.efficiency
+    touch = f"{dt.first_touch_gbs:.1f} GB/s" if dt.first_touch_gbs is not None else "-"
     print(
-        f"device {dt.name}: matmul {dt.fp32_tflops * 1e3:.1f} GFLOP/s, efficiency gemm {eff.gemm:.2f} conv {eff.conv:.2f} "
-        f"attention {eff.attention:.2f}, copy {dt.memory_bw_gbs:.1f} GB/s, norm {eff.norm:.2f} of it, "
-        f"per-op {dt.launch_overhead_us:.1f} us "
-        f"({torch.get_num_threads()} torch threads)"
+        f"device {dt.name}: peak {dt.fp32_tflops * 1e3:.1f} GFLOP/s, copy {dt.memory_bw_gbs:.1f} GB/s, "
+        f"first touch {touch}, per-op {dt.launch_overhead_us:.2f} us ({torch.get_num_threads()} torch threads)"
     )
+    print(f"{'micro-layer':12s} {'fwd ms':>8s} {'bwd ms':>8s} {'share fwd':>9s} {'share bwd':>9s}")
+    for fit in cal.fits:
+        print(
+            f"{fit.key:12s} {fit.measured[0] * 1e3:8.3f} {fit.measured[1] * 1e3:8.3f} "
+            f"{fit.share[0]:9.2f} {fit.share[1]:9.2f}"
+        )
     params = CostParams(op_efficiency=eff, compute_dtype="float32")
     names = [n for n in args.models.split(",") if n] or zoo.model_names()
     rows: list[tuple[str, float, float, str]] = []
@@ -182,16 +108,42 @@ def main(argv: list[str] | None = None) -> int:
     if len(rows) < 2:
         print("fewer than two models measured")
         return 1
-    logs = [abs(math.log(p / m)) for _, p, m, _ in rows]
+    summary("micro-benchmarks only (no model fitted)", [(p, m) for _, p, m, _ in rows])
+    # Leave-one-out: each model's prediction comes from ModelScales fitted on the other models.
+    specs = {name: zoo.model(name) for name, *_ in rows}
+    samples = [(specs[name], args.batch, m) for name, _, m, _ in rows]
     print(
-        f"\n{len(rows)} models: median |log ratio| {statistics.median(logs):.3f}, "
-        f"max {max(logs):.3f}, Spearman {spearman([r[1] for r in rows], [r[2] for r in rows]):.3f}"
+        f"\n{'model':14s} {'matrix':>6s} {'launch':>6s} {'held-out pred s':>15s} {'measured s':>11s} {'log ratio':>9s}"
     )
+    held: list[tuple[float, float]] = []
+    for i, (name, _, m, _) in enumerate(rows):
+        scales = fit_scales(cal, samples[:i] + samples[i + 1 :])
+        p = _predict(specs[name], args.batch, cal, scales)
+        held.append((p, m))
+        print(
+            f"{name:14s} {scales.matrix:6.3f} {scales.launch:6.3f} {p:15.4f} {m:11.4f} {math.log(p / m):+9.3f}"
+        )
+    summary("micro-benchmarks + ModelScales fitted on the other models (leave-one-out)", held)
+    whole = fit_scales(cal, samples)
+    print(f"ModelScales fitted on all {len(rows)}: matrix {whole.matrix:.3f}, launch {whole.launch:.3f}")
     return 0
+
+
+def _predict(model: ModelSpec, batch: int, cal: Calibration, scales: ModelScales) -> float:
+    dev, eff = scales.apply(cal)
+    return compute.layer_times(model, dev, batch, CostParams(op_efficiency=eff, compute_dtype="float32")).step
+
+
+def summary(title: str, pairs: list[tuple[float, float]]) -> None:
+    logs = [abs(math.log(p / m)) for p, m in pairs]
+    print(
+        f"{title}: {len(pairs)} models, median |log ratio| {statistics.median(logs):.3f}, "
+        f"max {max(logs):.3f}, Spearman {spearman([p for p, _ in pairs], [m for _, m in pairs]):.3f}"
+    )
 
 
 if __name__ == "__main__":
     raise SystemExit(main())
 
 
-__all__ = ["calibrate_device", "main", "spearman"]
+__all__ = ["main", "spearman", "summary"]

@@ -7,15 +7,20 @@ compute agree by construction.
 
 Roofline per layer and pass (forward, backward), for a per-device batch of B samples:
 
-    t = max(F·B / (peak(dtype, class) · eff(class)), (A·B + P) / (BW · eff_mem)) + K · launch
+    t = max(F·B / (peak(dtype, class) · eff(class)), (A·B + P − N) / (BW · eff_mem))
+        + N / first_touch + K · launch
 
 F: FLOPs per sample; A: activation bytes read + written per sample; P: parameter bytes read or
 written once per step; K: kernels launched; peak: the device's TFLOPS for the layer's dtype on
 tensor cores (gemm, conv, attention; fp32 / tf32 / fp16 / bf16) or on the vector units (norm,
 element-wise, embedding: the FP32 rate); BW: memory bandwidth; launch: the device's per-kernel
-host cost; eff: ``OpEfficiency`` per op class (``layer_class``: a parameter-free attention core
-is "attention", else ``op_class`` of the kind), eff_mem its ``norm`` for normalisations and
-``memory`` for the rest. The whole is divided by ``CostParams.efficiency_of(device)``, a per-device
+host cost; eff: ``OpEfficiency`` per op class and pass (``layer_class``: a parameter-free
+attention core is "attention", a 1x1 convolution "gemm", else ``op_class`` of the kind; the
+backward pass takes ``OpEfficiency.backward`` when set), eff_mem its share for the layer's
+``memory_key`` (batch norm, other norms, embeddings, the rest). N: bytes written into tensors of
+at least ``FRESH_TENSOR_BYTES`` the step allocates anew (outputs, input and parameter gradients),
+which a CPU's allocator maps and page-faults in at ``DeviceType.first_touch_gbs`` (None on GPUs,
+whose caching allocators reuse memory: N costs nothing extra there). The whole is divided by ``CostParams.efficiency_of(device)``, a per-device
 correction the fit estimates from measured runtimes (1.0: the roofline as is).
 
 Backward is derived from the layer's op class, not a blanket 2x:
@@ -56,6 +61,13 @@ OpClass = Literal["gemm", "conv", "attention", "norm", "elementwise", "embedding
 OP_CLASSES: tuple[OpClass, ...] = ("gemm", "conv", "attention", "norm", "elementwise", "embedding")
 MATRIX_CLASSES = frozenset({"gemm", "conv", "attention"})
 ComputeSource = Literal["roofline", "profile", "profile+roofline"]
+#: Which bandwidth share a layer's bytes take (``OpEfficiency.memory_of``).
+MemoryKey = Literal["memory", "norm", "layernorm", "embedding"]
+#: Tensors at least this large are mapped afresh by the host allocator on every step and their
+#: first write page-faults (glibc's malloc serves requests above its dynamic mmap threshold,
+#: which stops growing at DEFAULT_MMAP_THRESHOLD_MAX = 32 MiB on 64-bit, with mmap and returns
+#: them to the OS on free). Costs ``DeviceType.first_touch_gbs``; GPUs' caching allocators don't.
+FRESH_TENSOR_BYTES = 32 * 2**20
 
 _KIND_CLASS: dict[str, OpClass] = {
     "linear": "gemm",
@@ -93,13 +105,39 @@ def op_class(kind: str) -> OpClass:
     return "elementwise"
 
 
+def layer_class(layer: Layer) -> OpClass:
+    """The roofline class of one layer: ``op_class`` of its kind, except that a parameter-free
+    attention core (``looks_like_attention``) is "attention" and a convolution whose kernel is
+    1x1 is "gemm" (it is one matrix product over the pixels: cuDNN runs it as an implicit GEMM
+    and ATen on a CPU as a plain GEMM, at the GEMM rate rather than a spatial convolution's)."""
+    if looks_like_attention(layer):
+        return "attention"
+    cls = op_class(layer.kind)
+    if cls == "conv" and layer.variables:
+        w = layer.variables[0].shape
+        if len(w) >= 3 and all(k == 1 for k in w[2:]):
+            return "gemm"
+    return cls
+
+
+def memory_key(layer: Layer, cls: OpClass) -> MemoryKey:
+    """Which bandwidth share bounds the layer's bytes: batch norm, other norms, embeddings, the rest."""
+    if cls == "norm":
+        return "norm" if layer.kind.lower().startswith("batchnorm") else "layernorm"
+    if cls == "embedding":
+        return "embedding"
+    return "memory"
+
+
 @dataclass(frozen=True)
 class OpEfficiency:
     """Fraction of the roofline's ceilings each op class reaches (CostParams.op_efficiency).
 
     Defaults are typical cuBLAS/cuDNN figures for large training shapes (dense GEMMs reach 70-80%
     of tensor-core peak, convolutions 50-60%, attention with its softmax ~50%) and ~80% of peak
-    bandwidth for streaming kernels; ``benchmarks/compute_model.py`` measures how they hold.
+    bandwidth for streaming kernels. ``simulator.profile.calibrate`` measures them on a device
+    from one micro-layer per class (``benchmarks/compute_model.py`` reports how they hold on the
+    zoo's models, none of which is used to fit them).
     """
 
     gemm: float = 0.70
@@ -107,19 +145,30 @@ class OpEfficiency:
     attention: float = 0.50
     # Norm / element-wise / embedding arithmetic on the vector units (rarely the bound).
     vector: float = 0.50
-    # Fraction of memory bandwidth streaming kernels reach.
+    # Fraction of memory bandwidth streaming kernels reach (element-wise ops, and the matrix
+    # classes when their bytes are the bound).
     memory: float = 0.80
-    # Fraction of memory bandwidth normalisations reach (batch norm's statistics reductions
-    # stream less well than an element-wise op; on GPUs about as well).
+    # Fraction of memory bandwidth batch norm reaches (its statistics reductions stream less well
+    # than an element-wise op on a CPU; on GPUs about as well).
     norm: float = 0.80
+    # Fraction of memory bandwidth layer / group / RMS norms reach; None: ``norm``.
+    layernorm: float | None = None
+    # Fraction of memory bandwidth embedding gathers and their gradient scatter reach; None: ``memory``.
+    embedding: float | None = None
+    # The backward pass's own fractions (its kernels differ: a convolution's weight gradient,
+    # batch norm's fused backward); None: the forward's.
+    backward: OpEfficiency | None = None
 
     def __post_init__(self) -> None:
-        for name in ("gemm", "conv", "attention", "vector", "memory", "norm"):
+        for name in ("gemm", "conv", "attention", "vector", "memory", "norm", "layernorm", "embedding"):
             v = getattr(self, name)
-            if not 0 < v <= 1:
+            if v is not None and not 0 < v <= 1:
                 raise ValueError(f"op_efficiency.{name}: must be in (0, 1], got {v}")
+        if self.backward is not None and self.backward.backward is not None:
+            raise ValueError("op_efficiency.backward: must not have a backward of its own")
 
     def of(self, cls: OpClass) -> float:
+        """The FLOP share of ``cls``."""
         if cls == "gemm":
             return self.gemm
         if cls == "conv":
@@ -128,22 +177,40 @@ class OpEfficiency:
             return self.attention
         return self.vector
 
+    def memory_of(self, key: MemoryKey) -> float:
+        """The bandwidth share of a layer whose bytes are its bound (``memory_key``)."""
+        if key == "norm":
+            return self.norm
+        if key == "layernorm":
+            return self.norm if self.layernorm is None else self.layernorm
+        if key == "embedding":
+            return self.memory if self.embedding is None else self.embedding
+        return self.memory
+
+    def pass_(self, p: int) -> OpEfficiency:
+        """The shares of pass ``p`` (0 forward, 1 backward)."""
+        return self.backward if p == 1 and self.backward is not None else self
+
 
 @dataclass(frozen=True, eq=False)
 class LayerWork:
     """Device-independent work of one step, per layer, for a whole per-device batch.
 
-    Shapes: L layers. flops/bytes/kernels (2, L): row 0 forward, row 1 backward; bytes include
-    parameter traffic. matrix (L,) bool: on tensor cores; dtype (L,) compute dtype names;
-    op_class (L,) class names.
+    Shapes: L layers. flops/bytes/kernels/fresh (2, L): row 0 forward, row 1 backward; bytes
+    include parameter traffic; fresh: bytes written into tensors of at least
+    ``FRESH_TENSOR_BYTES`` the step allocates anew (outputs, input and parameter gradients).
+    matrix (L,) bool: on tensor cores; dtype (L,) compute dtype names; op_class (L,) class names;
+    memory_key (L,) bandwidth-share names.
     """
 
     flops: np.ndarray
     bytes: np.ndarray
     kernels: np.ndarray
+    fresh: np.ndarray
     matrix: np.ndarray
     dtype: tuple[str, ...]
     op_class: tuple[OpClass, ...]
+    memory_key: tuple[MemoryKey, ...]
 
 
 @dataclass(frozen=True, eq=False)
@@ -202,13 +269,15 @@ def _layer_work(model: ModelSpec, batch: int, override: str | None) -> LayerWork
     flops = np.zeros((2, n))
     nbytes = np.zeros((2, n))
     kernels = np.zeros((2, n))
+    fresh = np.zeros((2, n))
     matrix = np.zeros(n, dtype=bool)
     traced = DTYPE_BYTES[_param_dtype(model)]
     by_name = {layer.name: layer for layer in model.layers}
     dtypes: list[str] = []
     classes: list[OpClass] = []
+    keys: list[MemoryKey] = []
     for i, layer in enumerate(model.layers):
-        cls: OpClass = "attention" if looks_like_attention(layer) else op_class(layer.kind)
+        cls = layer_class(layer)
         dt = override or model.compute_dtype or _layer_param_dtype(layer) or _param_dtype(model)
         scale = COMPUTE_BYTES[dt] / traced
         given = layer.fwd_bytes
@@ -235,10 +304,32 @@ def _layer_work(model: ModelSpec, batch: int, override: str | None) -> LayerWork
             flops[:, i] = (f, f)
             nbytes[:, i] = (act * batch + params, act * batch + 2 * params)
             kernels[:, i] = (k_fwd, k_fwd)
+        fresh[:, i] = _fresh_bytes(layer, cls, by_name, batch, scale)
         matrix[i] = cls in MATRIX_CLASSES
         dtypes.append(dt)
         classes.append(cls)
-    return LayerWork(flops, nbytes, kernels, matrix, tuple(dtypes), tuple(classes))
+        keys.append(memory_key(layer, cls))
+    return LayerWork(flops, nbytes, kernels, fresh, matrix, tuple(dtypes), tuple(classes), tuple(keys))
+
+
+def _fresh_bytes(
+    layer: Layer, cls: OpClass, by_name: dict[str, Layer], batch: int, scale: float
+) -> tuple[float, float]:
+    """Bytes (forward, backward) written into tensors of >= FRESH_TENSOR_BYTES made this step.
+
+    Forward: the output. Backward: the input gradients of layers that make new ones (matrix
+    classes, norms, reading another layer) and every dense parameter gradient (reset to None
+    between steps, ``zero_grad``'s default, so made anew each step).
+    """
+
+    def big(nbytes: float) -> float:
+        return nbytes if nbytes >= FRESH_TENSOR_BYTES else 0.0
+
+    fwd = big(layer.activation_bytes * batch * scale)
+    bwd = sum(big(v.bytes * scale) for v in layer.variables if not v.sparse)
+    if layer.inputs and (cls in MATRIX_CLASSES or cls == "norm"):
+        bwd += sum(big(by_name[s].activation_bytes * batch * scale) for s in layer.inputs)
+    return fwd, bwd
 
 
 def _layer_param_dtype(layer: Layer) -> str | None:
@@ -312,17 +403,22 @@ def peak_flops(device: DeviceType, dtype: str, matrix: bool) -> float:
 
 def roofline(work: LayerWork, device: DeviceType, params: CostParams) -> np.ndarray:
     """Seconds (2, L) of every layer's forward (row 0) and backward (row 1) on ``device``."""
-    eff = params.op_efficiency
-    ceiling = np.array(
-        [
-            peak_flops(device, dt, bool(m)) * eff.of(c)
-            for dt, m, c in zip(work.dtype, work.matrix, work.op_class, strict=True)
-        ]
-    )
-    t_flops = work.flops / ceiling
-    bw_eff = np.array([eff.norm if cls == "norm" else eff.memory for cls in work.op_class])
-    t_bytes = work.bytes / (device.memory_bw_gbs * 1e9 * bw_eff)
-    t = np.maximum(t_flops, t_bytes) + work.kernels * device.launch_overhead_us * 1e-6
+    t = np.zeros_like(work.flops)
+    for p in (0, 1):
+        eff = params.op_efficiency.pass_(p)
+        ceiling = np.array(
+            [
+                peak_flops(device, dt, bool(m)) * eff.of(c)
+                for dt, m, c in zip(work.dtype, work.matrix, work.op_class, strict=True)
+            ]
+        )
+        bw = device.memory_bw_gbs * 1e9 * np.array([eff.memory_of(k) for k in work.memory_key])
+        nbytes = work.bytes[p]
+        if device.first_touch_gbs is not None:  # fresh tensors are written at the first-touch rate
+            nbytes = np.maximum(nbytes - work.fresh[p], 0.0)
+            t[p] = work.fresh[p] / (device.first_touch_gbs * 1e9)
+        t[p] += np.maximum(work.flops[p] / ceiling, nbytes / bw)
+    t += work.kernels * device.launch_overhead_us * 1e-6
     return t / params.efficiency_of(device.name)
 
 

@@ -47,6 +47,13 @@ class DeviceType(BaseModel):
         le=LIMITS.latency_us,
         description="Host-side cost of one kernel launch / op dispatch, microseconds.",
     )
+    first_touch_gbs: float | None = Field(
+        None,
+        ge=LIMITS.min_rate,
+        le=LIMITS.memory_bw_gbs,
+        description="GB/s of the first write into a tensor the host allocator maps anew (page faults;"
+        " CPUs, tensors >= 32 MiB); None: allocations are cached (GPUs), no extra cost.",
+    )
     source: Text = Field("", description="Where the published figures come from.")
 
 
