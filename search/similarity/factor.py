@@ -34,6 +34,8 @@ if TYPE_CHECKING:
 FACTORS = ("partition", "kind", "server", "replication", "group", "compressor", "algorithm")
 #: Odd 64-bit multiplier of the per-shard polynomial hash (any odd constant with mixed bits).
 _P = np.uint64(0x9E3779B97F4A7C15)
+#: Rows coded at a time by ``embed_arrays`` (its temporaries stay in cache).
+BLOCK_ROWS = 1 << 16
 
 
 class FactorSimilarity(Similarity):
@@ -73,39 +75,47 @@ class FactorSimilarity(Similarity):
         """
         v = len(self.variables)
         n = arrays.size
-        starts = np.flatnonzero(np.asarray(arrays.shard_index) == 0)
+        shard = np.asarray(arrays.shard_index)
+        starts = np.flatnonzero(shard == 0)
         if len(starts) != n * v:
             raise ValueError(f"arrays: {len(starts)} variable segments, expected {n} x {v}")
-        pos = np.asarray(arrays.shard_index, dtype=np.int64)
-        power = np.cumprod(np.full(int(pos.max()) + 1, _P, dtype=np.uint64))  # P^(i+1)
+        power = np.cumprod(np.full(int(shard.max()) + 1, _P, dtype=np.uint64))  # P^(i+1)
+        out = np.empty((n * v, len(FACTORS)), dtype=np.uint64)
+        offsets = np.asarray(arrays.offsets)
+        # blocks of whole strategies, about BLOCK_ROWS rows each: the temporaries stay in cache
+        lo = 0
+        while lo < n:
+            base = int(offsets[lo])
+            hi = max(lo + 1, int(np.searchsorted(offsets[1:], base + BLOCK_ROWS, side="right")))
+            self._codes(arrays, int(offsets[lo]), int(offsets[hi]), power, out[lo * v : hi * v])
+            lo = hi
+        return out.reshape(n, v * len(FACTORS))
+
+    @staticmethod
+    def _codes(arrays: ChoiceArrays, a: int, b: int, power: np.ndarray, out: np.ndarray) -> None:
+        """``embed_arrays``' codes of rows a..b (whole strategies) into ``out`` (segments x 7)."""
+        pos = np.asarray(arrays.shard_index)[a:b]
+        starts = np.flatnonzero(pos == 0)
         weight = power[pos]
-        ps = np.asarray(arrays.is_ps, dtype=bool)
+        ps = np.asarray(arrays.is_ps, dtype=bool)[a:b]
         cc = ~ps
 
-        def code(values: np.ndarray) -> np.ndarray:
-            # sum over the segment's shards of (value + 1) * P^(shard + 1), mod 2^64
-            term = (np.asarray(values, dtype=np.int64) + 1).astype(np.uint64) * weight
-            return np.add.reduceat(term, starts)
+        def col(name: str) -> np.ndarray:
+            return np.asarray(getattr(arrays, name))[a:b].astype(np.int64)
 
-        first = starts
-        partition = (
-            np.asarray(arrays.axis, dtype=np.int64)[first] * 65536
-            + np.asarray(arrays.num_shards, dtype=np.int64)[first]
-        ).astype(np.uint64)
-        server = np.where(ps, np.asarray(arrays.server, dtype=np.int64) + 1, 0)
-        replication = np.where(ps, np.asarray(arrays.local_replication, dtype=np.int64) + 1, 0)
-        group = np.where(cc, np.asarray(arrays.group, dtype=np.int64) + 1, 0)
-        compressor = np.where(
-            cc,
-            np.asarray(arrays.compressor, dtype=np.int64) * 65536
-            + np.asarray(arrays.rank, dtype=np.int64)
-            + 1,
-            0,
-        )
-        algorithm = np.where(cc, np.asarray(arrays.algorithm, dtype=np.int64) + 1, 0)
-        cols = [partition, code(ps), code(server), code(replication), code(group), code(compressor)]
-        cols.append(code(algorithm))
-        return np.stack(cols, axis=1).reshape(n, v * len(FACTORS))
+        def code(values: np.ndarray, f: int) -> None:
+            # sum over the segment's shards of (value + 1) * P^(shard + 1), mod 2^64
+            term = (values + 1).astype(np.uint64)
+            term *= weight
+            out[:, f] = np.add.reduceat(term, starts)
+
+        out[:, 0] = (col("axis")[starts] * 65536 + col("num_shards")[starts]).astype(np.uint64)
+        code(ps.astype(np.int64), 1)
+        code(np.where(ps, col("server") + 1, 0), 2)
+        code(np.where(ps, col("local_replication") + 1, 0), 3)
+        code(np.where(cc, col("group") + 1, 0), 4)
+        code(np.where(cc, col("compressor") * 65536 + col("rank") + 1, 0), 5)
+        code(np.where(cc, col("algorithm") + 1, 0), 6)
 
     def between(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
         out = np.empty((len(a), len(b)))
