@@ -17,8 +17,10 @@ than wall-clock timing would (they still share caches and memory bandwidth). Sta
     select       qualified fraction + Eq. 11 (arrays: factor codes from the arrays; objects:
                  FactorSimilarity.embed on Strategy objects), then the K chosen as objects
 
-Each column is M / seconds of that stage; "end to end" is M / the round's total. The last line
-says whether both paths chose the same K strategies (the same positions and the same content).
+Each column is M / CPU seconds of that stage; "end to end" is M / the round's CPU total ("round
+s"); "wall s" is the round's wall-clock time (longer than CPU time when other processes share the
+core). The host's load average is printed with the figures. The last line says whether both paths
+chose the same K strategies (the same positions and the same content).
 """
 
 from __future__ import annotations
@@ -63,12 +65,14 @@ def main() -> None:
     paths: tuple[Literal["arrays", "objects"], ...] = (
         ("arrays",) if args.skip_objects else ("arrays", "objects")
     )
+    wall: dict[str, float] = {}
     for path in paths:
-        start = time.process_time()
+        start, start_wall = time.process_time(), time.perf_counter()
         results[path] = run_round(
             model, cluster, sim, samples=args.samples, k=args.k, seed=args.seed, path=path
         )
         results[path].timings["total"] = time.process_time() - start
+        wall[path] = time.perf_counter() - start_wall
     table = Table(
         "path",
         "sample /s",
@@ -77,6 +81,7 @@ def main() -> None:
         "select /s",
         "end to end /s",
         "round s",
+        "wall s",
         title=(
             f"One round: M = {args.samples:,} samples, K = {args.k}, {args.model} on {args.cluster}, "
             f"alpha {DEFAULTS.alpha}, qualified {DEFAULTS.qualified_fraction}, {DEFAULTS.similarity} "
@@ -94,10 +99,16 @@ def main() -> None:
             ),
             f"{args.samples / total:,.0f}",
             f"{total:.2f}",
+            f"{wall[name]:.2f}",
         )
     console = Console(width=160)
     console.print(table)
     a = results["arrays"]
+    load = os.getloadavg()
+    console.print(
+        f"host load average {load[0]:.1f} / {load[1]:.1f} / {load[2]:.1f} (1 / 5 / 15 min) on "
+        f"{os.cpu_count()} cores; 'round s' is CPU time of this process, 'wall s' wall-clock time"
+    )
     console.print(
         f"pool {a.pool:,} after duplicates, qualified {a.qualified:,}; chosen predicted "
         f"{min(a.predicted) * 1e3:.2f}-{max(a.predicted) * 1e3:.2f} ms; peak RSS "

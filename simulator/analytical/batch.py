@@ -161,7 +161,7 @@ def make_batch(
     cc = ~is_ps
     call = np.full(strategy.shape, -1, dtype=np.int64)
     gspan = int(group.max()) + 1 if cc.any() else 1
-    rspan = int(np.max(rank, where=cc, initial=0)) + 1
+    rspan = max(int(rank.max()), 0) + 1  # a bound on the collective rows' ranks (a masked max is slow)
     # Mixed radix over (strategy, group, algorithm, compressor, rank, op): comm.unit_key + op.
     # Computed on every row (whole-array arithmetic), kept for the collective rows only.
     uspan = gspan * 2 * 3 * rspan
