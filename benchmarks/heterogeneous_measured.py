@@ -14,6 +14,13 @@ throughput as the median over repeats with the 2.5-97.5 percentile range of all 
 iterations of the bottleneck stage ("95 % range"); measured money (Formula 8 with the measured
 throughput); the ratio measured / predicted throughput; the measured bottleneck stage.
 
+One factor at a time (``--factor``): for the (model, plan) pairs of ``--only`` (e.g.
+``2EMB:aibox,NCE:aibox``), each repeat runs the plan as above and once with one factor changed:
+``backward`` sends no gradients to the previous stage (is one direction of the boundary enough to
+set the rate?); ``nic:<type>=<x>`` multiplies the NIC share of the resource types whose name
+contains <type> by x in the emulation only (the cost model's prediction is kept from the original
+cluster, so where the link of Formula 3 is the smaller NIC the prediction does not move anyway).
+
 Targets (issue 18): every plan's measured throughput within +-20 % of the cost model; the RL plan
 meets the throughput limit and costs less than AIBox's plan, measured.
 """
@@ -33,6 +40,7 @@ from runtime.heterogeneous import HeterogeneousRun, MeasureConfig, measure_plan
 from search.heterogeneous import AIBoxScheduler, RLConfig, RLScheduler, ScheduleResult, SingleTypeScheduler
 from simulator import zoo
 from simulator.analytical.heterogeneous import HeterogeneousCostModel, Workload
+from simulator.spec import ClusterSpec
 
 
 def plans(model: str, pool: str, limit: float, rl_seconds: float) -> dict[str, ScheduleResult]:
@@ -67,10 +75,18 @@ def main() -> None:
     ap.add_argument("--scale", type=float, default=None)
     ap.add_argument("--dilation", type=float, default=None)
     ap.add_argument("--loopback", action="store_true", help="unshaped loopback (logic check only)")
+    ap.add_argument("--factor", default="", help="'backward' or 'nic:<type>=<x>' (with --only)")
+    ap.add_argument("--only", default="", help="model:plan pairs for --factor, e.g. 2EMB:aibox")
     args = ap.parse_args()
     console = Console(width=220)
     console.print(f"load average at start: {os.getloadavg()[0]:.1f} (2-core machine shared with other jobs)")
     start = time.perf_counter()
+    if args.factor:
+        one_factor(args, console)
+        console.print(
+            f"load average at end: {os.getloadavg()[0]:.1f}; total {time.perf_counter() - start:.0f} s"
+        )
+        return
     models = args.models.split(",")
     chosen = {m: plans(m, args.pool, args.limit, args.rl_seconds) for m in models}
     for m, ps in chosen.items():
@@ -82,16 +98,7 @@ def main() -> None:
     for rep in range(args.repeats):
         for m in models:
             spec = zoo.model(m)
-            cfg = MeasureConfig(
-                Workload(args.limit, batch_size=spec.batch_size),
-                iterations=args.iterations,
-                warmup=args.warmup,
-                scale=args.scale,
-                dilation=args.dilation,
-                max_groups=args.max_groups,
-                testbed=not args.loopback,
-                seed=rep,
-            )
+            cfg = config(args, m, rep)
             for name, r in chosen[m].items():
                 run = measure_plan(spec, zoo.cluster(args.pool), r.plan, None, config=cfg)  # type: ignore[arg-type]
                 runs[(m, name)].append(run)
@@ -167,6 +174,68 @@ def main() -> None:
     console.print(t)
     console.print("targets: " + ("all met" if not verdicts else "; ".join(verdicts)))
     console.print(f"load average at end: {os.getloadavg()[0]:.1f}; total {time.perf_counter() - start:.0f} s")
+
+
+def config(args: argparse.Namespace, model: str, rep: int, backward: bool = True) -> MeasureConfig:
+    return MeasureConfig(
+        Workload(args.limit, batch_size=zoo.model(model).batch_size),
+        iterations=args.iterations,
+        warmup=args.warmup,
+        scale=args.scale,
+        dilation=args.dilation,
+        max_groups=args.max_groups,
+        testbed=not args.loopback,
+        seed=rep,
+        backward=backward,
+    )
+
+
+def varied_cluster(pool: str, factor: str) -> ClusterSpec:
+    """``pool`` with the NIC share of the types matching ``nic:<type>=<x>`` multiplied by x."""
+    cluster = zoo.cluster(pool)
+    if not factor.startswith("nic:"):
+        return cluster
+    name, _, x = factor[4:].partition("=")
+    types = tuple(
+        t.model_copy(update={"nic_gbps": t.nic_gbps * float(x)}) if name in t.name else t
+        for t in cluster.resource_types
+    )
+    return cluster.model_copy(update={"resource_types": types})
+
+
+def one_factor(args: argparse.Namespace, console: Console) -> None:
+    pairs = [tuple(p.split(":")) for p in args.only.split(",") if p]
+    if not pairs or (args.factor != "backward" and not args.factor.startswith("nic:")):
+        raise SystemExit("--factor: 'backward' or 'nic:<type>=<x>', with --only model:plan[,...]")
+    chosen = {m: plans(m, args.pool, args.limit, args.rl_seconds) for m in {m for m, _ in pairs}}
+    base: dict[tuple[str, ...], list[HeterogeneousRun]] = {p: [] for p in pairs}
+    varied: dict[tuple[str, ...], list[HeterogeneousRun]] = {p: [] for p in pairs}
+    cluster = zoo.cluster(args.pool)
+    other = varied_cluster(args.pool, args.factor)
+    for rep in range(args.repeats):
+        for m, name in pairs:
+            plan = chosen[m][name].plan
+            assert plan is not None
+            base[(m, name)].append(
+                measure_plan(zoo.model(m), cluster, plan, None, config=config(args, m, rep))
+            )
+            cfg = config(args, m, rep, backward=args.factor != "backward")
+            run = measure_plan(zoo.model(m), other, plan, None, config=cfg)
+            varied[(m, name)].append(run)
+            console.print(
+                f"  repeat {rep} {m} {name}: {base[(m, name)][-1].throughput:.4g} -> {run.throughput:.4g}",
+                style="dim",
+            )
+    t = Table(title=f"One factor: {args.factor} on {args.pool}, {args.repeats} interleaved repeats")
+    label = "no backward gradients" if args.factor == "backward" else args.factor
+    for col in ("model", "plan", "pred. samples/s", "as built", "ratio", label, "ratio"):
+        t.add_column(col, justify="right")
+    for m, name in pairs:
+        pred = chosen[m][name].throughput
+        a = statistics.median(x.throughput for x in base[(m, name)] if x.ok)
+        b = statistics.median(x.throughput for x in varied[(m, name)] if x.ok)
+        t.add_row(m, name, f"{pred:.4g}", f"{a:.4g}", f"{a / pred:.3f}", f"{b:.4g}", f"{b / pred:.3f}")
+    console.print(t)
 
 
 if __name__ == "__main__":

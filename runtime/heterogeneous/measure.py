@@ -80,6 +80,7 @@ class MeasureConfig:
     max_groups: int = 2  # processes per stage
     ps_shards: int = 2  # sparse PS processes per stage with embedding tables
     testbed: bool = True  # False: loopback, unshaped (logic tests only)
+    backward: bool = True  # False: no gradients to the previous stage (a diagnostic: one direction only)
     target_iteration_s: float = 0.3
     target_mb_per_s: float = 40.0
     timeout_s: float = 120.0
@@ -280,7 +281,7 @@ def _measure(
                     for h in groups[i + 1]:
                         nbytes = share * h.units / nk * cut[s.last] / scale
                         fwd.append({"addr": net.address(h.node, "data"), "bytes": max(1, round(nbytes))})
-                if i > 0:
+                if i > 0 and cfg.backward:
                     pk = report.units[i - 1]
                     for h in groups[i - 1]:
                         nbytes = share * h.units / pk * cut[s.first] / scale
@@ -300,7 +301,7 @@ def _measure(
                         "iterations": cfg.iterations,
                         "compute_s": b * report.ct[i] * dilation,
                         "expect_fwd": len(groups[i - 1]) if i > 0 else 0,
-                        "expect_bwd": len(groups[i + 1]) if i + 1 < len(stages) else 0,
+                        "expect_bwd": len(groups[i + 1]) if i + 1 < len(stages) and cfg.backward else 0,
                         "fwd": fwd,
                         "bwd": bwd,
                         "sparse": sparse,

@@ -73,3 +73,10 @@ def test_two_stage_plan_on_the_shaped_testbed_tears_down() -> None:
     assert rates["s1g0"]["data"] > 0 and rates["s0ps0"]["host"] is None  # CPU tables: local, unshaped
     assert rates["s1g0"]["sync"] == pytest.approx(50_000 / (run.scale * run.dilation))  # g4dn NIC
     assert not [n for n in netns.list_namespaces() if str(env["testbed_id"]) in n]
+
+
+def test_one_direction_diagnostic_runs_without_gradients() -> None:
+    cfg = MeasureConfig(WORKLOAD, iterations=3, warmup=1, testbed=False, backward=False, timeout_s=60)
+    run = measure_plan(MODEL, CLUSTER, two_stage(), None, config=cfg)
+    assert run.ok, run.reason
+    assert len(run.stages) == 2
