@@ -19,14 +19,14 @@ baseline: baseline money / best money (> 1: the search's plan is cheaper).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from sqlalchemy.orm import Session
 
 from runtime.worker.plan_heterogeneous import DOC_KIND, HeterogeneousPlan
 from service.db import repository as repo
-from service.domain import Candidate, Conflict, Search, Trial
+from service.domain import Candidate, Conflict, Search, SearchStatus, Trial
 
 
 @dataclass(frozen=True)
@@ -188,6 +188,25 @@ def load_results(session: Session, *, search_id: int, owner_id: int | None = Non
 
 
 def _with(p: EvaluatedPlan, **changes: Any) -> EvaluatedPlan:
-    from dataclasses import replace
-
     return replace(p, **changes)
+
+
+def cheapest_as_best(session: Session, status: SearchStatus, *, owner_id: int | None = None) -> SearchStatus:
+    """A heterogeneous search's status whose best is the cheapest measured candidate meeting the limit.
+
+    The generic best is the fastest candidate (``repo.search_status``), which under a cost objective
+    with a throughput limit is the most expensive one tried; this is the candidate the search
+    answers with. Other kinds' statuses are returned unchanged.
+    """
+    if status.search.plan_kind != "heterogeneous":
+        return status
+    r = load_results(session, search_id=status.search.id, owner_id=owner_id)
+    meeting = [p for p in r.plans if p.candidate_id is not None and p.measured and p.meets_limit]
+    best = min(meeting, key=lambda p: (p.measured_money or 0.0, p.label), default=None)
+    times = {t.id: t.median_time for t in repo.list_trials(session, search_id=status.search.id)}
+    return replace(
+        status,
+        best_trial_id=best.trial_id if best else None,
+        best_candidate_id=best.candidate_id if best else None,
+        best_time=times.get(best.trial_id) if best and best.trial_id else None,
+    )

@@ -13,6 +13,7 @@ from service.api.params import IdPath
 from service.db import repository as repo
 from service.domain import SEARCH_FINAL, Conflict, NotFound
 from service.loop_store import search_specs
+from service.plans.heterogeneous_results import cheapest_as_best
 from service.web.auth import WebUser, owner_of
 from service.web.heterogeneous_views import cost_context
 from service.web.plan_views import plan_labels
@@ -32,7 +33,7 @@ def searches(request: Request, session: SessionDep, settings: SettingsDep, user:
     rows = []
     waiting: dict[int, str] = {}  # active searches whose trials wait for a worker that is not there
     for s in repo.list_searches(session, owner_id=owner_of(user)):
-        st = repo.search_status(session, search_id=s.id, owner_id=owner_of(user))
+        st = cheapest_as_best(session, repo.search_status(session, search_id=s.id, owner_id=owner_of(user)))
         rows.append(st)
         if s.state not in SEARCH_FINAL and (
             line := repo.waiting_on_workers(
@@ -48,7 +49,9 @@ def search(
     request: Request, search_id: IdPath, session: SessionDep, settings: SettingsDep, user: WebUser
 ) -> HTMLResponse:
     try:
-        st = repo.search_status(session, search_id=search_id, owner_id=owner_of(user))
+        st = cheapest_as_best(
+            session, repo.search_status(session, search_id=search_id, owner_id=owner_of(user))
+        )
     except NotFound:
         return page(request, "not_found.html", status_code=404, what=f"search {search_id}")
     rounds = repo.list_rounds(session, search_id=search_id, owner_id=owner_of(user))

@@ -17,7 +17,6 @@ from service.api.paging import DEFAULT_LIMIT, CursorQuery, LimitQuery, fetch, pa
 from service.api.params import IdPath
 from service.api.routes._plans import plan_options
 from service.api.routes._refs import resolve_field
-from service.api.routes.costs import cheapest_as_best
 from service.api.schemas.common import Message
 from service.api.schemas.searches import (
     RoundPublic,
@@ -29,6 +28,7 @@ from service.api.schemas.searches import (
 )
 from service.db import repository as repo
 from service.domain import QuotaExceeded
+from service.plans.heterogeneous_results import cheapest_as_best
 
 router = APIRouter(prefix="/searches", tags=["searches"])
 
@@ -118,11 +118,9 @@ def get_search(
     ``state_detail`` says when its trials wait with no live worker that can run them, or a
     running trial's worker went silent (``service.db.repo_workers.waiting_on_workers``).
     """
-    st = SearchStatusPublic.model_validate(
-        repo.search_status(session, search_id=search_id, owner_id=owner_filter(user))
-    )
-    if st.search.plan_kind == "heterogeneous":  # best = the cheapest meeting the limit, not the fastest
-        st = cheapest_as_best(session, st, owner_filter(user))
+    found = repo.search_status(session, search_id=search_id, owner_id=owner_filter(user))
+    # a cost-objective search's best is its cheapest plan meeting the limit, not its fastest
+    st = SearchStatusPublic.model_validate(cheapest_as_best(session, found, owner_id=owner_filter(user)))
     if st.trials_by_state.get("queued", 0) or st.trials_by_state.get("running", 0):
         st.state_detail = repo.waiting_on_workers(
             session, search_id=search_id, owner_id=owner_filter(user), live_s=settings.heartbeat_timeout_s
