@@ -366,3 +366,23 @@ class ProfileRecord:
     owner_id: int | None
     created_at: datetime
     profile: Profile
+
+
+@dataclass(frozen=True)
+class ProfileJobRecord:
+    """A queued profile job (``service.db.repo_profile_jobs``): what to measure and how it ended."""
+
+    id: int
+    model: str
+    spec: ModelSpec
+    device: str | None
+    dtype: str
+    batch: int
+    repeats: int
+    state: str  # 'queued', 'running', 'done' or 'failed'
+    worker: str | None
+    profile_id: int | None
+    error: str | None
+    owner_id: int | None
+    created_at: datetime
+    finished_at: datetime | None

@@ -11,7 +11,8 @@ Contract (the queue delivers at least once; the database is the source of truth)
 - trials run in a child process (``runtime.worker.session.TrialProcess``) that keeps the emulated
   cluster and the executor's processes up between trials of one domain; it has its own process
   group, so a cancel stops everything it started, and it dies with the worker (PR_SET_PDEATHSIG);
-- one trial at a time: a trial occupies the whole emulated cluster (or the host's GPUs).
+- one trial at a time: a trial occupies the whole emulated cluster (or the host's GPUs);
+- a 'gpu' pool worker with no trial to claim runs one profile job (``profile_jobs``) instead.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ import time
 from dataclasses import dataclass, field
 
 from runtime.worker.api import ApiClient, ClaimedTrial, TokenRefused
+from runtime.worker.profile_jobs import ProfileJobClient, ProfileJobRunner
 from runtime.worker.session import TrialProcess, session_key
 from simulator.spec.measurement import Measurement
 
@@ -70,6 +72,11 @@ class Worker:
         self._stopping = threading.Event()
         self._proc: TrialProcess | None = None
         self.trials_run = 0
+        # A 'gpu' pool worker also runs profile jobs when no trial is queued (issue 15).
+        self.profile_jobs: ProfileJobRunner | None = None
+        if config.pool == "gpu":
+            client = ProfileJobClient(config.api_url, config.token, worker_name=config.name)
+            self.profile_jobs = ProfileJobRunner(client)
         # Why the API refused this worker's token (set when it stopped for that reason).
         self.refused: str | None = None
 
@@ -86,7 +93,7 @@ class Worker:
                 return False
             trial = self.api.claim(pool=self.config.pool, clusters=list(self.config.clusters))
             if trial is None:
-                return False
+                return self.profile_jobs.run_once() if self.profile_jobs is not None else False
             self._run(trial)
             self.trials_run += 1
             return True

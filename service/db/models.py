@@ -311,3 +311,36 @@ class ProfileRow(Base):
     owner_id: Mapped[int | None] = mapped_column(ForeignKey("users.id", ondelete="SET NULL"), default=None)
     body: Mapped[dict[str, Any]]
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+PROFILE_JOB_STATES = ("queued", "running", "done", "failed")
+
+
+class ProfileJobRow(Base):
+    """A queued request to profile a model on a GPU-pool worker (issue 15, migration 0008)."""
+
+    __tablename__ = "profile_jobs"
+    __table_args__ = (
+        CheckConstraint(_in("state", PROFILE_JOB_STATES), name="state"),
+        Index("ix_profile_jobs_state", "state", "id"),
+    )
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    model: Mapped[str] = mapped_column(String(200))
+    # The ModelSpec JSON as resolved when queued (the worker measures exactly this spec).
+    spec: Mapped[dict[str, Any]]
+    # DeviceType name to key the profile by; None: the worker's device name.
+    device: Mapped[str | None] = mapped_column(String(200), default=None)
+    dtype: Mapped[str] = mapped_column(String(16))
+    batch: Mapped[int]
+    repeats: Mapped[int]
+    state: Mapped[str] = mapped_column(String(16), default="queued")
+    worker: Mapped[str | None] = mapped_column(String(200), default=None)
+    claimed_at: Mapped[datetime | None] = mapped_column(default=None)
+    profile_id: Mapped[int | None] = mapped_column(
+        ForeignKey("profiles.id", ondelete="SET NULL"), default=None
+    )
+    error: Mapped[str | None] = mapped_column(Text, default=None)
+    owner_id: Mapped[int | None] = mapped_column(ForeignKey("users.id", ondelete="SET NULL"), default=None)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    finished_at: Mapped[datetime | None] = mapped_column(default=None)

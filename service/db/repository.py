@@ -15,6 +15,12 @@ from service.db.repo_auth import (
     revoke_token,
     verify_token,
 )
+from service.db.repo_profile_jobs import (
+    claim_profile_job,
+    finish_profile_job,
+    get_profile_job,
+    queue_profile_job,
+)
 from service.db.repo_profiles import get_profile, list_profiles, profiles_in_use, store_profile
 from service.db.repo_quotas import user_usage
 from service.db.repo_runtimes import (
@@ -60,6 +66,7 @@ __all__ = [
     "add_round",
     "add_simulator_version",
     "cancel_search",
+    "claim_profile_job",
     "claim_trial",
     "count_runtimes",
     "create_search",
@@ -67,9 +74,11 @@ __all__ = [
     "decide_candidate",
     "enqueue_trial",
     "ensure_token",
+    "finish_profile_job",
     "finish_retrain",
     "get_candidate",
     "get_profile",
+    "get_profile_job",
     "get_search",
     "get_simulator_version",
     "get_spec",
@@ -90,6 +99,7 @@ __all__ = [
     "list_trials",
     "list_workers",
     "profiles_in_use",
+    "queue_profile_job",
     "report_trial",
     "request_retrain",
     "requeue_stale_trials",

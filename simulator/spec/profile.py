@@ -18,8 +18,8 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from simulator.spec.errors import Issue, SpecError, structural
-from simulator.spec.limits import LIMITS, Name, SpecName, Text
-from simulator.spec.model import ComputeDType
+from simulator.spec.limits import INT4_MAX, LIMITS, Name, SpecName, Text
+from simulator.spec.model import ComputeDType, ModelSpec
 
 
 class LayerTime(BaseModel):
@@ -70,6 +70,37 @@ class Profile(BaseModel):
     def times(self) -> dict[str, tuple[float, float]]:
         """Layer name -> (forward, backward) seconds for the batch."""
         return {layer.name: (layer.fwd_s, layer.bwd_s) for layer in self.layers}
+
+
+class ProfileJob(BaseModel):
+    """A profile job as the API hands it to a GPU-pool worker (``POST /profiles/jobs/claim``)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
+
+    id: int = Field(ge=1, le=INT4_MAX)
+    spec: ModelSpec = Field(description="The model to profile, as resolved when the job was queued.")
+    device: Name | None = Field(
+        None, description="DeviceType name to key the profile by; None: the worker's."
+    )
+    dtype: ComputeDType = "float32"
+    batch: int = Field(ge=1, le=LIMITS.batch_size)
+    repeats: int = Field(ge=1, le=100)
+
+
+class ProfileJobResult(BaseModel):
+    """What a worker reports for its job: the measured Profile, or why it could not measure one."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
+
+    worker: Name = Field(description="The worker that claimed the job.")
+    profile: Profile | None = None
+    error: Text | None = None
+
+    @model_validator(mode="after")
+    def _one(self) -> ProfileJobResult:
+        if (self.profile is None) == (self.error is None):
+            structural([Issue(("profile",), "give exactly one of profile and error")])
+        return self
 
 
 def parse_profile(text: str, where: str = "profile") -> Profile:

@@ -1,27 +1,36 @@
-"""/profiles: upload (validated), list and get measured compute profiles; the compute they give."""
+"""/profiles: upload (validated), list and get measured compute profiles; the compute they give;
+/profiles/jobs: queue a profile job that a GPU-pool worker claims, runs and reports (issue 15)."""
 
 from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Body, Depends, Query, status
+from fastapi import APIRouter, Body, Depends, Query, Response, status
 
 from service.api.deps import SessionDep, require
 from service.api.errors import SpecInvalid
 from service.api.params import IdPath
-from service.api.schemas.profiles import ComputePublic, ProfilePublic, ProfilesPublic
+from service.api.schemas.profiles import (
+    ComputePublic,
+    ProfileJobCreate,
+    ProfileJobPublic,
+    ProfilePublic,
+    ProfilesPublic,
+)
 from service.compute import estimate_compute
 from service.db import repository as repo
 from service.domain import Principal
 from simulator.spec import SpecError
 from simulator.spec.io import parse_as
 from simulator.spec.limits import LIMITS, NAME_PATTERN
-from simulator.spec.profile import Profile
+from simulator.spec.profile import Profile, ProfileJob, ProfileJobResult
 
 router = APIRouter(prefix="/profiles", tags=["profiles"])
 
 #: Users, admins and workers (a GPU worker pool's profiling jobs) may upload and read profiles.
 CallerDep = Annotated[Principal, Depends(require("user", "admin", "worker"))]
+UserDep = Annotated[Principal, Depends(require("user", "admin"))]
+WorkerDep = Annotated[Principal, Depends(require("worker"))]
 
 _EXAMPLE = {
     "kind": "profile",
@@ -69,6 +78,74 @@ def compute(
     """T_comp of ``model`` on ``cluster``: the stored profile for its key, else the roofline."""
     est = estimate_compute(session, model=model, cluster=cluster, owner_id=caller.user_id)
     return ComputePublic.model_validate(est)
+
+
+@router.post("/jobs", status_code=status.HTTP_201_CREATED, response_model=ProfileJobPublic)
+def queue_job(session: SessionDep, caller: UserDep, body: ProfileJobCreate) -> ProfileJobPublic:
+    """Queue a profile job for a GPU-pool worker; the model is resolved (and frozen) now."""
+    spec = repo.resolve_spec(session, kind="model", ref=body.model, owner_id=caller.user_id).model_spec()
+    rec = repo.queue_profile_job(
+        session,
+        spec=spec,
+        batch=body.batch,
+        dtype=body.dtype,
+        device=body.device,
+        repeats=body.repeats,
+        owner_id=caller.user_id,
+    )
+    return ProfileJobPublic.of(rec)
+
+
+@router.get("/jobs/{job_id}", response_model=ProfileJobPublic)
+def get_job(job_id: IdPath, session: SessionDep, caller: CallerDep) -> ProfileJobPublic:
+    """A profile job by id; 404 if none."""
+    return ProfileJobPublic.of(repo.get_profile_job(session, job_id=job_id))
+
+
+@router.post(
+    "/jobs/claim",
+    response_model=ProfileJob,
+    responses={204: {"description": "No job is queued."}},
+)
+def claim_job(
+    session: SessionDep,
+    caller: WorkerDep,
+    worker: Annotated[str, Query(min_length=1, max_length=LIMITS.name_chars, pattern=NAME_PATTERN)],
+) -> ProfileJob | Response:
+    """A GPU-pool worker claims the oldest queued profile job; 204 when there is none."""
+    rec = repo.claim_profile_job(session, worker=worker)
+    if rec is None:
+        return Response(status_code=status.HTTP_204_NO_CONTENT)
+    return ProfileJob(
+        id=rec.id, spec=rec.spec, device=rec.device, dtype=rec.dtype, batch=rec.batch, repeats=rec.repeats
+    )
+
+
+@router.post("/jobs/{job_id}/result", response_model=ProfileJobPublic)
+def report_job(
+    job_id: IdPath,
+    session: SessionDep,
+    caller: WorkerDep,
+    body: Annotated[dict[str, Any], Body()],
+) -> ProfileJobPublic:
+    """The claiming worker reports its job: a Profile (stored, job done) or an error (job failed).
+
+    422 names every bad field of the profile (``body.profile.layers.0.fwd_s``); 409 when the job is
+    not running for this worker or the profile is not of the job's model, dtype and batch.
+    """
+    try:
+        result = parse_as(ProfileJobResult, body)
+    except SpecError as e:
+        raise SpecInvalid(e, ["body"]) from None
+    rec = repo.finish_profile_job(
+        session,
+        job_id=job_id,
+        worker=result.worker,
+        profile=result.profile,
+        error=result.error,
+        owner_id=caller.user_id,
+    )
+    return ProfileJobPublic.of(rec)
 
 
 @router.get("/{profile_id}", response_model=ProfilePublic)

@@ -5,10 +5,12 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any, Literal
 
-from pydantic import Field
+from pydantic import BaseModel, ConfigDict, Field
 
-from service.api.schemas.common import Public
-from service.domain import ProfileRecord
+from service.api.schemas.common import Public, SpecRef
+from service.domain import ProfileJobRecord, ProfileRecord
+from simulator.spec.limits import LIMITS, Name
+from simulator.spec.model import ComputeDType
 
 
 class ProfilePublic(Public):
@@ -58,3 +60,53 @@ class ComputePublic(Public):
     t_comp: float = Field(description="Forward + backward seconds per step (slowest node).")
     compute_source: Literal["roofline", "profile", "profile+roofline"]
     profiled_layers: int
+
+
+class ProfileJobCreate(BaseModel):
+    """Queue a profile job: measure ``model``'s per-layer fwd/bwd on a GPU-pool worker."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    model: SpecRef = Field(description="Model spec id, or name (your upload of that name, else the zoo's).")
+    batch: int = Field(ge=1, le=LIMITS.batch_size, description="Per-device batch to profile at.")
+    dtype: ComputeDType = "float32"
+    device: Name | None = Field(
+        None, description="DeviceType name to key the profile by; default: the worker's GPU name."
+    )
+    repeats: int = Field(3, ge=1, le=100, description="Timed runs per layer (median).")
+
+
+class ProfileJobPublic(Public):
+    """A profile job and how it ended; ``profile_id`` is the stored profile once it is done."""
+
+    id: int
+    model: str
+    device: str | None
+    dtype: str
+    batch: int
+    repeats: int
+    state: Literal["queued", "running", "done", "failed"]
+    worker: str | None
+    profile_id: int | None
+    error: str | None
+    owner_id: int | None
+    created_at: datetime
+    finished_at: datetime | None
+
+    @classmethod
+    def of(cls, rec: ProfileJobRecord) -> ProfileJobPublic:
+        return cls(
+            id=rec.id,
+            model=rec.model,
+            device=rec.device,
+            dtype=rec.dtype,
+            batch=rec.batch,
+            repeats=rec.repeats,
+            state=rec.state,
+            worker=rec.worker,
+            profile_id=rec.profile_id,
+            error=rec.error,
+            owner_id=rec.owner_id,
+            created_at=rec.created_at,
+            finished_at=rec.finished_at,
+        )
