@@ -14,18 +14,23 @@ Imports flow one way: nothing here imports ``service``.
 from __future__ import annotations
 
 import logging
+from typing import TYPE_CHECKING
 
 import httpx
-import torch
 
 from runtime.worker.api import API_PREFIX, _check
 from simulator.spec.profile import Profile, ProfileJob, ProfileJobResult
+
+if TYPE_CHECKING:  # torch is imported when a job runs: the worker's own process stays light
+    import torch
 
 log = logging.getLogger("strategist.worker")
 
 
 def local_device() -> tuple[torch.device, str]:
     """CUDA device 0 and its name when the host has one, else the CPU and 'cpu'."""
+    import torch
+
     if torch.cuda.is_available():
         return torch.device("cuda", 0), torch.cuda.get_device_name(0)
     return torch.device("cpu"), "cpu"
