@@ -319,6 +319,8 @@ def test_dashboard_shows_money_throughput_provisioning_and_the_front(
         assert stages in page
         assert f"{p['predicted_money']:.2f}" in page and f"{p['measured_money']:.2f}" in page
     assert 'data-testid="best-chart"' not in page  # the AutoSync iteration-time chart is not shown
+    listing = client.get("/ui/searches").text
+    assert "heterogeneous (cost)" in listing
 
     trial = client.get(f"/ui/trials/{best['trial_id']}")
     assert trial.status_code == 200 and 'data-testid="plan-stages"' in trial.text
