@@ -120,3 +120,39 @@ def test_the_loop_completes_a_search_when_its_front_is_exhausted(
     assert len(trials) == len(walk) < 50  # every plan of the front once, then no more rounds
     assert [r.state for r in rounds] == ["completed"] * len(rounds) and len(rounds) == -(-len(walk) // 2)
     assert "retraining" not in steps
+
+
+def test_the_runner_takes_the_workers_options_and_reports_a_failed_run_as_a_failure(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from types import SimpleNamespace
+
+    from runtime.heterogeneous import HeterogeneousRun
+    from runtime.worker.plan_heterogeneous import HeterogeneousPlan, measure_config, run
+
+    kind = plan_kind("heterogeneous")
+    assert kind is not None
+    model, cluster = zoo.model("CTRDNN"), zoo.cluster("HeterPS-2GPU")
+    options = kind.validate(
+        {"throughput_limit": 1e5, "epochs": 3}, objective="cost", model=model, cluster=cluster
+    )
+    doc = (
+        kind.plan_round(model, cluster, options, RoundAsk(index=1, k=1, seed=0, tried=())).drafts[0].strategy
+    )
+    worker = {"pool": "testbed", "iterations": 5, "warmup": 2, "timeout_s": 30.0, "compute": "replay",
+              "heterogeneous_testbed": False}  # fmt: skip
+    config = measure_config(HeterogeneousPlan.model_validate(doc), worker)
+    assert (config.iterations, config.warmup, config.timeout_s, config.testbed) == (5, 2, 30.0, False)
+    assert config.workload.batch_size == 2048 and config.workload.throughput_limit == 1e5
+    assert config.workload.samples == 3e9  # the money is for every epoch
+    seen = []
+
+    def failing(*args: object, config: object) -> HeterogeneousRun:
+        seen.append(config)
+        return HeterogeneousRun(status="failed", reason="stage 1 group 0 failed (exit 1): boom")
+
+    monkeypatch.setattr("runtime.heterogeneous.measure_plan", failing)
+    m = run(doc, SimpleNamespace(model=model, cluster=cluster, options=worker))  # type: ignore[arg-type]
+    assert not m.ok and m.failure == "stage 1 group 0 failed (exit 1): boom"
+    assert m.environment["throughput_limit"] == 1e5 and m.environment["shaped"] is False
+    assert seen == [config]
