@@ -89,7 +89,7 @@ def heterps_zoo(zoo_dir: Path) -> Path:
 
 def run_queued(client: TestClient, headers: dict[str, str]) -> list[int]:
     """Claim every queued trial through the API, run it through the worker's dispatch, report it."""
-    done = []
+    done: list[int] = []
     while True:
         r = client.post(
             f"{API}/workers/claim", json={"clusters": ["HeterPS-2GPU"], "worker": "w"}, headers=headers
