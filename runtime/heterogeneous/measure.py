@@ -50,6 +50,7 @@ from __future__ import annotations
 import contextlib
 import json
 import math
+import select
 import statistics
 import subprocess
 import sys
@@ -378,12 +379,20 @@ def _run(
         procs[node] = net.spawn(node, argv, **kw)
     groups = [int(s["node"]) for s in specs if s["role"] == "group"]  # type: ignore[call-overload]
     deadline = time.monotonic() + cfg.timeout_s
-    for node in groups:
-        p = procs[node]
-        assert p.stdout is not None
-        line = p.stdout.readline()
-        if not line:
-            return {}, _why(specs, node, p)
+    waiting = set(groups)
+    while waiting:  # every group connected to its peers and servers; fail fast if a process dies
+        outs = {n: procs[n].stdout for n in waiting}
+        ready, _, _ = select.select([o for o in outs.values() if o is not None], [], [], 0.2)
+        for node, out in outs.items():
+            if out is not None and out in ready:
+                if not out.readline():
+                    return {}, _why(specs, node, procs[node])
+                waiting.discard(node)
+        for node, p in procs.items():
+            if p.poll() is not None and (node not in groups or node in waiting):
+                return {}, _why(specs, node, p)
+        if time.monotonic() > deadline:
+            return {}, f"timeout: {_name(specs, min(waiting))} did not connect within {cfg.timeout_s:g} s"
     for node in groups:  # release every group at once
         stdin = procs[node].stdin
         assert stdin is not None
@@ -397,10 +406,10 @@ def _run(
             p.wait(timeout=max(1.0, deadline - time.monotonic()))
         except subprocess.TimeoutExpired:
             return {}, f"timeout: {_name(specs, node)} did not finish within {cfg.timeout_s:g} s"
-        out = p.stdout.read().decode().strip().splitlines()
-        if p.returncode != 0 or not out:
+        lines = p.stdout.read().decode().strip().splitlines()
+        if p.returncode != 0 or not lines:
             return {}, _why(specs, node, p)
-        records[node] = json.loads(out[-1])["records"]
+        records[node] = json.loads(lines[-1])["records"]
     return records, ""
 
 

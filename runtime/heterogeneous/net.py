@@ -28,8 +28,8 @@ import contextlib
 import os
 import secrets
 import signal
+import socket
 import subprocess
-import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from types import TracebackType
@@ -159,16 +159,16 @@ class NamespaceNet:
 class LoopbackNet:
     """Every node on 127.0.0.1 with its own port; nothing shaped (the fallback, not a testbed)."""
 
-    def __init__(self, nodes: Sequence[NodeSpec], base_port: int | None = None) -> None:
+    def __init__(self, nodes: Sequence[NodeSpec]) -> None:
         self.nodes = tuple(nodes)
-        self.base_port = base_port if base_port is not None else 20000 + secrets.randbelow(30000)
+        self.ports = [_free_port() for _ in nodes]  # the kernel's free ports (a short race until bound)
         self._procs: list[subprocess.Popen[bytes]] = []
 
     def address(self, node: int, net: str) -> tuple[str, int]:
-        return ("127.0.0.1", self.base_port + node)
+        return ("127.0.0.1", self.ports[node])
 
     def listen(self, node: int) -> tuple[str, int]:
-        return ("127.0.0.1", self.base_port + node)
+        return ("127.0.0.1", self.ports[node])
 
     @property
     def environment(self) -> dict[str, object]:
@@ -201,5 +201,7 @@ def _kill(procs: list[subprocess.Popen[bytes]]) -> None:
     procs.clear()
 
 
-def python() -> str:
-    return sys.executable
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
