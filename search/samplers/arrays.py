@@ -321,6 +321,7 @@ class ChoiceArrays:
             strategy=np.repeat(np.arange(self.size), counts),
             staleness=np.zeros(len(self.variable), dtype=np.int64),
             geo=geo,
+            checked=self.entry is None,  # sampler rows (with entries) are in range by construction
             **{k: getattr(self, k) for k in COLUMNS},
         )
 

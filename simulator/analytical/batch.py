@@ -113,11 +113,14 @@ def make_batch(
     compressor: np.ndarray,
     rank: np.ndarray,
     geo: ShardGeometry | None = None,
+    checked: bool = True,
 ) -> StrategyBatch:
     """Build a batch from per-row choices (all shape (T,), rows grouped by strategy 0..N-1).
 
     ``geo``: the rows' ``ShardGeometry`` when the caller has it already (a sampler looks its
     shards up in a table of ``shard_geometry`` results); computed from the choices when None.
+    ``checked=False`` skips the range checks below: only for rows that are in range by
+    construction (``search.samplers.arrays``' draws, whose strategies its tests decode and check).
 
     Derives the collective op of each row (all-gather for sparse variables, else the row's
     all-reduce algorithm) and numbers the distinct collective calls (strategy, unit key, op).
@@ -150,7 +153,8 @@ def make_batch(
         ).items()
     }
     is_ps = np.asarray(is_ps, dtype=bool)
-    _check_rows(ma, ca, len(strategy), is_ps, ints, np.asarray(local_replication))
+    if checked:
+        _check_rows(ma, ca, len(strategy), is_ps, ints, np.asarray(local_replication))
     variable, axis, num_shards, shard_index = (
         ints[k] for k in ("variable", "axis", "num_shards", "shard_index")
     )

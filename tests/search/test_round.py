@@ -3,6 +3,7 @@ against their scalar / object references."""
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
@@ -106,6 +107,22 @@ def test_array_memory_rule_is_the_memory_model(model: ModelSpec, cluster: Cluste
     expected = np.array([mm.check(s).ok for s in objects])
     assert 0 < expected.sum() < len(expected)  # both verdicts occur
     assert np.array_equal(fits, expected)
+
+
+def test_sampler_batches_equal_the_checked_computed_ones(model: ModelSpec, cluster: ClusterSpec) -> None:
+    """A sampler's batch (shard sizes from its entry table, range checks skipped) equals the batch
+    make_batch builds from the same choices with the checks and shard_geometry (entry dropped)."""
+    space = Space(model, cluster, SpaceConfig(compressors=("none", "fp16", "powersgd")))
+    arrays = ArraySampler(space, 3, None, chunk=50).sample_arrays(50)
+    assert arrays.entry is not None
+    fast = arrays.batch(space)
+    slow = dataclasses.replace(arrays, entry=None).batch(space)
+    for f in dataclasses.fields(fast):
+        if f.name == "geo":
+            for g in dataclasses.fields(fast.geo):
+                assert np.array_equal(getattr(fast.geo, g.name), getattr(slow.geo, g.name)), g.name
+        else:
+            assert np.array_equal(getattr(fast, f.name), getattr(slow, f.name)), f.name
 
 
 def test_materialised_strategies_are_the_decoded_ones(model: ModelSpec, cluster: ClusterSpec) -> None:
