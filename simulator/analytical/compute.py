@@ -15,7 +15,8 @@ written once per step; K: kernels launched; peak: the device's TFLOPS for the la
 tensor cores (gemm, conv, attention; fp32 / tf32 / fp16 / bf16) or on the vector units (norm,
 element-wise, embedding: the FP32 rate); BW: memory bandwidth; launch: the device's per-kernel
 host cost; eff: ``OpEfficiency`` per op class and pass (``layer_class``: a parameter-free
-attention core is "attention", a 1x1 convolution "gemm", else ``op_class`` of the kind; the
+attention core is "attention", a 1x1 convolution "gemm", else ``op_class`` of the kind; a
+multi-head attention module's projection FLOPs take the gemm share, its core the attention's; the
 backward pass takes ``OpEfficiency.backward`` when set), eff_mem its share for the layer's
 ``memory_key`` (batch norm, other norms, embeddings, the rest). N: bytes written into tensors of
 at least ``FRESH_TENSOR_BYTES`` the step allocates anew (outputs, input and parameter gradients),
@@ -200,7 +201,8 @@ class LayerWork:
     include parameter traffic; fresh: bytes written into tensors of at least
     ``FRESH_TENSOR_BYTES`` the step allocates anew (outputs, input and parameter gradients).
     matrix (L,) bool: on tensor cores; dtype (L,) compute dtype names; op_class (L,) class names;
-    memory_key (L,) bandwidth-share names.
+    memory_key (L,) bandwidth-share names; gemm_part (L,) the share of an attention layer's
+    FLOPs that are its projections' plain GEMMs (``_projection_part``), 0 for every other layer.
     """
 
     flops: np.ndarray
@@ -211,6 +213,7 @@ class LayerWork:
     dtype: tuple[str, ...]
     op_class: tuple[OpClass, ...]
     memory_key: tuple[MemoryKey, ...]
+    gemm_part: np.ndarray
 
 
 @dataclass(frozen=True, eq=False)
@@ -270,6 +273,7 @@ def _layer_work(model: ModelSpec, batch: int, override: str | None) -> LayerWork
     nbytes = np.zeros((2, n))
     kernels = np.zeros((2, n))
     fresh = np.zeros((2, n))
+    gemm_part = np.zeros(n)
     matrix = np.zeros(n, dtype=bool)
     traced = DTYPE_BYTES[_param_dtype(model)]
     by_name = {layer.name: layer for layer in model.layers}
@@ -305,11 +309,30 @@ def _layer_work(model: ModelSpec, batch: int, override: str | None) -> LayerWork
             nbytes[:, i] = (act * batch + params, act * batch + 2 * params)
             kernels[:, i] = (k_fwd, k_fwd)
         fresh[:, i] = _fresh_bytes(layer, cls, by_name, batch, scale)
+        gemm_part[i] = _projection_part(layer, traced) if cls == "attention" else 0.0
         matrix[i] = cls in MATRIX_CLASSES
         dtypes.append(dt)
         classes.append(cls)
         keys.append(memory_key(layer, cls))
-    return LayerWork(flops, nbytes, kernels, fresh, matrix, tuple(dtypes), tuple(classes), tuple(keys))
+    return LayerWork(
+        flops, nbytes, kernels, fresh, matrix, tuple(dtypes), tuple(classes), tuple(keys), gemm_part
+    )
+
+
+def _projection_part(layer: Layer, elem: int) -> float:
+    """Share of an attention layer's forward FLOPs in its input/output projections (plain GEMMs).
+
+    A multi-head attention module owns its projection weights (in_proj (3E, E), out_proj (E, E)):
+    tokens per sample T = activation_bytes / (elem·E), projections 2·T·(weights' elements); the
+    rest (QK^T, AV) is the attention core. A parameter-free core has none (0).
+    """
+    mats = [v for v in layer.variables if len(v.shape) == 2]
+    if not mats or layer.fwd_flops <= 0:
+        return 0.0
+    width = mats[-1].shape[0]
+    tokens = layer.activation_bytes / (elem * width)
+    proj = 2.0 * tokens * sum(v.numel for v in mats)
+    return min(1.0, proj / layer.fwd_flops)
 
 
 def _fresh_bytes(
@@ -406,10 +429,11 @@ def roofline(work: LayerWork, device: DeviceType, params: CostParams) -> np.ndar
     t = np.zeros_like(work.flops)
     for p in (0, 1):
         eff = params.op_efficiency.pass_(p)
+        # An attention layer's projections run at the GEMM share, its core at the attention share.
         ceiling = np.array(
             [
-                peak_flops(device, dt, bool(m)) * eff.of(c)
-                for dt, m, c in zip(work.dtype, work.matrix, work.op_class, strict=True)
+                peak_flops(device, dt, bool(m)) / (g / eff.gemm + (1.0 - g) / eff.of(c))
+                for dt, m, c, g in zip(work.dtype, work.matrix, work.op_class, work.gemm_part, strict=True)
             ]
         )
         bw = device.memory_bw_gbs * 1e9 * np.array([eff.memory_of(k) for k in work.memory_key])

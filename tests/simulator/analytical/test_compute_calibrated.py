@@ -107,3 +107,28 @@ def test_every_micro_layer_is_its_class() -> None:
         last = len(spec.layers) - 1
         cls = work.op_class[last]
         assert (cls if key in ("gemm", "conv", "attention") else work.memory_key[last]) == key
+
+
+def test_attention_projections_take_the_gemm_share_and_the_core_the_attention_share() -> None:
+    e, tokens = 64, 10
+    proj = 2.0 * tokens * (3 * e * e + e * e)  # in_proj (3E, E) and out_proj (E, E) per token
+    core = 4.0 * tokens * tokens * e  # QK^T and AV
+    mha = Layer(
+        name="mha",
+        kind="multiheadattention",
+        fwd_flops=proj + core,
+        activation_bytes=4.0 * tokens * e,
+        variables=(
+            Variable(name="in.w", shape=(3 * e, e)),
+            Variable(name="in.b", shape=(3 * e,)),
+            Variable(name="out.w", shape=(e, e)),
+            Variable(name="out.b", shape=(e,)),
+        ),
+        fwd_bytes=0.0,
+        fwd_kernels=0,
+    )
+    model = ModelSpec(name="m", batch_size=1, layers=(mha,))
+    assert c.layer_work(model, 1).gemm_part[0] == pytest.approx(proj / (proj + core))
+    eff = OpEfficiency(gemm=0.5, conv=1.0, attention=0.1, vector=1.0, memory=1.0, norm=1.0)
+    t = c.layer_times(model, CPU, 1, CostParams(op_efficiency=eff))
+    assert t.fwd[0] == pytest.approx(proj / (1e11 * 0.5) + core / (1e11 * 0.1))
