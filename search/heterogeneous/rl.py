@@ -195,6 +195,7 @@ class RLScheduler(Scheduler):
         baseline = np.zeros(cfg.policies)
         stale = 0
         rounds = 0
+        last = start
         for rounds in range(1, cfg.rounds + 1):
             actions, logp, entropy = bank.rollout(feats, cfg.plans_per_round, gen)
             plans = [[tuple(row) for row in pol] for pol in actions.tolist()]
@@ -218,8 +219,11 @@ class RLScheduler(Scheduler):
             loss.backward()
             opt.step()
             baseline = (1 - cfg.gamma) * baseline + cfg.gamma * reward.mean(1)  # Algorithm 1, line 8
-            if stale >= cfg.patience or time.perf_counter() - start > cfg.time_limit:
+            now = time.perf_counter()
+            # stop before a round like the last one would run past the limit
+            if stale >= cfg.patience or now - start + (now - last) > cfg.time_limit:
                 break
+            last = now
         with torch.no_grad():
             greedy, _, _ = bank.rollout(feats, 1, gen, greedy=True)
         for row in greedy[:, 0].tolist():
