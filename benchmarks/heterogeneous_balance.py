@@ -20,6 +20,19 @@
    interleaved repeat by repeat; per repeat the speed-up is even / balanced median step; printed:
    the median over repeats with a 95 % bootstrap interval, and the prediction's error.
 
+Precision. Whale §5.2 names none for its 1.3-1.4x (8 V100 + 8 P100, 50 Gbit/s, TensorFlow 1.12);
+its Algorithm 1 balances by single-precision FLOP/s (DF_i, §3.3), and AMP appears only as an
+optional optimization (§4), stated as enabled for M6-MoE alone (§5.3.2). The figures fit FP32:
+with equal counts of two types the best speed-up of any shares over the even split is
+(1 + r) / 2, r = the slower type's compute time / the faster's; 1.3-1.4x means r = 1.6-1.8, the
+FP32 ratio (15.7 / 9.3 = 1.69 by peaks), and the V100 utilization gain it reports (1.39-1.96x) is
+about r. With tensor cores r would be 3-4 (this compute model: 3.0 ResNet50, 3.9 BERT-large) and the
+bound 2-2.4x. FP32 rows are the paper's setting; float16 rows (mixed precision: V100 tensor cores,
+none on P100) are labelled as such. The compute model's FP32 r is 1.55 (ResNet50) and 1.61
+(BERT-large), below the peak ratio because bandwidth-bound layers scale with 900 / 732 GB/s, so
+its FP32 bound is 1.27x / 1.30x before any communication ("BOUND" below); the executor all-reduces
+after the backward (no overlap), which lowers it further where the sync is large (BERT-large).
+
 Device figures are the published ones (docs/architecture.md): V100-SXM2-32GB 15.7 FP32 / 125 FP16 TFLOPS,
 900 GB/s; P100-PCIe-16GB 9.3 / 18.7 TFLOPS, 732 GB/s (cloud P100s are PCIe cards); A100-40GB
 19.5 / 312, 1555 GB/s; T4 8.1 / 65, 320 GB/s.
