@@ -2,21 +2,23 @@
 
     python benchmarks/compute_model.py [--batch 2] [--repeats 3] [--budget-s 20] [--models A,B]
 
-1. Calibrates a DeviceType for this machine with micro-benchmarks (``calibrate_device``):
-   the best matmul throughput over 256/512/1024 squares (the FP32 peak), a Linear(1024, 1024)
-   forward + backward on 512 rows (its share of the peak is the gemm efficiency), 3x3 convolution
-   throughput (the conv efficiency), batched 128x64x128 products (the
-   attention efficiency), memory bandwidth from copying a 64 MB tensor into another (read +
-   write), batch norm + ReLU's attained share of it (the norm efficiency) and the per-kernel
-   overhead from a chain of one-element ops run forward and backward (dispatch + autograd: the
-   "launch" cost on a CPU).
+1. Calibrates a DeviceType and per-pass op-class shares for this machine at start-up
+   (``simulator.profile.calibrate.calibrate_device``: matmul and convolution throughput, memory-
+   copy and first-touch bandwidth, per-op overhead, one micro-layer per roofline class; no zoo
+   model is used) and prints the micro-layers' times and shares.
 2. For every zoo model whose predicted step fits ``--budget-s``: predicts fwd+bwd with
    ``simulator.analytical.compute.layer_times`` (the cost model's one compute function), then
    measures it: on the model's real implementation where it imports here (reference_models,
-   transformers), else on its layer replicas (``simulator.profile.replica``; torchvision does not
-   import beside torch 2.13). The ``measured on`` column says which.
+   transformers, torchvision), else on its layer replicas (``simulator.profile.replica``). The
+   ``measured on`` column says which. torchvision does not import beside the project's torch
+   2.13, so for real CNNs run it from a venv with torch 2.14.1, torchvision 0.29.1 and
+   transformers (DESIGN.md), with ``PYTHONPATH`` at the repository.
 3. Prints per model predicted / measured / log ratio, then median and max |log ratio| and the
-   Spearman rank correlation (scipy).
+   Spearman rank correlation (scipy): first with the micro-benchmarked device alone, then with
+   ``ModelScales.matrix`` (one factor on the gemm/conv/attention shares: the share of the
+   micro-layers' rates whole models reach) fitted leave-one-out, so every model's figure comes
+   from a fit that did not see it; with ``--fit-on A,B,...`` also fitted once on those
+   calibration models and reported on the held-out rest.
 
 Torch runs on one thread (``torch.set_num_threads(1)``) for stable timings on a shared machine,
 every time (micro-benchmarks and models) is the calling thread's CPU time
@@ -56,6 +58,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--models", default="", help="comma-separated zoo names (default: all)")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--max-param-gb", type=float, default=2.0, help="skip models with more parameters")
+    ap.add_argument(
+        "--fit-on",
+        default="",
+        help="comma-separated calibration models: fit ModelScales once on them and report the others",
+    )
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
@@ -126,6 +133,19 @@ def main(argv: list[str] | None = None) -> int:
     summary("micro-benchmarks + ModelScales fitted on the other models (leave-one-out)", held)
     whole = fit_scales(cal, samples)
     print(f"ModelScales fitted on all {len(rows)}: matrix {whole.matrix:.3f}, launch {whole.launch:.3f}")
+    fit_on = [n for n in args.fit_on.split(",") if n]
+    if fit_on:
+        chosen = [s for s in samples if s[0].name in fit_on]
+        scales = fit_scales(cal, chosen)
+        rest = [(name, m) for name, _, m, _ in rows if name not in fit_on]
+        print(
+            f"\nModelScales fitted on {', '.join(s[0].name for s in chosen)}: matrix {scales.matrix:.3f}; "
+            f"held out: {', '.join(name for name, _ in rest)}"
+        )
+        pairs = [(_predict(specs[name], args.batch, cal, scales), m) for name, m in rest]
+        for (name, m), (p, _) in zip(rest, pairs, strict=True):
+            print(f"{name:14s} {p:15.4f} {m:11.4f} {math.log(p / m):+9.3f}")
+        summary("micro-benchmarks + ModelScales fitted on the calibration set, held-out models", pairs)
     return 0
 
 
