@@ -18,7 +18,7 @@ dilated_scales``: links keep ``suggest_scale``'s rates, bytes / (scale / D), com
 and the per-call probe on the run's processes (``per_call_overhead_s``). Each repeat starts fresh
 processes and runs every fixed plan as one phase (warm-up step + ``--iterations``; the order
 rotates every repeat), then the online tuner from 1F1B (``iterations + 2`` measured steps, one
-evaluation every 2 steps); repeats are interleaved, so load drifts hit every plan alike. A plan's
+evaluation every 2 steps; every evaluation is printed: the steps it measured, each candidate's estimate); repeats are interleaved, so load drifts hit every plan alike. A plan's
 figure is the median of its pooled iteration times over the repeats with a 95 % bootstrap interval
 (``simulator.metrics.median_ci95``); a speed-up's interval is the 2.5-97.5 % range of the ratio
 of bootstrap medians. Predictions: ``prior`` = the cost model from the compute model and bytes /
@@ -206,6 +206,7 @@ def run_one(name: str, net: str, a: argparse.Namespace) -> None:
     predicted_prof: list[list[float]] = [[] for _ in runs]
     overhead: list[dict[str, float]] = []
     switches: list[str] = []
+    evaluations: list[str] = []
     failures: list[str] = []
     t_start = time.monotonic()
     with Testbed(cl, scale=ex.link_scale) as tb:
@@ -239,11 +240,21 @@ def run_one(name: str, net: str, a: argparse.Namespace) -> None:
                     failures.append(f"adaptive: {tm.failure}")
                     continue
                 tuned.extend(tm.iteration_times)
-                switches += [
-                    f"  repeat {rep} step {e['step']}: -> {label(plans[e['switch_to']])}: {e['reason']}"
-                    for e in tr.tuner_log
-                    if "switch_to" in e
-                ]
+                for e in tr.tuner_log:
+                    if "switch_to" in e:
+                        switches.append(
+                            f"  repeat {rep} step {e['step']}: -> {label(plans[e['switch_to']])}: {e['reason']}"
+                        )
+                    if e.get("measured_s"):  # the tuner's view: measured steps vs predictions (undilated)
+                        pred = ", ".join(
+                            f"{label(plans[int(i)]).split(' ', 1)[1]} {1000 * t / d:.0f}"
+                            for i, t in e["predicted_s"].items()
+                        )
+                        ran = " ".join(f"{1000 * t / d:.0f}" for t in e["measured_s"])
+                        evaluations.append(
+                            f"  repeat {rep} step {e['step']}: ran {label(plans[e['current']])} "
+                            f"[{ran}] ms; predicted {pred} ms"
+                        )
         finally:
             if bg:
                 bg.__exit__(None, None, None)
@@ -279,6 +290,10 @@ def run_one(name: str, net: str, a: argparse.Namespace) -> None:
         cell = f"{1000 * statistics.median(tuned):.0f} [{1000 * lo:.0f}, {1000 * hi:.0f}]"
         print(f"{'adaptive (tuner, from 1F1B)':<30} {'':>6} {cell:>24}")
     print("\n".join(switches) if switches else "  (the tuner made no switch)")
+    print(
+        "tuner evaluations (the interval's measured steps of the plan that ran; each candidate's estimate):"
+    )
+    print("\n".join(evaluations))
     for line in failures:
         print("  FAILED", line)
     n_curve = len(plans)

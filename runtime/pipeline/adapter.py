@@ -32,7 +32,7 @@ from torch.distributed.pipelining import schedules as _schedules
 from simulator.pipeline.schedule import Schedule
 
 TORCH_MINOR = "2.13"
-_REQUIRED = ("_PipelineScheduleRuntime", "_Action", "_ComputationType", "REDUCE_GRAD")
+_REQUIRED = ("_PipelineScheduleRuntime", "_Action", "_ComputationType", "REDUCE_GRAD", "_wait_batch_p2p")
 
 
 class PipeliningApiMoved(RuntimeError):
@@ -61,7 +61,10 @@ class EventLog:
 
     kinds: 'F', 'B' (compute only; a wait for the input ended at ``start``), 'SEND_F'/'SEND_B'/
     'RECV_F'/'RECV_B' (when the operation was built, just before it is posted; start == end up to
-    the call's own cost), 'REDUCE' (gradient scaling + data-parallel sync).
+    the call's own cost), 'WAIT_F'/'WAIT_B' (the runtime's wait for the receive that F / B of that
+    micro-batch consumes, logged just before the compute: ``end - start`` is how long the stage
+    blocked on that input, ~0 when it had already arrived), 'REDUCE' (gradient scaling +
+    data-parallel sync).
     """
 
     events: list[tuple[str, int, float, float]] = field(default_factory=list)
@@ -94,10 +97,38 @@ def make_stage(
     return st
 
 
+# The last receive wait of this process (start, end), consumed by the next F / B (one process runs
+# one stage, single-threaded: the runtime waits for a compute's receive right before the compute).
+_pending_wait: list[tuple[float, float]] = []
+
+
+def _install_wait_probe() -> None:
+    """Time torch's ``_wait_batch_p2p`` (the runtime's wait for posted p2p work; module-global in 2.13).
+
+    The runtime calls it for a compute's receive immediately before ``forward_one_chunk`` /
+    ``backward_one_chunk`` and for the outstanding sends at the end of ``step``; the timed F / B
+    wrapper turns the pending span into a 'WAIT_F' / 'WAIT_B' event. Idempotent.
+    """
+    inner = _schedules._wait_batch_p2p
+    if getattr(inner, "_strategist_timed", False):
+        return
+
+    def timed_wait(work: list[dist.Work]) -> None:
+        t0 = time.monotonic()
+        inner(work)
+        _pending_wait[:] = [(t0, time.monotonic())]
+
+    timed_wait._strategist_timed = True  # type: ignore[attr-defined]
+    _schedules._wait_batch_p2p = timed_wait
+
+
 def _time_method(obj: Any, name: str, kind: str, log: EventLog) -> None:
     inner = getattr(obj, name)
 
     def timed(mb: int, *args: Any, **kwargs: Any) -> Any:
+        if kind in ("F", "B") and _pending_wait:
+            w0, w1 = _pending_wait.pop()
+            log.add("WAIT_" + kind, mb, w0, w1)
         t0 = time.monotonic()
         out = inner(mb, *args, **kwargs)
         log.add(kind, mb, t0, time.monotonic())
@@ -122,6 +153,7 @@ class ScheduleRunner:
         log: EventLog,
     ) -> None:
         check_api()
+        _install_wait_probe()
         self.stage_index = stage.stage_index
         self._runtime = _schedules._PipelineScheduleRuntime(
             [stage], schedule.num_micro_batches, loss_fn=loss_fn, scale_grads=False
@@ -143,4 +175,5 @@ class ScheduleRunner:
     def step(self, inputs: torch.Tensor | None, target: torch.Tensor | None, losses: list[Any]) -> None:
         """One training step: the first stage passes the replica's batch, the last its target."""
         args = (inputs,) if inputs is not None else ()
+        _pending_wait.clear()  # the previous step's send waits belong to no compute
         self._runtime.step(*args, target=target, losses=losses, return_outputs=False)

@@ -1,18 +1,26 @@
 """End-to-end cross-stage transfer times and per-stage compute profiled from a run's event logs.
 
 Ada-Grouper §4.3 measures "the cross-stage communication time directly" rather than bandwidth.
-Here a transfer sample is taken at the receiver: when a compute action (F on stage s > 0, B on
-stage s < P-1) had to wait for its input — it started more than ``min_wait_s`` after the stage's
-previous logged action ended — the input arrived just before the compute started, so
-``compute start - max(send post on the neighbour, own receive post, arrival of the previous
-message on the link)`` is the end-to-end time of that transfer: the event simulation adds the wait
-for a late post and the queueing behind earlier messages itself, so neither is counted twice (until
-2026-11-23 the queueing was in the sample too: with k messages posted back to back a kFkB sample
-held up to k transfers and the simulation serialised them again, predicting k = 4 2-5x too slow).
-A previous message's arrival is the start of the compute that consumed it when that compute
-waited, else its own posting time (a lower bound). Inputs that were already there when the
-stage asked tell only an upper bound and are not sampled. Every process of a host reads the same
+Here a transfer sample is taken at the receiver: when the runtime's wait for the input of a
+compute action (F on stage s > 0, B on stage s < P-1; the ``WAIT_F`` / ``WAIT_B`` events of
+``runtime.pipeline.adapter``) blocked for more than ``min_wait_s``, the input arrived when that
+wait returned, so ``wait end - max(send post on the neighbour, own receive post, arrival of the
+previous message on the link)`` is the end-to-end time of that transfer: the event simulation adds
+the wait for a late post and the queueing behind earlier messages itself, so neither is counted
+twice (until 2026-11-23 the queueing was in the sample too: with k messages posted back to back a
+kFkB sample held up to k transfers and the simulation serialised them again, predicting k = 4 2-5x
+too slow). A previous message's arrival is the end of the wait that consumed it when that wait
+blocked, else its own posting time (a lower bound). Inputs that were already there when the stage
+asked tell only an upper bound and are not sampled. Every process of a host reads the same
 ``time.monotonic()`` clock (network namespaces share it), so the two ends' times compare.
+
+Logs without wait events (older records, hand-made tests) fall back to the gap rule used until
+2026-11-25: a compute "waited" when it started more than ``min_wait_s`` after the stage's previous
+action ended, and the input arrived at the compute's start. On the shared host that rule took a
+process's own descheduling (tens of ms between two actions while the input had long arrived) for
+a transfer, and the simulation charged it to every message of the link: k=4 b=1 U-Net under
+preemption at D = 8, load ~13, profiled 2053 ms by the gap rule, 862 ms by the wait rule, 976 /
+887 ms measured (``runtime.pipeline.tuner``'s docstring; issue 17).
 
 Compute samples are the F / B event durations per stage (the paper profiles them once; devices are
 not preempted). Samples feed a ``simulator.pipeline.cost.TransferWindow`` (moving average).
@@ -61,8 +69,12 @@ def profile_records(records: Mapping[int, Mapping[str, Any]], min_wait_s: float 
     for (d, s), rec in sorted(by_pos.items()):
         seen: dict[tuple[str, int], int] = defaultdict(int)
         prev_end = None
+        wait: tuple[float, float] | None = None  # the runtime's wait for the next compute's input
         link_free: dict[str, float] = {}  # per direction: when the previous message had arrived (estimate)
         for kind, mb, t0, t1 in rec["events"]:
+            if kind in ("WAIT_F", "WAIT_B"):
+                wait = (t0, t1)
+                continue
             if kind in ("F", "B"):
                 (fwd if kind == "F" else bwd)[s].append(t1 - t0)
                 nth = seen[(kind, mb)]
@@ -76,11 +88,15 @@ def profile_records(records: Mapping[int, Mapping[str, Any]], min_wait_s: float 
                         # the transfer starts once both ends posted and the link delivered the
                         # previous message: queueing is the event simulation's, not the sample's
                         start = max(posted, link_free.get(kind, posted))
-                        waited = prev_end is not None and t0 - prev_end > min_wait_s
-                        if waited and start <= t0:
-                            transfers[(src, s)].append(t0 - start)
-                        # arrival: at t0 when the compute waited for it, else known only to be >= posted
-                        link_free[kind] = t0 if waited else min(posted, t0)
+                        if wait is not None:  # the runtime's own wait: blocked, and until when
+                            waited, arrived = wait[1] - wait[0] > min_wait_s, wait[1]
+                        else:  # older logs: the gap before the compute
+                            waited, arrived = prev_end is not None and t0 - prev_end > min_wait_s, t0
+                        if waited and start <= arrived:
+                            transfers[(src, s)].append(arrived - start)
+                        # arrival: when the wait ended if it blocked, else known only to be >= posted
+                        link_free[kind] = arrived if waited else min(posted, arrived)
+            wait = None
             prev_end = None if kind == "REDUCE" else t1
     return Profile(
         dict(transfers),

@@ -14,12 +14,33 @@ The estimate for candidate c (a decision where the paper is vague; it profiles e
   this is only approximate, which is why measured samples win as soon as they exist); links with no
   sample at all use 0, i.e. no delay was observed;
 - pipeline length of c's action lists by event simulation (``simulator.pipeline.cost``);
-- plus a per-micro-batch overhead calibrated on the current plan: when the measured step time
-  (median over the interval of the slowest process) exceeds the simulated length of the current
-  plan, the excess divided by the current plan's micro-batches per replica is charged to every
-  micro-batch of every candidate. Per-message costs (runtime, p2p calls, kernel launches) scale
-  with the number of micro-batches, not with b, and without this term small-b candidates look
-  cheaper than they are.
+- plus the plan's *residual*: what its measured steps took beyond its simulated length (the
+  runtime's per-action cost, host scheduling, anything the event simulation does not model). The
+  paper profiles every plan individually (§5.2); here each candidate's residual is measured while
+  it runs: at every evaluation, median step time of the interval (slowest process) minus the
+  simulated length from the then-current profiles, and a candidate's estimate adds the median of
+  its own residuals. A candidate that has not run yet is charged the current plan's residual per
+  micro-batch (clipped at 0) times its own micro-batch count: per-message costs scale with the
+  number of micro-batches, not with b, and without this prior small-b candidates look cheaper
+  than they are. (Until 2026-11-25 every candidate was charged the *current* plan's residual
+  per micro-batch, so the current plan's estimate was always its measured step while the others
+  were model figures plus someone else's residual: after a switch to k=4 b=1 its 32 micro-batches
+  carried one interval's residual and 1F1B was re-chosen, and back on 1F1B the small residual of
+  8 micro-batches favoured k=4 again.)
+
+Why the tuner switched back to 1F1B under preemption (2026-11-23 runs; diagnosed 2026-11-25 with
+``tuner_log``'s ``measured_s`` and the profile of fixed runs): not the moving-average window and
+not the linear scaling to b, but the transfer samples (``runtime.pipeline.profile``): a compute
+counted as "waited for its input" whenever it started > 1 ms after the stage's previous action,
+and on the loaded host a process descheduled for tens of ms made such gaps while its input had
+long arrived; the sample then held the whole gap, and the simulation charged it to every message
+of that link (k=4 b=1 U-Net, preempted, D=8, load ~13: profiled 2053 ms against 976 / 887
+measured). Samples now come from the runtime's own wait for the receive (``WAIT_F`` / ``WAIT_B``
+events, ``runtime.pipeline.adapter``): 862 ms profiled for the same run, and the tuner kept k=4.
+
+Each evaluation's log entry holds ``predicted_s`` (every candidate, with its residual),
+``model_s`` (the simulated lengths alone), ``measured_s`` (the interval's step times of the plan
+that ran) and ``residual_s`` (per candidate that has run).
 
 The first step a process runs with a plan (torch's runtime sets itself up lazily in it: buffers,
 shapes) is left out of what the tuner observes, as the fixed phases' warm-up step is left out of
@@ -72,7 +93,9 @@ class AutoTuner:
     log: list[dict[str, Any]] = field(default_factory=list)
     _windows: dict[int, TransferWindow] = field(default_factory=dict)  # by micro-batch size
     _compute: dict[int, tuple[list[float], list[float]]] = field(default_factory=dict)
-    _overhead_per_mb: float = 0.0
+    _overhead_per_mb: float = 0.0  # the latest residual per micro-batch of the plan that ran (>= 0)
+    _residuals: dict[int, list[float]] = field(default_factory=dict)  # by candidate: measured - model
+    _measured: list[float] = field(default_factory=list)  # the latest interval's step times
 
     def __post_init__(self) -> None:
         if not self.candidates:
@@ -88,18 +111,27 @@ class AutoTuner:
         profile.feed(window)
         if any(profile.fwd):
             self._compute[b] = (profile.fwd, profile.bwd)
+        self._measured = list(step_seconds or [])
         if step_seconds:
             model = self._length(self.current)
             if model is not None:
                 excess = statistics.median(step_seconds) - model
+                self._residuals.setdefault(self.current, []).append(excess)
                 self._overhead_per_mb = max(0.0, excess) / plan.replica_micro_batches(0)
+
+    def residual(self, index: int) -> float:
+        """Seconds added to candidate ``index``'s simulated length (its own, else the prior)."""
+        own = self._residuals.get(index)
+        if own:
+            return statistics.median(own)
+        return self._overhead_per_mb * self.candidates[index].replica_micro_batches(0)
 
     def estimate(self, index: int) -> float | None:
         """Predicted step seconds of candidate ``index`` (None before any compute was measured)."""
         length = self._length(index)
         if length is None:
             return None
-        return length + self._overhead_per_mb * self.candidates[index].replica_micro_batches(0)
+        return length + self.residual(index)
 
     def _length(self, index: int) -> float | None:
         """The event-simulated step of candidate ``index`` from the profiles (no overhead term)."""
@@ -128,6 +160,9 @@ class AutoTuner:
             "step": step,
             "current": self.current,
             "predicted_s": {str(i): t for i, t in known.items()},
+            "model_s": {str(i): t - self.residual(i) for i, t in known.items()},
+            "measured_s": self._measured,
+            "residual_s": {str(i): statistics.median(r) for i, r in self._residuals.items() if r},
         }
         if self.current not in known:
             entry["reason"] = "no profile of the current plan yet"

@@ -67,3 +67,28 @@ def test_queueing_behind_the_previous_message_is_not_in_the_sample() -> None:
         1: {"replica": 0, "stage": 1, "events": s1, "steps": [[0, 0.5, 1.8]]},
     }
     assert profile_records(recs).transfers[(0, 1)] == pytest.approx([0.3, 0.4])
+
+
+def test_the_runtime_wait_decides_what_is_a_transfer_sample() -> None:
+    # stage 1 starts F0 at 1.3 after a 0.3 gap, but its wait for the input returned at once (the
+    # process was descheduled, the activation had arrived): no sample. F1's wait blocked from 1.5 to
+    # 1.8 (its F starts at 1.81): sample 1.8 - max(post 1.05, arrival of message 0 <= 1.0)... = 0.75
+    s0 = [["F", 0, 0.0, 0.9], ["SEND_F", 0, 0.9, 0.9], ["F", 1, 0.95, 1.05], ["SEND_F", 1, 1.05, 1.05]]
+    s1 = [
+        ["RECV_F", 0, 0.5, 0.5],
+        ["RECV_F", 1, 0.5, 0.5],
+        ["WAIT_F", 0, 1.2999, 1.3],
+        ["F", 0, 1.3, 1.5],
+        ["WAIT_F", 1, 1.5, 1.8],
+        ["F", 1, 1.81, 1.9],
+    ]
+    recs = {
+        0: {"replica": 0, "stage": 0, "events": s0, "steps": [[0, 0.0, 1.05]]},
+        1: {"replica": 0, "stage": 1, "events": s1, "steps": [[0, 0.5, 1.9]]},
+    }
+    assert profile_records(recs).transfers[(0, 1)] == pytest.approx([1.8 - 1.05])
+    # the same log without the wait events: the gap rule takes both (the 2026-11-23 behaviour)
+    old = {
+        r: {**v, "events": [e for e in v["events"] if not e[0].startswith("WAIT")]} for r, v in recs.items()
+    }
+    assert len(profile_records(old).transfers[(0, 1)]) == 2

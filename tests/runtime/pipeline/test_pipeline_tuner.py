@@ -66,6 +66,25 @@ def test_unmeasured_micro_batch_sizes_are_scaled_linearly() -> None:
     )
 
 
+def test_each_candidate_keeps_its_own_measured_residual() -> None:
+    cands = [plan(1, 2), plan(4, 1)]
+    t = AutoTuner(cands, current=0, config=TunerConfig(margin=0.0))
+    model0 = pipeline_length(cands[0], [2.0] * 4, [4.0] * 4, {k: 0.0 for k in profile(0.0).transfers})
+    t.observe(profile(transfer=0.0, fwd=2.0), [model0 + 0.4])  # 1F1B b=2: 0.4 s beyond its model
+    assert t.residual(0) == pytest.approx(0.4)
+    assert t.residual(1) == pytest.approx(0.4 / 4 * 8)  # prior: per micro-batch, 8 micro-batches
+    t.current = 1
+    model1 = pipeline_length(cands[1], [1.0] * 4, [2.0] * 4, {k: 0.0 for k in profile(0.0).transfers})
+    t.observe(profile(transfer=0.0, fwd=1.0), [model1 + 12.0, model1 + 12.2, model1 + 11.8])
+    assert t.residual(1) == pytest.approx(12.0)
+    assert t.residual(0) == pytest.approx(0.4)  # 1F1B keeps what it measured, not k=4's excess
+    t.decide(8)
+    entry = t.log[-1]
+    assert entry["measured_s"] == pytest.approx([model1 + 12.0, model1 + 12.2, model1 + 11.8])
+    assert entry["residual_s"] == {"0": pytest.approx(0.4), "1": pytest.approx(12.0)}
+    assert entry["switch_to"] == 0
+
+
 def test_bad_tuner_settings_name_the_field() -> None:
     with pytest.raises(ValueError, match="interval"):
         TunerConfig(interval=0)
