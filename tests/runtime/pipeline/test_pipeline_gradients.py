@@ -98,6 +98,11 @@ def check_against_reference(
             ).compute_order(rank % P)
         ]
         assert done == planned
+        # every input a compute consumes from a neighbour was waited for (timed) right before it
+        events = run.records[rank]["events"]
+        waits = [(kind[5:], mb) for kind, mb, _, _ in events if kind in ("WAIT_F", "WAIT_B")]
+        fed = [(k, mb) for k, mb in done if (k == "F" and rank % P > 0) or (k == "B" and rank % P < P - 1)]
+        assert waits == fed
         # what the process really held: activations stashed between a micro-batch's F and its B
         at = 0
         for p in plans:
