@@ -33,6 +33,21 @@ Links (both directions shaped, ``tc tbf``), per group of m units:
 - sync network (dense weights): ``link_gbps(t, t)`` per group (the servers' full NIC, the cost
   model's serial part 2W / b); the dense PS gets ``g_i x`` that, so it is not the bottleneck.
 
+**What the testbed found** (``benchmarks/results/heterogeneous_measured-2026-11-25.txt``): where
+a stage's time is its compute or its dense-weight synchronisation (the RL and all-GPU plans of
+CTRDNN, 2EMB, NCE), measured throughput is within 0.5-6 % of Formula 6. Two of the cost model's
+assumptions about activations between stages do not hold on full-duplex links, and each decides
+one AIBox plan (checked by changing one factor, ``--factor``):
+
+- the model charges the boundary 2 x cut bytes on the sending stage's link, forward and backward
+  added up; on a full-duplex NIC the activations leave while the gradients arrive. NCE's AIBox
+  CPU stage, which only sends activations, runs 1.6-1.8 x the predicted rate, and more when the
+  gradients are left out (1.86 x; so one direction sets its rate);
+- the model charges nothing to the *receiving* stage, yet its NICs must take the activations in
+  and send the gradients back. 2EMB's AIBox plan feeds 128 cores' activations into one V100
+  (a 3.1 Gbit/s NIC share): 0.62 x the prediction; with only the V100's NIC 4 x faster in the
+  emulation (the prediction does not change) it measures 1.0 x.
+
 **Scale and dilation** (as the executor's): bytes are divided by ``scale``, links by
 ``scale x dilation``, compute sleeps ``dilation`` times longer, and every reported time is divided
 by ``dilation``. None: chosen from the cost model so that an iteration takes about
