@@ -30,9 +30,11 @@ import secrets
 import signal
 import socket
 import subprocess
+import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from types import TracebackType
+from types import FrameType, TracebackType
+from typing import Any
 
 from runtime.testbed import netns
 from runtime.testbed.shaping import Shape, tc_commands
@@ -75,6 +77,7 @@ class NamespaceNet:
         self._created: list[str] = []
         self._built = False
         self._procs: list[subprocess.Popen[bytes]] = []
+        self._old_sigterm: Any = None
 
     def address(self, node: int, net: str) -> tuple[str, int]:
         if net not in self.nodes[node].rates:
@@ -99,6 +102,7 @@ class NamespaceNet:
             raise TestbedUnavailable(f"cannot build the emulated cluster: {reason}")
         cleanup_stale()
         atexit.register(self.close)
+        self._install_sigterm()
         try:
             self._build()
         except BaseException:
@@ -154,6 +158,21 @@ class NamespaceNet:
         self._created.clear()
         self._built = False
         atexit.unregister(self.close)
+        if self._old_sigterm is not None and threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGTERM, self._old_sigterm)
+            self._old_sigterm = None
+
+    def _install_sigterm(self) -> None:
+        """SIGTERM becomes SystemExit while the net is up, so ``with`` unwinds and tears down (as Testbed)."""
+        if threading.current_thread() is not threading.main_thread():
+            return
+        if signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
+            return
+
+        def _exit(signum: int, frame: FrameType | None) -> None:
+            raise SystemExit(128 + signum)
+
+        self._old_sigterm = signal.signal(signal.SIGTERM, _exit)
 
 
 class LoopbackNet:

@@ -8,6 +8,10 @@ assertion here depends on how fast the host is (the speed comparison is
 
 from __future__ import annotations
 
+import signal
+import subprocess
+import sys
+
 import pytest
 
 from runtime.heterogeneous import MeasureConfig, measure_plan
@@ -80,3 +84,24 @@ def test_one_direction_diagnostic_runs_without_gradients() -> None:
     run = measure_plan(MODEL, CLUSTER, two_stage(), None, config=cfg)
     assert run.ok, run.reason
     assert len(run.stages) == 2
+
+
+CHILD = """
+import sys, time
+from runtime.heterogeneous.net import NamespaceNet, NodeSpec
+with NamespaceNet([NodeSpec("a", {"data": 50.0, "sync": None}), NodeSpec("b", {"data": 50.0})]) as net:
+    print(net.id, flush=True)
+    time.sleep(60)
+"""
+
+
+@pytest.mark.netns
+@pytest.mark.skipif(netns.namespaces_usable() is not None, reason="network namespaces unavailable")
+def test_sigterm_tears_the_namespaces_down() -> None:
+    child = subprocess.Popen([sys.executable, "-c", CHILD], stdout=subprocess.PIPE, text=True)
+    assert child.stdout is not None
+    net_id = child.stdout.readline().strip()
+    assert net_id and [n for n in netns.list_namespaces() if net_id in n]
+    child.send_signal(signal.SIGTERM)
+    assert child.wait(timeout=30) != 0
+    assert not [n for n in netns.list_namespaces() if net_id in n]
