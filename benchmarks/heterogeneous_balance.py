@@ -141,8 +141,11 @@ def predicted_pipeline(
     )
 
 
-def memory_case(model: ModelSpec, cluster: ClusterSpec, params: CostParams, batches: range) -> None:
-    """The global batches where only Algorithm 1's shares fit; the first one in detail."""
+Shares = dict[str, tuple[int, ...]]
+
+
+def memory_case(model: ModelSpec, cluster: ClusterSpec, params: CostParams, batches: range) -> Shares | None:
+    """The global batches where only Algorithm 1's shares fit; the first one in detail (returned)."""
     mem = MemoryModel(model, cluster)
     devs = devices(cluster)
     slots = device_slots(model, cluster, devs, mem, batch=model.batch_size, params=params)
@@ -152,6 +155,7 @@ def memory_case(model: ModelSpec, cluster: ClusterSpec, params: CostParams, batc
         f"{slots[0].capacity / 1e9:.1f} / {slots[-1].capacity / 1e9:.1f} GB"
     )
     found = []
+    first: Shares | None = None
     for batch in batches:
         prof = replicate_profile(mem, 0, len(model.layers), batch)
         prop = proportional_shares(batch, [s.flops for s in slots])
@@ -165,6 +169,7 @@ def memory_case(model: ModelSpec, cluster: ClusterSpec, params: CostParams, batc
         found.append(batch)
         if len(found) > 1:
             continue
+        first = {"even": tuple(even), "proportional": tuple(prop), "Algorithm 1": tuple(bal.shares)}
         print(f"  global batch {batch}:")
         for label, shares in (("even", even), ("proportional", prop)):
             plan = data_parallel(model, cluster, devs, shares)
@@ -181,6 +186,7 @@ def memory_case(model: ModelSpec, cluster: ClusterSpec, params: CostParams, batc
         )
     span = f"{found[0]}..{found[-1]}" if found else "none"
     print(f"  global batches (step {batches.step}) where only Algorithm 1 fits: {len(found)} ({span})")
+    return first
 
 
 def measured_sync(run: object, dilation: float) -> float | None:
@@ -321,6 +327,22 @@ def measure(args: argparse.Namespace) -> None:
                     + " ".join(f"{d} {v * 1e3:.0f}/{cost.busy[d] * 1e3:.0f}" for d, v in busy.items())
                 )
             sys.stdout.flush()
+
+        print(
+            "\n-- Memory on the testbed: each device's ledger against its type's capacity (90 % usable, Adam) --"
+        )
+        f16 = CostParams(compute_dtype="float16")
+        case = memory_case(bert, cluster, f16, range(8, 513, 8))
+        for label, shares in (case or {}).items():
+            plan = data_parallel(bert, cluster, devs, list(shares))
+            run = measure_plan(
+                bert, cluster, plan, iterations=2, warmup=0, scale=scale, dilation=dilation,
+                memory_fraction=0.9, optimizer_state_factor=2.0, timeout_s=900, launcher=launcher,
+                compute_dtype="float16",
+            )  # fmt: skip
+            peak = max(run.peak_memory_bytes.values(), default=0.0) / 1e9
+            what = run.reason if run.status != "ok" else f"ran, fullest device {peak:.1f} GB"
+            print(f"  measured {label:<13} {shares_text(plan)}: {run.status}: {what}")
 
 
 def main() -> None:
