@@ -25,10 +25,17 @@ c_lb / c_am or uniform placement and groups), factor by factor:
   reach total / N); random: servers and groups uniform.
 
 Algorithm 1 is sequential within a strategy; it runs in lockstep over the chunk's strategies
-(step t places every strategy's t-th largest PS shard). Algorithm 2 jumps from group start to
-group start with one searchsorted per group over the chunk. Both give the same result as the
-scalar functions on the same shards and uniforms (tests/search/test_round_arrays.py), up to float
-rounding at exact ties of non-integer byte counts.
+(step t places every strategy's t-th largest PS shard; the shards of step t are one contiguous
+block, so a step reads and writes slices), with shard sizes pre-divided by the softmax unit
+(temperature x the strategy's mean PS shard) so that the logits need no division. Algorithm 2
+jumps from group start to group start with one searchsorted per group over the chunk. Both give
+the same result as the scalar functions on the same shards and uniforms (tests/search/test_round.py),
+up to float rounding: a draw can differ only where its uniform falls within rounding of a
+cumulative-weight boundary, or at exact ties of non-integer byte counts.
+
+Each row keeps its ``entry`` in the space's shard table, so the scorer's shard sizes are table
+lookups (``ChoiceArrays.batch``) and the memory check sums PS bytes only (a strategy's collective
+bytes are the model's bytes less its PS bytes).
 
 Reproducibility: chunk c of a sampler seeded s uses ``np.random.default_rng([s, c, 0x5A])``
 (``chunk`` strategies per chunk, whatever n is asked), so the same seed and chunk size give the
