@@ -2,6 +2,13 @@
 
 Run: python benchmarks/api_load.py [--clients 10,50,200] [--duration 30] [--api-workers 1]
          [--classes healthz,zoo,status,trials,create] [--server-cpus 0] [--client-cpus 1]
+         [--baseline DIR [--baseline-env KEY=VALUE ...]]
+
+Before and after in the same run conditions: ``--baseline DIR`` (a checkout of the code to compare
+with, e.g. ``git worktree add /tmp/base <commit>``) serves that checkout too, on its own database,
+and runs every cell on it and then on this checkout, one right after the other, so both see the
+same host load; the table gives both rows per cell. ``--baseline-env`` adds environment variables
+to the baseline server only (e.g. ``PYTHONPATH=DIR`` with packages that hide optional ones).
 
 The server is started the way docker-compose starts it (``strategist serve --no-worker`` on
 PostgreSQL) but without the search loop (``--no-loop``), so that what is measured is the API
@@ -37,7 +44,6 @@ import multiprocessing as mp
 import os
 import random
 import socket
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -53,7 +59,8 @@ from sqlalchemy import create_engine, text
 from sqlalchemy.engine import make_url
 
 # Seed and migrate with the code of the checkout this script is in, the one the server runs.
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
 
 PG_DEFAULT = "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
 CLASSES = ("healthz", "zoo", "status", "trials", "create")
@@ -291,10 +298,19 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def start_server(url: str, args: argparse.Namespace, data: Path) -> tuple[subprocess.Popen[bytes], str]:
+def start_server(
+    url: str,
+    args: argparse.Namespace,
+    data: Path,
+    *,
+    cwd: Path | None = None,
+    extra_env: dict[str, str] | None = None,
+) -> tuple[subprocess.Popen[bytes], str]:
+    """``strategist serve`` of the checkout at ``cwd`` (default: this one) on ``url``."""
     port = free_port()
     env = {
         **os.environ,
+        **(extra_env or {}),
         "STRATEGIST_DATABASE_URL": url,
         "STRATEGIST_DATA_DIR": str(data),
         "STRATEGIST_MIGRATE_ON_START": "false",
@@ -316,7 +332,7 @@ def start_server(url: str, args: argparse.Namespace, data: Path) -> tuple[subpro
         argv += ["--api-workers", str(args.api_workers)]
     if args.server_cpus:
         argv = ["taskset", "-c", args.server_cpus, *argv]
-    proc = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(argv, env=env, cwd=cwd or ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     base = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline:
@@ -328,6 +344,15 @@ def start_server(url: str, args: argparse.Namespace, data: Path) -> tuple[subpro
         time.sleep(0.3)
     proc.kill()
     raise RuntimeError("server did not become ready in 300 s")
+
+
+def stop_server(server: subprocess.Popen[bytes]) -> None:
+    server.terminate()
+    try:
+        server.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        server.kill()
+        server.wait()
 
 
 def main() -> None:
@@ -344,6 +369,14 @@ def main() -> None:
     parser.add_argument("--searches", type=int, default=20, help="Seeded searches (status/trials reads).")
     parser.add_argument("--pg", default=os.environ.get("STRATEGIST_BENCH_POSTGRES_URL", PG_DEFAULT))
     parser.add_argument("--label", default="", help="A label printed above the table.")
+    parser.add_argument("--baseline", type=Path, help="A checkout to serve too and compare cell by cell.")
+    parser.add_argument(
+        "--baseline-env",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="Environment of the baseline.",
+    )
     args = parser.parse_args()
     args.client_cpu_list = [int(c) for c in args.client_cpus.split(",") if c.strip()]
     levels = [int(c) for c in args.clients.split(",")]
@@ -351,24 +384,31 @@ def main() -> None:
     for k in kinds:
         if k not in CLASSES:
             parser.error(f"--classes: unknown class {k!r} (known: {', '.join(CLASSES)})")
+    baseline_env = dict(kv.split("=", 1) for kv in args.baseline_env)
+    load0 = os.getloadavg()[0]
     rows: list[list[str]] = []
-    with database(args.pg) as url, tempfile.TemporaryDirectory(prefix="strategist-bench-") as tmp:
-        token, ids = seed(url, args.searches)
-        server, base = start_server(url, args, Path(tmp))
-        try:
-            for kind in kinds:
-                for clients in levels:
+    with contextlib.ExitStack() as stack:
+        tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="strategist-bench-")))
+        servers: list[tuple[str, subprocess.Popen[bytes], str, str, tuple[int, ...]]] = []
+        variants = [("baseline", args.baseline), ("this", None)] if args.baseline else [("this", None)]
+        for name, cwd in variants:
+            url = stack.enter_context(database(args.pg))
+            token, ids = seed(url, args.searches)
+            (tmp / name).mkdir()
+            env = baseline_env if name == "baseline" else None
+            server, base = start_server(url, args, tmp / name, cwd=cwd, extra_env=env)
+            stack.callback(stop_server, server)
+            servers.append((name, server, base, token, ids))
+        for kind in kinds:
+            for clients in levels:
+                for name, server, base, token, ids in servers:
                     row = run_cell(Target(base, token, kind, ids), clients, args, server.pid)
+                    if args.baseline:
+                        row.insert(0, name)
                     print("  ".join(row), flush=True)
                     rows.append(row)
-        finally:
-            server.terminate()
-            try:
-                server.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                server.kill()
-                server.wait()
     head = [
+        *(["server"] if args.baseline else []),
         "class",
         "clients",
         "requests",
@@ -384,12 +424,12 @@ def main() -> None:
     print(
         f"{args.label or 'api_load'}: api-workers {args.api_workers}, server cpus {args.server_cpus or 'any'},"
         f" drivers {args.procs} on cpus {args.client_cpus or 'any'}, {args.duration:.0f} s per cell,"
-        f" {statistics.mean([os.getloadavg()[0]]):.1f} load avg at the end"
+        f" load avg {load0:.1f} at the start, {os.getloadavg()[0]:.1f} at the end"
     )
     for r in [head, *rows]:
         print(
             "  ".join(
-                c.ljust(w) if i in (0, 7, 8) else c.rjust(w)
+                c.ljust(w) if i - (1 if args.baseline else 0) in (-1, 0, 7, 8) else c.rjust(w)
                 for i, (c, w) in enumerate(zip(r, widths, strict=True))
             )
         )
