@@ -33,10 +33,9 @@ Backward is derived from the layer's op class, not a blanket 2x:
     embedding              F_b = 0; A_b = 2·A (index-add of the looked-up rows); a dense gradient
                            also writes the whole table once: P_b = P (zero-fill + scatter)
 
-When a layer's ``fwd_bytes`` / ``fwd_kernels`` are None (every zoo file, see datasets/README.md:
-the zoo's CNNs cannot be re-traced here because torchvision does not import beside torch 2.13),
-they are estimated from the layer's kind and activation sizes (``_fallback_bytes``); the
-extractor fills them from the traced ATen ops for newly imported models.
+When a layer's ``fwd_bytes`` / ``fwd_kernels`` are None (a spec written by hand or by an older
+extractor; every zoo file has them, see datasets/README.md), they are estimated from the layer's
+kind and activation sizes (``_fallback_bytes``); the extractor fills them from the traced ATen ops.
 
 A measured ``Profile`` for exactly (model, device, dtype, batch) in ``CostParams.profiles``
 replaces the roofline for the layers it lists; ``ComputeTimes.source`` says which was used. The
