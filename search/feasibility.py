@@ -20,7 +20,15 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from simulator.memory import GB, MemoryConfig, StageMemory, boundary_bytes, stage_memory, usable_bytes
+from simulator.memory import (
+    GB,
+    MemoryConfig,
+    StageMemory,
+    boundary_bytes,
+    stage_memory,
+    usable_bytes,
+    usable_host_bytes,
+)
 from simulator.spec import (
     DTYPE_BYTES,
     ClusterSpec,
@@ -93,7 +101,7 @@ class MemoryModel:
         for server, shard_bytes in sorted(hosted.items()):
             need = shard_bytes * (2.0 + self.state_factor)
             host_bytes[server] = need
-            cap = self.cluster.node(server).host_memory_gb * GB * self.config.host_usable
+            cap = self.host_capacity_of(server)
             if need > cap:
                 reasons.append(
                     f"host memory of PS server {server}: {need / GB:.2f} GB > {cap / GB:.2f} GB usable "
@@ -141,6 +149,10 @@ class MemoryModel:
     def device_capacity_of(self, node: str) -> float:
         """Usable bytes of one GPU of ``node``."""
         return usable_bytes(self.cluster.device_type(node), self.config.device_usable)
+
+    def host_capacity_of(self, node: str) -> float:
+        """Usable bytes of ``node``'s host memory for the PS shards it serves."""
+        return usable_host_bytes(self.cluster.node(node), self.config.host_usable)
 
     def headroom(self) -> float:
         """Device bytes left when every variable is PS-synchronised (the strategy-free floor)."""

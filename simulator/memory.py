@@ -22,7 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from simulator.spec import DeviceType, ModelSpec
+from simulator.spec import DeviceType, ModelSpec, Node
 
 GB = 1e9
 Optimizer = Literal["adam", "sgd_momentum", "sgd"]
@@ -110,3 +110,8 @@ def stage_memory(
 def usable_bytes(device: DeviceType, usable: float = 1.0) -> float:
     """Bytes of one GPU of type ``device`` a step may use."""
     return device.memory_gb * GB * usable
+
+
+def usable_host_bytes(node: Node, usable: float = 1.0) -> float:
+    """Bytes of ``node``'s host memory its parameter-server shards may use."""
+    return node.host_memory_gb * GB * usable

@@ -30,11 +30,12 @@ import torch.distributed as dist
 from runtime.hybrid.collectives import exchange
 from runtime.hybrid.config import HybridConfig
 from runtime.hybrid.layout import Layout
-from runtime.hybrid.memory import GB, DeviceMemory, DeviceOutOfMemory
+from runtime.hybrid.memory import DeviceMemory, DeviceOutOfMemory
 from runtime.hybrid.net import TOKENS, Batch, TaskGraphNet, sample_loss, synthetic_batch, widths
 from simulator.analytical.compute import layer_times
 from simulator.analytical.params import CostParams
 from simulator.hybrid.sharding import shard_ops
+from simulator.memory import usable_bytes
 from simulator.spec import ClusterSpec, HybridPlan, ModelSpec
 
 OOM_EXIT = 3
@@ -58,7 +59,7 @@ class Worker:
             torch.cuda.set_device(self.device)
         gpu = self.cluster.device_type(self.L.node_of(rank))
         self.gpu = gpu
-        self.mem = DeviceMemory(self.L.devices[rank], gpu.name, gpu.memory_gb * GB * self.cfg.memory_fraction)
+        self.mem = DeviceMemory(self.L.devices[rank], gpu.name, usable_bytes(gpu, self.cfg.memory_fraction))
         self.busy = 0.0
 
     # ------------------------------------------------------------------ set-up

@@ -52,7 +52,7 @@ from typing import Literal
 
 import numpy as np
 
-from search.feasibility import GB, MemoryModel
+from search.feasibility import MemoryModel
 from search.samplers.base import InfeasibleSpaceError
 from search.samplers.constrained import Constraints
 from search.samplers.partial import Prior, _collective, _partition, _ps
@@ -644,9 +644,7 @@ class ArraySampler:
             device_extra += np.bincount(row_draw[lowrank], weights=nbytes[lowrank], minlength=n)
         ok = device_extra <= mm.headroom()
         if ps_rows.size:
-            cap = np.array(
-                [node.host_memory_gb * GB * mm.config.host_usable for node in self.space.cluster.nodes]
-            )
+            cap = np.array([mm.host_capacity_of(node.name) for node in self.space.cluster.nodes])
             ok &= np.all(hosted * (2.0 + mm.state_factor) <= cap[None, :], axis=1)
         return ok
 
