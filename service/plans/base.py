@@ -15,10 +15,13 @@ document type so the worker can tell how to run it; a trial's measurement is a
 
 from __future__ import annotations
 
+import json
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
+
+from pydantic import BaseModel
 
 from service.domain import CandidateDraft, Search, Trial
 from simulator.spec import ClusterSpec, ModelSpec
@@ -97,3 +100,39 @@ class PlanKind(ABC):
         self, model: ModelSpec, cluster: ClusterSpec, options: dict[str, Any], ask: RoundAsk
     ) -> RoundPlan:
         """The round's candidate drafts, rank 1 = best predicted."""
+
+
+def document_key(document: dict[str, Any]) -> str:
+    """A plan document's identity: its JSON with sorted keys (what ``ask.tried`` is matched on)."""
+    return json.dumps(document, sort_keys=True)
+
+
+def ranked_round(
+    scored: Iterable[tuple[float, BaseModel]],
+    ask: RoundAsk,
+    features: Callable[[Any], tuple[Any, ...]],
+    scorer: str,
+) -> RoundPlan:
+    """The round of a kind whose plans come ranked by a cost model: the ``ask.k`` best not tried.
+
+    ``scored``: (predicted seconds, plan document) best first. A draft's similarity is the mean,
+    over the round's other picks, of the share of ``features`` they have equal (the kind's
+    coarse description of a plan, e.g. stage count, group size and micro-batch size).
+    """
+    tried = {document_key(t) for t in ask.tried}
+    picks = [(t, doc) for t, doc in scored if document_key(doc.model_dump(mode="json")) not in tried][: ask.k]
+    feats = [features(doc) for _, doc in picks]
+    drafts = []
+    for rank, ((seconds, doc), f) in enumerate(zip(picks, feats, strict=True), start=1):
+        others = [g for i, g in enumerate(feats) if i != rank - 1]
+        same = [sum(a == b for a, b in zip(f, g, strict=True)) / len(f) for g in others]
+        drafts.append(
+            CandidateDraft(
+                rank=rank,
+                strategy=doc.model_dump(mode="json"),
+                predicted_time=seconds,
+                similarity=sum(same) / max(1, len(others)),
+                scorer=scorer,
+            )
+        )
+    return RoundPlan(tuple(drafts), scorer)

@@ -29,15 +29,14 @@ share (a decision; the cost model ranks, nothing samples).
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from typing import Any, ClassVar
 
 from pydantic import ValidationError
 
 from search.feasibility import MemoryConfig, MemoryModel
-from service.domain import CandidateDraft, Search, Trial
-from service.plans.base import Loc, OptionsInvalid, PlanKind, RoundAsk, RoundPlan
+from service.domain import Search, Trial
+from service.plans.base import Loc, OptionsInvalid, PlanKind, RoundAsk, RoundPlan, document_key, ranked_round
 from simulator.spec import ClusterSpec, HybridPlan, ModelSpec, SpecError
 from simulator.spec.hybrid import Annotation, ModuleAnnotation, hybrid_issues, plan_from_annotations
 from simulator.spec.limits import LIMITS
@@ -163,34 +162,12 @@ class HybridPlans(PlanKind):
     def plan_round(
         self, model: ModelSpec, cluster: ClusterSpec, options: dict[str, Any], ask: RoundAsk
     ) -> RoundPlan:
-        tried = {_key(t) for t in ask.tried}
-        fresh = [
-            (s, p)
-            for s, p in scored_plans(model, cluster, options)
-            if _key(p.model_dump(mode="json")) not in tried
-        ]
-        picks = fresh[: ask.k]
-        feats = [(len(p.task_graphs), p.nested_dp, p.num_micro_batches > 1) for _, p in picks]
-        drafts = []
-        for rank, ((seconds, plan), f) in enumerate(zip(picks, feats, strict=True), start=1):
-            others = [g for i, g in enumerate(feats) if i != rank - 1]
-            sim = sum(sum(a == b for a, b in zip(f, g, strict=True)) / 3 for g in others) / max(
-                1, len(others)
-            )
-            drafts.append(
-                CandidateDraft(
-                    rank=rank,
-                    strategy=plan.model_dump(mode="json"),
-                    predicted_time=seconds,
-                    similarity=sim,
-                    scorer="hybrid-cost-model",
-                )
-            )
-        return RoundPlan(tuple(drafts), "hybrid-cost-model")
-
-
-def _key(document: dict[str, Any]) -> str:
-    return json.dumps(document, sort_keys=True)
+        return ranked_round(
+            scored_plans(model, cluster, options),
+            ask,
+            lambda p: (len(p.task_graphs), p.nested_dp, p.num_micro_batches > 1),
+            "hybrid-cost-model",
+        )
 
 
 def annotation(options: dict[str, Any]) -> Annotation:
@@ -285,7 +262,7 @@ def scored_plans(
     scored = []
     seen = set()
     for p in plans:
-        key = _key(p.model_dump(mode="json"))
+        key = document_key(p.model_dump(mode="json"))
         if key in seen:
             continue
         seen.add(key)

@@ -28,7 +28,6 @@ fraction of (stage count, k, b) they share — a decision; the cost model ranks,
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Sequence
 from typing import Any, ClassVar
@@ -36,8 +35,8 @@ from typing import Any, ClassVar
 from search.feasibility import MemoryConfig, MemoryModel
 from search.pipeline import memory_curve, plan_memory
 from search.pipeline.candidates import with_kb
-from service.domain import CandidateDraft, Search, Trial
-from service.plans.base import OptionsInvalid, PlanKind, RoundAsk, RoundPlan
+from service.domain import Search, Trial
+from service.plans.base import OptionsInvalid, PlanKind, RoundAsk, RoundPlan, ranked_round
 from simulator.spec import ClusterSpec, ModelSpec, Plan
 from simulator.spec.limits import LIMITS
 
@@ -147,34 +146,7 @@ class PipelinePlans(PlanKind):
     def plan_round(
         self, model: ModelSpec, cluster: ClusterSpec, options: dict[str, Any], ask: RoundAsk
     ) -> RoundPlan:
-        tried = {_key(t) for t in ask.tried}
-        fresh = [
-            (t, doc)
-            for t, doc in scored_documents(model, cluster, options)
-            if _key(doc.model_dump(mode="json")) not in tried
-        ]
-        picks = fresh[: ask.k]
-        feats = [_features(doc) for _, doc in picks]
-        drafts = []
-        for rank, ((seconds, doc), f) in enumerate(zip(picks, feats, strict=True), start=1):
-            others = [g for g in feats if g is not f]
-            sim = sum(sum(a == b for a, b in zip(f, g, strict=True)) / 3 for g in others) / max(
-                1, len(others)
-            )
-            drafts.append(
-                CandidateDraft(
-                    rank=rank,
-                    strategy=doc.model_dump(mode="json"),
-                    predicted_time=seconds,
-                    similarity=sim,
-                    scorer="pipeline-cost-model",
-                )
-            )
-        return RoundPlan(tuple(drafts), "pipeline-cost-model")
-
-
-def _key(document: dict[str, Any]) -> str:
-    return json.dumps(document, sort_keys=True)
+        return ranked_round(scored_documents(model, cluster, options), ask, _features, "pipeline-cost-model")
 
 
 def _features(doc: Any) -> tuple[int, int, int]:
