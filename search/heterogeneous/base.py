@@ -33,8 +33,8 @@ class Objective:
     def __init__(self, cost_model: HeterogeneousCostModel) -> None:
         self.cm = cost_model
         self.memo: dict[Assignment, Provisioning] = {}
-        # stage profiles by (first, last, type, next type): schedules share most of their stages
-        self._stages: dict[tuple[int, int, int, int | None], StageProfile] = {}
+        # stage profiles by (first, last, type, next type, previous type): schedules share most of them
+        self._stages: dict[tuple[int, int, int, int | None, int | None], StageProfile] = {}
 
     @property
     def num_layers(self) -> int:
@@ -63,7 +63,13 @@ class Objective:
         runs = stage_bounds(key)
         out = []
         for i, (a, b) in enumerate(runs):
-            skey = (a, b, key[a], key[runs[i + 1][0]] if i + 1 < len(runs) else None)
+            skey = (
+                a,
+                b,
+                key[a],
+                key[runs[i + 1][0]] if i + 1 < len(runs) else None,
+                key[runs[i - 1][0]] if i > 0 else None,
+            )
             st = self._stages.get(skey)
             if st is None:
                 st = self._stages[skey] = self.cm.stage(*skey)

@@ -30,10 +30,33 @@ measurements), layer by layer, then summed over the stage:
   memory (HeterPS keeps tables in host memory / SSD), cross the unit's host link twice (rows in,
   gradients out): parallel work; synchronising the layer's dense weights among the stage's units
   (ring all-reduce, ``2 W / b``, independent of k): the serial part (1 - β);
-- the stage's boundary: every tensor produced at or before the stage's last layer and read after
-  it crosses to the next stage (tensors that skip a stage are relayed, as pipelines do), forward
-  and backward, over the per-unit link between the two types; parallel work. The last stage
-  sends nothing.
+- the stage's boundaries (decision below): every tensor produced before a cut and read after it
+  crosses the cut (tensors that skip a stage are relayed, as pipelines do): activations forward,
+  their gradients backward. A stage moves its share of both of its cuts over its own units' links,
+  one time per direction of a full-duplex link; parallel work. The first stage has no cut before
+  it, the last none after it.
+
+**Decision: the boundary is charged on both sides, per direction (ours, measured).** The paper's
+Formula 3 counts ODT_i "to the next stage" only, i.e. the sender pays for the transfer and the
+receiver nothing. On the testbed (``benchmarks/results/heterogeneous_measured-2026-11-25.txt``,
+one factor at a time) that was wrong twice: a link is full duplex, so activations out and
+gradients in do not queue behind each other (NCE's AIBox plan, 64 CPU cores sending to 6 T4s,
+ran 1.57-1.68x faster than the sender charged with 2 x the cut bytes; 1.86x with the gradients
+left out), and a stage with few units receiving many units' activations is bound by its own NICs
+(2EMB's AIBox plan, 128 cores into one V100, ran at 0.62x; 1.0x once only the V100's NIC was made
+4x faster). So with c_in = cut bytes before the stage's first layer (from the previous stage of
+type p) and c_out = cut bytes after its last layer (to the next stage of type n), on a unit of the
+stage's type t::
+
+    in-direction  = activations in (c_in)  + gradients in (c_out)
+    out-direction = activations out (c_out) + gradients out (c_in)
+    boundary_i    = B_o * (c_in / r(t, p) + c_out / r(t, n))    (both directions carry as much)
+
+and r(t, u) is the per-unit rate a unit of type t moves data to or from type u at: its own NIC,
+capped by a link the cluster declares between t and u (``resource_links``). Not the smaller of
+the two NICs (``link_gbps``'s default): with k_t != k_u units each side is bound by its own k x
+NIC, and the slower side is the slower stage (Formula 6 takes the min). A stage's profile thus
+depends on the types of the stages before and after it: ``stage(first, last, t, next, prev)``.
 
 α_i and β_i are then the parallel fractions of the summed times, so Amdahl's law on a stage equals
 the sum of the laws of its layers. A stage also needs enough units to hold its sparse tables
@@ -41,7 +64,8 @@ the sum of the laws of its layers. A stage also needs enough units to hold its s
 memory of one unit; both are checked here and enforced by provisioning.
 
 Shapes:
-    LayerCosts arrays: (L, T) per layer and type; cut bytes (L + 1,); link (T, T) bytes/s
+    LayerCosts arrays: (L, T) per layer and type; cut bytes (L + 1,); link, port (T, T) bytes/s;
+    segment arrays (L+1, L+1, T, T+1, T+1) = (first, end, type, next type, previous type; T = none)
 """
 
 from __future__ import annotations
@@ -133,7 +157,10 @@ class StageProfile:
 
 @dataclass(frozen=True)
 class SegmentArrays:
-    """OCT, α, ODT, β, memory floor and fit of every stage (j, e, t, next type); shape (L+1, L+1, T, T+1)."""
+    """OCT, α, ODT, β, memory floor and fit of every stage (j, e, t, next type, previous type).
+
+    Shape (L+1, L+1, T, T+1, T+1); index T in the last two axes means "no such stage".
+    """
 
     oct: np.ndarray
     alpha: np.ndarray
@@ -164,8 +191,9 @@ class HeterogeneousCostModel:
     """HeterPS's cost model of ``model`` on the resource types of ``cluster`` for ``workload``.
 
     Per-layer, per-type costs are precomputed once (arrays of shape (L, T)); a stage's profile is
-    a sum over its layers plus its boundary transfer, which depends only on the stage's layers,
-    its type and the next stage's type. Thread safe after construction (read-only).
+    a sum over its layers plus its boundary transfers, which depend only on the stage's layers,
+    its type and the types of the stages before and after it. Thread safe after construction
+    (read-only).
     """
 
     def __init__(self, model: ModelSpec, cluster: ClusterSpec, workload: Workload) -> None:
@@ -223,6 +251,10 @@ class HeterogeneousCostModel:
         self.link_bytes_per_s = np.array(
             [[link_gbps(self.cluster, a.name, b.name) * GBPS for b in self.types] for a in self.types]
         )
+        #: r(t, u): bytes/s one unit of type t moves to or from type u (its NIC, capped by a declared link).
+        self.port_bytes_per_s = np.array(
+            [[_port_gbps(self.cluster, a, b) * GBPS for b in self.types] for a in self.types]
+        )
 
     @cached_property
     def _lists(self) -> tuple[list[list[float]], ...]:
@@ -232,19 +264,25 @@ class HeterogeneousCostModel:
             self._p_comp_ser.tolist(),
             self._p_comm_par.tolist(),
             self._p_comm_ser.tolist(),
-            self.link_bytes_per_s.tolist(),
+            self.port_bytes_per_s.tolist(),
         )
 
-    def stage(self, first: int, last: int, rtype: int, next_type: int | None) -> StageProfile:
-        """The profile of layers [first, last) on type ``rtype``; ``next_type`` None for the last stage."""
-        cp, cs, mp, ms, link = self._lists
+    def stage(
+        self, first: int, last: int, rtype: int, next_type: int | None, prev_type: int | None
+    ) -> StageProfile:
+        """The profile of layers [first, last) on type ``rtype`` between stages of types
+        ``prev_type`` and ``next_type`` (None: no such stage, i.e. first == 0 / last == L)."""
+        cp, cs, mp, ms, port = self._lists
         b_o = self.workload.b_o
         comp_par = cp[last][rtype] - cp[first][rtype]
         comp_ser = cs[last][rtype] - cs[first][rtype]
         comm_par = mp[last][rtype] - mp[first][rtype]
         comm_ser = ms[last][rtype] - ms[first][rtype]
+        # One direction of the full-duplex link (both carry as much): see the module docstring.
         if next_type is not None:
-            comm_par += b_o * 2 * self.cut_bytes[last] / link[rtype][next_type]
+            comm_par += b_o * self.cut_bytes[last] / port[rtype][next_type]
+        if prev_type is not None:
+            comm_par += b_o * self.cut_bytes[first] / port[rtype][prev_type]
         oct_ = comp_par + comp_ser
         odt = comm_par + comm_ser
         t = self.types[rtype]
@@ -264,10 +302,11 @@ class HeterogeneousCostModel:
         )
 
     def segment_arrays(self) -> SegmentArrays:
-        """Every possible stage at once: ``stage(j, e, t, n)`` for all j < e, t, and n in T + [None].
+        """Every possible stage at once: ``stage(j, e, t, n, p)`` for all j < e, t, and n, p in T + [None].
 
-        The vectorised twin of ``stage`` (the exact solver's input); index n = T means "no next
-        stage". Entries with e <= j are meaningless (OCT = ODT = 0).
+        The vectorised twin of ``stage`` (the exact solver's input); index T means "no next /
+        previous stage"; that side then moves nothing, as in ``stage``. Entries with e <= j are
+        meaningless (OCT = ODT = 0).
         """
         b_o = self.workload.b_o
         n, nt = self.num_layers, self.num_types
@@ -278,13 +317,14 @@ class HeterogeneousCostModel:
         comp_par, comp_ser = seg(self._p_comp_par), seg(self._p_comp_ser)
         comm_ser = seg(self._p_comm_ser)
         cut = np.asarray(self.cut_bytes)  # (L+1,)
-        inv_link = np.concatenate([1.0 / self.link_bytes_per_s, np.zeros((nt, 1))], axis=1)  # (T, T+1)
-        boundary = b_o * 2 * cut[None, :, None, None] * inv_link[None, None, :, :]  # (1, L+1, T, T+1)
-        comm_par = seg(self._p_comm_par)[..., None] + boundary
-        oct_ = np.broadcast_to((comp_par + comp_ser)[..., None], comm_par.shape)
-        odt = comm_par + comm_ser[..., None]
+        inv_port = np.concatenate([1.0 / self.port_bytes_per_s, np.zeros((nt, 1))], axis=1)  # (T, T+1)
+        out = b_o * cut[None, :, None, None, None] * inv_port[None, None, :, :, None]  # to the next (n)
+        inn = b_o * cut[:, None, None, None, None] * inv_port[None, None, :, None, :]  # from the previous (p)
+        comm_par = seg(self._p_comm_par)[..., None, None] + out + inn  # (L+1, L+1, T, T+1, T+1)
+        oct_ = np.broadcast_to((comp_par + comp_ser)[..., None, None], comm_par.shape)
+        odt = comm_par + comm_ser[..., None, None]
         with np.errstate(invalid="ignore", divide="ignore"):
-            alpha = np.where(oct_ > 0, np.broadcast_to(comp_par[..., None], oct_.shape) / oct_, 1.0)
+            alpha = np.where(oct_ > 0, np.broadcast_to(comp_par[..., None, None], oct_.shape) / oct_, 1.0)
             beta = np.where(odt > 0, comm_par / odt, 1.0)
         tables = TABLE_STATE * (self._p_table[None, :] - self._p_table[:, None])  # (L+1, L+1)
         host = np.array([t.host_memory_gb * 1e9 for t in self.types])
@@ -292,14 +332,14 @@ class HeterogeneousCostModel:
         dense = self._p_dense[None, :] - self._p_dense[:, None]  # (L+1, L+1)
         mem = np.array([t.memory_gb * 1e9 for t in self.types])
         fits = dense[..., None] <= mem
-        shape = (n + 1, n + 1, nt, nt + 1)
+        shape = (n + 1, n + 1, nt, nt + 1, nt + 1)
         return SegmentArrays(
             oct=np.ascontiguousarray(oct_),
             alpha=np.ascontiguousarray(alpha),
             odt=odt,
             beta=beta,
-            min_units=np.broadcast_to(min_units[..., None], shape),
-            fits=np.broadcast_to(fits[..., None], shape),
+            min_units=np.broadcast_to(min_units[..., None, None], shape),
+            fits=np.broadcast_to(fits[..., None, None], shape),
             b_o=b_o,
         )
 
@@ -311,7 +351,8 @@ class HeterogeneousCostModel:
         out = []
         for i, (a, b) in enumerate(runs):
             nxt = assignment[runs[i + 1][0]] if i + 1 < len(runs) else None
-            out.append(self.stage(a, b, assignment[a], nxt))
+            prev = assignment[runs[i - 1][0]] if i > 0 else None
+            out.append(self.stage(a, b, assignment[a], nxt, prev))
         return tuple(out)
 
     def plan_stages(self, plan: ResourcePlan) -> tuple[StageProfile, ...]:
@@ -352,6 +393,14 @@ class HeterogeneousCostModel:
     def plan_issues(self, plan: ResourcePlan) -> list[str]:
         """Field-path reasons the plan is not valid here (Formula 11's counts included)."""
         return [str(i) for i in resource_plan_issues(plan, self.model, self.cluster)]
+
+
+def _port_gbps(cluster: ClusterSpec, a: ResourceType, b: ResourceType) -> float:
+    """r(a, b): Gbit/s one unit of type a moves to or from type b: its NIC, capped by a declared a-b link."""
+    for link in cluster.resource_links:
+        if {link.a, link.b} == {a.name, b.name}:
+            return min(a.nic_gbps, link.gbps)
+    return a.nic_gbps
 
 
 def _prefix(a: np.ndarray) -> np.ndarray:

@@ -62,7 +62,7 @@ def test_the_walk_takes_the_cheapest_plan_at_each_level_until_none_reaches_the_n
     tried = tuple(d.model_dump(mode="json") for d in docs[:2])
     later = kind.plan_round(cm.model, cm.cluster, options, RoundAsk(index=2, k=2, seed=0, tried=tried))
     assert [d.strategy["plan"] for d in later.drafts] == [d.plan.model_dump(mode="json") for d in docs[2:4]]
-    assert [d.rank for d in later.drafts] == [1, 2]
+    assert [d.rank for d in later.drafts] == list(range(1, len(docs[2:4]) + 1))
     everything = tuple(d.model_dump(mode="json") for d in docs)
     assert kind.plan_round(cm.model, cm.cluster, options, RoundAsk(3, 4, 0, everything)).drafts == ()
 

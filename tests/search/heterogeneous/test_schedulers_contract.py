@@ -111,7 +111,7 @@ def test_aibox_keeps_one_gpu_to_six_cores_above_the_tables_floor() -> None:
     assert r.plan is not None
     cpu, gpu = r.plan.stages
     assert cpu.resource_type == "cpu" and (cpu.first_layer, cpu.last_layer) == (0, 1)
-    floor = cm.stage(0, 1, 0, cm.type_index[gpu.resource_type]).min_units
+    floor = cm.stage(0, 1, 0, cm.type_index[gpu.resource_type], None).min_units
     assert cpu.units == max(6 * gpu.units, floor)
     if gpu.units > 1:  # one GPU fewer (and its six cores) misses the limit
         stages = cm.plan_stages(r.plan)

@@ -12,6 +12,7 @@ from simulator.spec import (
     Layer,
     ModelSpec,
     Node,
+    ResourceLink,
     ResourcePlan,
     ResourceType,
     Variable,
@@ -32,7 +33,9 @@ def tiny_model() -> ModelSpec:
     )  # fmt: skip
 
 
-def tiny_cluster(cpu_count: int = 100, gpu_count: int = 8) -> ClusterSpec:
+def tiny_cluster(
+    cpu_count: int = 100, gpu_count: int = 8, links: tuple[ResourceLink, ...] = ()
+) -> ClusterSpec:
     cpu = ResourceType(
         name="cpu",
         kind="cpu",
@@ -54,6 +57,7 @@ def tiny_cluster(cpu_count: int = 100, gpu_count: int = 8) -> ClusterSpec:
         nodes=(Node(name="n0", device="g", gpus=1, nic_gbps=10),),
         intra_node_gbps=100,
         resource_types=(cpu, gpu),
+        resource_links=links,
     )
 
 
@@ -69,22 +73,52 @@ def test_worked_example_by_hand() -> None:
     # x B_o = 6e-3 s, plus the serial 3 · 5 us.
     assert s0.oct == pytest.approx(6e-3 + 1.5e-5)
     assert s0.alpha == pytest.approx(6e-3 / 6.015e-3)
-    # Communication: boundary 100 · 2 · 1000 B over 1 Gbit/s (parallel) + all-reduce 2 · 1000 B (serial).
-    assert s0.odt == pytest.approx(1.6e-3 + 1.6e-5)
-    assert s0.beta == pytest.approx(1.6e-3 / 1.616e-3)
-    # Stage 1: 3·2e6 / (10e12 · 0.5) = 1.2e-6 s/sample -> 1.2e-4 s, + 3 · 10 us; sync 2 · 2000 B / 10 Gbit/s.
+    # Communication, per direction of the full-duplex boundary (both carry as much): out = layer a's
+    # activations (cut 1000 B/sample), in = their gradients; stage 0 has nothing before it.
+    # Parallel: 100 · 1000 B over its own NIC, 1 Gbit/s = 1.25e8 B/s -> 8e-4 s (the old model
+    # charged 2x: 1.6e-3). Serial: all-reduce 2 · 1000 B of a.w over 1 Gbit/s -> 1.6e-5 s.
+    assert s0.odt == pytest.approx(8e-4 + 1.6e-5)
+    assert s0.beta == pytest.approx(8e-4 / 8.16e-4)
+    # Stage 1: 3·2e6 / (10e12 · 0.5) = 1.2e-6 s/sample -> 1.2e-4 s, + 3 · 10 us.
     assert s1.oct == pytest.approx(1.2e-4 + 3e-5)
-    assert s1.odt == pytest.approx(3.2e-6) and s1.beta == pytest.approx(0.0)
-    # Formulas 2-6: CT_0 = (1.5e-5 + 6e-3 / 4) / 100, DT_0 = (1.6e-5 + 1.6e-3 / 4) / 100.
-    assert r.ct[0] == pytest.approx(1.515e-5) and r.dt[0] == pytest.approx(4.16e-6)
+    # Stage 1 receives a's activations (and sends their gradients) over its own NIC, 10 Gbit/s =
+    # 1.25e9 B/s: 100 · 1000 B -> 8e-5 s parallel (the old model charged the receiver nothing);
+    # it sends nothing on (the last layer's output is read by no later stage); sync 2 · 2000 B
+    # of b.w over 10 Gbit/s -> 3.2e-6 s serial.
+    assert s1.odt == pytest.approx(8e-5 + 3.2e-6)
+    assert s1.beta == pytest.approx(8e-5 / 8.32e-5)
+    # Formulas 2-6: CT_0 = (1.5e-5 + 6e-3 / 4) / 100, DT_0 = (1.6e-5 + 8e-4 / 4) / 100.
+    assert r.ct[0] == pytest.approx(1.515e-5) and r.dt[0] == pytest.approx(2.16e-6)
     assert r.et[0] == pytest.approx(1.515e-3)  # B · max(CT, DT)
-    assert r.ct[1] == pytest.approx(9e-7) and r.dt[1] == pytest.approx(3.2e-8)
+    # CT_1 = (3e-5 + 1.2e-4 / 2) / 100, DT_1 = (3.2e-6 + 8e-5 / 2) / 100.
+    assert r.ct[1] == pytest.approx(9e-7) and r.dt[1] == pytest.approx(4.32e-7)
     assert r.stage_throughput[0] == pytest.approx(1 / 1.515e-5)
     assert r.throughput == pytest.approx(66006.6, rel=1e-5)
     # Formulas 7-8: ET = 1e6 / 66006.6 = 15.15 s; Σ p k = 4 · 1e-4 + 2 · 1e-3 = 2.4e-3 USD/s.
     assert r.training_time == pytest.approx(15.15, rel=1e-6)
     assert r.price_per_hour == pytest.approx(8.64)
     assert r.money == pytest.approx(15.15 * 2.4e-3, rel=1e-6)
+
+
+def test_a_receiving_stage_with_few_units_is_bound_by_its_own_link() -> None:
+    # 40 CPU cores send layer a's activations to 1 GPU; the cluster declares a 0.5 Gbit/s
+    # CPU-GPU link, which caps both sides' per-unit rate (6.25e7 B/s; below either NIC).
+    links = (ResourceLink(a="cpu", b="gpu", gbps=0.5),)
+    cm = HeterogeneousCostModel(
+        tiny_model(), tiny_cluster(links=links), Workload(5e4, batch_size=100, samples_per_epoch=1e6)
+    )
+    r = cm.evaluate(ResourcePlan.from_assignment(["cpu", "gpu"], [40, 1]))
+    s0, s1 = r.stages
+    # Both stages move 100 · 1000 B per direction at 6.25e7 B/s: 1.6e-3 s on one unit.
+    assert s0.odt == pytest.approx(1.6e-3 + 1.6e-5) and s1.odt == pytest.approx(1.6e-3 + 3.2e-6)
+    # Stage 0 splits it over 40 cores: DT_0 = (1.6e-5 + 1.6e-3 / 40) / 100 = 5.6e-7 s, below
+    # CT_0 = (1.5e-5 + 6e-3 / 40) / 100 = 1.65e-6 s. The one GPU takes it all:
+    # DT_1 = (3.2e-6 + 1.6e-3) / 100 = 1.6032e-5 s > CT_1 = (3e-5 + 1.2e-4) / 100 = 1.5e-6 s.
+    assert r.dt[0] == pytest.approx(5.6e-7) and r.ct[0] == pytest.approx(1.65e-6)
+    assert r.dt[1] == pytest.approx(1.6032e-5) and r.ct[1] == pytest.approx(1.5e-6)
+    assert r.throughput == pytest.approx(1 / 1.6032e-5)  # the receiver is the bottleneck
+    # The same stage after nothing (as if it had no predecessor) would only sync its weights.
+    assert cm.stage(1, 2, 1, None, None).odt == pytest.approx(3.2e-6)
 
 
 def test_segment_arrays_equal_the_stage_by_stage_profiles() -> None:
@@ -101,8 +135,9 @@ def test_segment_arrays_equal_the_stage_by_stage_profiles() -> None:
         e = int(rng.integers(j + 1, n + 1))
         t = int(rng.integers(0, nt))
         nx = None if e == n else int(rng.integers(0, nt))
-        s = cm.stage(j, e, t, nx)
-        idx = (j, e, t, nt if nx is None else nx)
+        pv = None if j == 0 else int(rng.integers(0, nt))
+        s = cm.stage(j, e, t, nx, pv)
+        idx = (j, e, t, nt if nx is None else nx, nt if pv is None else pv)
         got = (seg.oct[idx], seg.alpha[idx], seg.odt[idx], seg.beta[idx])
         np.testing.assert_allclose(got, (s.oct, s.alpha, s.odt, s.beta), rtol=1e-12)
         assert seg.min_units[idx] == s.min_units and seg.fits[idx] == s.fits
@@ -115,7 +150,7 @@ def test_sparse_tables_set_a_memory_floor_and_cross_the_host_link_on_gpus() -> N
     cm = HeterogeneousCostModel(model, zoo.cluster("HeterPS-2GPU"), Workload(1e5, batch_size=2048))
     table = sum(v.bytes for v in model.layers[0].variables)
     for t, rtype in enumerate(cm.types):
-        s = cm.stage(0, 1, t, None)
+        s = cm.stage(0, 1, t, None, None)  # the layer alone, no neighbouring stage
         assert s.min_units == int(np.ceil(2 * table / (rtype.host_memory_gb * 1e9)))
         if rtype.host_link_gbps is not None:  # a GPU: rows in and gradients out over PCIe, B_o samples
             want = 2048 * 2 * model.layers[0].activation_bytes / (rtype.host_link_gbps * 1e9 / 8)
