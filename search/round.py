@@ -1,7 +1,7 @@
 """One AutoSync round: sample M under the constraints → score → keep the qualified fraction → Eq. 11.
 
 This module is the only implementation of a round (issue 16). The service's loop
-(``service.loop_round``), the AutoSync searcher (``search.searchers.autosync``), the CLI's
+(``service.loop.rounds``), the AutoSync searcher (``search.searchers.autosync``), the CLI's
 ``strategist select`` and the benchmarks all call :func:`run_round` with :data:`DEFAULTS`.
 
 The scorer interface

@@ -33,7 +33,7 @@ from service.cli.search_cli_commands import (
 )
 from service.cli.spec_commands import fail
 from service.client import StrategistClient
-from service.loop_stack import Stack, StackConfig
+from service.loop.stack import Stack, StackConfig
 from service.queue.worker_main import EXIT_TOKEN_REFUSED
 from service.settings import Settings
 

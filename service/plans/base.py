@@ -1,7 +1,7 @@
 """The extension point for what a search plans (``searches.plan_kind``, migration 0007).
 
 A search plans AutoSync synchronization strategies ('sync', the loop's own code in
-``service.loop`` and ``service.loop_round``) or another kind of plan: Ada-Grouper pipelines,
+``service.loop`` and ``service.loop.rounds``) or another kind of plan: Ada-Grouper pipelines,
 Whale hybrid plans, HeterPS heterogeneous schedules. Each other kind is one ``PlanKind``
 implementation in its own module of this package, registered in ``service.plans.KINDS``; the API
 validates a search's ``plan_options`` with it, and the loop asks it for the search's baselines and
@@ -65,7 +65,7 @@ class PlanKind(ABC):
 
     Contract:
     - stateless and picklable: the loop hands bound methods of an instance to its job processes
-      (``service.loop_jobs``), where ``baselines`` and ``plan_round`` run under a time and memory
+      (``service.loop.jobs``), where ``baselines`` and ``plan_round`` run under a time and memory
       budget; ``validate`` runs in the API process at create time and must stay cheap (well under
       a second);
     - ``validate`` returns the normalised options that are stored (defaults filled in), or raises

@@ -12,7 +12,7 @@ from service.api.deps import OrchestratorDep, SessionDep, SettingsDep, notify
 from service.api.params import IdPath
 from service.db import repository as repo
 from service.domain import SEARCH_FINAL, Conflict, NotFound
-from service.loop_store import search_specs
+from service.loop.store import search_specs
 from service.plans.heterogeneous_results import cheapest_as_best
 from service.web.auth import WebUser, owner_of
 from service.web.heterogeneous_views import cost_context

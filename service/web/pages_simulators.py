@@ -11,7 +11,7 @@ from fastapi.responses import HTMLResponse
 from service import domain as d
 from service.api.deps import SessionDep, SettingsDep
 from service.db import repository as repo
-from service.loop_store import domain_specs
+from service.loop.store import domain_specs
 from service.web.auth import WebUser
 from service.web.render import page
 from simulator.analytical import AnalyticalSimulator

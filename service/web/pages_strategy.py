@@ -12,7 +12,7 @@ from service.api.params import IdPath
 from service.compute import cost_params
 from service.db import repository as repo
 from service.domain import NotFound
-from service.loop_store import search_specs
+from service.loop.store import search_specs
 from service.web.auth import WebUser, owner_of
 from service.web.plan_views import plan_view
 from service.web.render import page

@@ -18,7 +18,7 @@ import pytest
 from search.baselines import baseline_names, family_of
 from service.client import StrategistClient
 from service.db import repository as repo
-from service.loop_stack import Stack, StackConfig
+from service.loop.stack import Stack, StackConfig
 from service.settings import Settings
 
 WORKER_FLAGS = {"iterations": 3, "warmup": 1, "heartbeat": 0.5, "poll": 0.5, "clusters": "two-node"}

@@ -19,8 +19,8 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from service.db import repository as repo
 from service.loop import LoopConfig, SearchLoop, run_in_thread
-from service.loop_jobs import JobBudget, JobOutcome, RoundJobs
-from service.loop_round import RoundConfig
+from service.loop.jobs import JobBudget, JobOutcome, RoundJobs
+from service.loop.rounds import RoundConfig
 from simulator.spec import ModelSpec
 from simulator.spec.io import parse_as
 from simulator.spec.measurement import Measurement

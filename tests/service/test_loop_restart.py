@@ -12,7 +12,7 @@ from sqlalchemy import text
 
 from search.baselines import baseline_names
 from service.db import repository as repo
-from service.loop_stack import Stack, StackConfig
+from service.loop.stack import Stack, StackConfig
 from service.settings import Settings
 
 WORKER_FLAGS = {"iterations": 3, "warmup": 1, "heartbeat": 0.5, "poll": 0.5, "clusters": "two-node"}

@@ -16,7 +16,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from search import make_sampler
 from service.db import repository as repo
-from service.loop_simulators import RetrainConfig, Retrainer, current_simulator
+from service.loop.simulators import RetrainConfig, Retrainer, current_simulator
 from simulator.analytical import AnalyticalSimulator
 
 

@@ -9,9 +9,9 @@ from runtime.worker.pools import fits_gpus, fits_testbed, runnable_clusters, tri
 from search import DEFAULTS, ArraySampler, MemoryModel, Space, run_round
 from search.similarity import FactorSimilarity
 from search.space import space_of
-from service.loop_round import RoundConfig, drafts, plan_round, strategy_key
+from service.loop.rounds import RoundConfig, drafts, plan_round
 from simulator.analytical import AnalyticalSimulator
-from simulator.spec import ClusterSpec, ModelSpec, Strategy
+from simulator.spec import ClusterSpec, ModelSpec, Strategy, strategy_key
 
 
 def model() -> ModelSpec:

@@ -13,8 +13,8 @@ from search.baselines import baseline_names, baseline_schedule, family_of
 from search.space import space_of
 from service.db import repository as repo
 from service.loop import LoopConfig, SearchLoop
-from service.loop_round import RoundConfig, strategy_key
-from simulator.spec import Strategy
+from service.loop.rounds import RoundConfig
+from simulator.spec import Strategy, strategy_key
 from simulator.spec.measurement import Measurement
 
 CONFIG = LoopConfig(round=RoundConfig(qualified_fraction=0.5))

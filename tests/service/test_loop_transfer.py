@@ -15,7 +15,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from search import make_sampler
 from search.round import AnalyticalScorer, SampleBatch
 from service.db import repository as repo
-from service.loop_simulators import (
+from service.loop.simulators import (
     ALL_DOMAINS,
     TRANSFER,
     RetrainConfig,
@@ -115,7 +115,7 @@ def test_a_new_domain_uses_the_pretrained_version_when_its_rule_says_learned(
 def test_a_round_planned_with_a_transfer_version_records_scorer_and_uncertainty(
     sessions: sessionmaker[Session], search_of: Any, tmp_path: Path
 ) -> None:
-    from service.loop_jobs import plan_round_job
+    from service.loop.jobs import plan_round_job
     from simulator.learned import Registry
     from simulator.learned.pretrained import TrainingSet, pretrain_version
     from simulator.learned.transfer import TransferConfig

@@ -13,10 +13,10 @@ from pydantic import ValidationError
 from sqlalchemy.orm import Session, sessionmaker
 from typer.testing import CliRunner
 
-import service.loop_stack as loop_stack
+import service.loop.stack as loop_stack
 from service.cli import app
 from service.db import repository as repo
-from service.loop_simulators import ALL_DOMAINS, TRANSFER, RetrainConfig, Retrainer
+from service.loop.simulators import ALL_DOMAINS, TRANSFER, RetrainConfig, Retrainer
 from service.settings import Settings, check_pretrain_dirs
 from simulator import zoo
 

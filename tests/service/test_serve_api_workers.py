@@ -12,7 +12,7 @@ import httpx
 import pytest
 
 from service.db import repository as repo
-from service.loop_stack import Stack, StackConfig
+from service.loop.stack import Stack, StackConfig
 from service.settings import Settings
 
 

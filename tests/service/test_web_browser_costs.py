@@ -19,7 +19,7 @@ import pytest
 
 from service.client import StrategistClient
 from service.db import repository as repo
-from service.loop_stack import Stack, StackConfig
+from service.loop.stack import Stack, StackConfig
 from service.settings import Settings
 from simulator import zoo
 from simulator.spec.measurement import Measurement

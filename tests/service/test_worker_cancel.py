@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from service.db import repository as repo
-from service.loop_stack import Stack, StackConfig
+from service.loop.stack import Stack, StackConfig
 from service.settings import Settings
 
 # Many iterations: the first trial is still running when the search is cancelled.

@@ -17,7 +17,7 @@ import pytest
 from sqlalchemy import text
 
 from service.db import repository as repo
-from service.loop_stack import Stack, StackConfig, embedded_worker_argv, worker_env
+from service.loop.stack import Stack, StackConfig, embedded_worker_argv, worker_env
 from service.settings import Settings
 
 

@@ -22,7 +22,7 @@ import pytest
 from sqlalchemy.orm import Session
 
 from service.db import repository as repo
-from service.loop_stack import Stack, StackConfig, embedded_worker_argv, worker_env
+from service.loop.stack import Stack, StackConfig, embedded_worker_argv, worker_env
 from service.queue.worker_main import EXIT_TOKEN_REFUSED
 from service.settings import Settings
 from simulator.spec import ClusterSpec, ModelSpec

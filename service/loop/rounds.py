@@ -23,16 +23,10 @@ from search.space import Compression, SpaceConfig, compressor_kinds
 from service.domain import CandidateDraft, Search, Trial
 from simulator.base import Simulator
 from simulator.spec import ClusterSpec, ModelSpec, Strategy
-from simulator.spec import strategy_key as _strategy_key
 from simulator.spec.io import parse_as
 
 #: The service's round settings are the round's own (``search.round.RoundDefaults``).
 RoundConfig = RoundDefaults
-
-
-def strategy_key(strategy: Strategy | dict[str, Any]) -> str:
-    """``simulator.spec.strategy_key`` (the one identity) of a Strategy or of a stored strategy dict."""
-    return _strategy_key(strategy if isinstance(strategy, Strategy) else parse_as(Strategy, strategy))
 
 
 def plan_round(

@@ -33,8 +33,8 @@ from service.api.processes import KEEP_ALIVE_S
 from service.db import repository as repo
 from service.db.engine import make_engine, session_factory, upgrade
 from service.loop import LoopConfig, SearchLoop, run_in_thread
-from service.loop_jobs import JobBudget
-from service.loop_simulators import RetrainConfig
+from service.loop.jobs import JobBudget
+from service.loop.simulators import RetrainConfig
 from service.queue import Nudger, make_celery
 from service.settings import Settings
 

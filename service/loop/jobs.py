@@ -53,8 +53,8 @@ log = logging.getLogger("strategist.loop")
 #: Modules the forkserver imports once, so that each forked job starts with them loaded.
 #: (search.heterogeneous brings torch, for its RL scheduler: ~3 s that each heterogeneous job paid.)
 PRELOAD = (
-    "service.loop_round",
-    "service.loop_simulators",
+    "service.loop.rounds",
+    "service.loop.simulators",
     "simulator.analytical",
     "search",
     "search.heterogeneous",
@@ -306,7 +306,7 @@ def _address_space_bytes() -> int:
 
 
 # -------------------------------------------------------------------- the jobs the loop runs
-# Each wraps one call of the round's own code; what the round computes lives in service.loop_round.
+# Each wraps one call of the round's own code; what the round computes lives in service.loop.rounds.
 
 
 def plan_round_job(
@@ -318,9 +318,9 @@ def plan_round_job(
 ) -> tuple[list[Any], str, int | None]:
     """``plan_round`` with the domain's scorer loaded here: (drafts, scorer name, version id).
 
-    The scorer is ``loop_simulators.load_scorer``'s: the hybrid scorer for a transfer version."""
-    from service.loop_round import plan_round
-    from service.loop_simulators import load_scorer
+    The scorer is ``service.loop.simulators.load_scorer``'s: the hybrid scorer for a transfer version."""
+    from service.loop.rounds import plan_round
+    from service.loop.simulators import load_scorer
 
     scorer, used = load_scorer(version, registry_dir)
     drafts = plan_round(model, cluster, scorer, **kwargs)
@@ -329,6 +329,6 @@ def plan_round_job(
 
 def baselines_job(model: Any, cluster: Any, names: tuple[str, ...]) -> dict[str, dict[str, Any]]:
     """The named baseline strategies of a search, as JSON."""
-    from service.loop_round import baseline_strategies
+    from service.loop.rounds import baseline_strategies
 
     return {n: s.model_dump(mode="json") for n, s in baseline_strategies(model, cluster, names).items()}

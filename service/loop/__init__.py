@@ -10,7 +10,7 @@ One step of ``advance`` for a search in state:
 - any active state: if a baseline member that is due has no trial yet, choose the missing ones and
   queue them. The baseline families (Horovod's fusion grid, PS variants; lossy ones only when the
   search opted into compression: ``search.baselines``) are measured in the same search, spread over
-  its rounds (``loop_round.due_baselines``) so they interleave with the candidates, and each
+  its rounds (``service.loop.rounds.due_baselines``) so they interleave with the candidates, and each
   family's tuned baseline is its fastest measured member; checking this every step, not only at
   the start, means a service killed between the two steps still queues them after its restart;
 - ``awaiting_approval``: nothing more (the user decides candidates through the API);
@@ -20,7 +20,7 @@ One step of ``advance`` for a search in state:
   simulator, or, when the trial budget is spent and the baselines are measured, complete the search.
 
 Choosing baselines and planning a round are computations whose cost grows with the spec and
-``samples_per_round``: they run as bounded jobs in child processes (``service.loop_jobs``), never
+``samples_per_round``: they run as bounded jobs in child processes (``service.loop.jobs``), never
 on the ticker thread. A step starts the job and returns; a later step stores its result. So one
 search's slow round never holds up the others, a cancelled (or failed, or finished) search's job is
 killed at the next tick, and a job past its time or memory budget fails its search with the
@@ -47,10 +47,10 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from service import domain as d
 from service.db import repository as repo
-from service.loop_jobs import JobBudget, JobOutcome, RoundJobs, baselines_job, plan_round_job
-from service.loop_round import RoundConfig, due_baselines
-from service.loop_simulators import RetrainConfig, Retrainer, usable_version
-from service.loop_store import search_specs
+from service.loop.jobs import JobBudget, JobOutcome, RoundJobs, baselines_job, plan_round_job
+from service.loop.rounds import RoundConfig, due_baselines
+from service.loop.simulators import RetrainConfig, Retrainer, usable_version
+from service.loop.store import search_specs
 from service.plans import PlanKind, RoundAsk, plan_kind
 from service.queue.nudge import Nudger
 from simulator.spec import ClusterSpec, ModelSpec

@@ -39,13 +39,12 @@ from sqlalchemy.orm import Session, sessionmaker
 from search.round import RoundScorer, RoundScores, scorer_for
 from service import domain as d
 from service.db import repository as repo
-from service.loop_round import strategy_key
-from service.loop_store import domain_specs, retrain_busy
+from service.loop.store import domain_specs, retrain_busy
 from simulator.analytical import AnalyticalSimulator
 from simulator.base import Simulator
 from simulator.metrics import pairwise_accuracy
 from simulator.spec.io import parse_as
-from simulator.spec.strategy import Strategy
+from simulator.spec.strategy import Strategy, strategy_key
 
 log = logging.getLogger("strategist.retrain")
 
