@@ -27,13 +27,11 @@ import atexit
 import contextlib
 import os
 import secrets
-import signal
 import socket
 import subprocess
-import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from types import FrameType, TracebackType
+from types import TracebackType
 from typing import Any
 
 from runtime.testbed import netns
@@ -102,7 +100,7 @@ class NamespaceNet:
             raise TestbedUnavailable(f"cannot build the emulated cluster: {reason}")
         cleanup_stale()
         atexit.register(self.close)
-        self._install_sigterm()
+        self._old_sigterm = netns.sigterm_as_exit()
         try:
             self._build()
         except BaseException:
@@ -151,28 +149,12 @@ class NamespaceNet:
         """Kill every process started here and in the namespaces, delete the namespaces (idempotent)."""
         _kill(self._procs)
         for ns in reversed(self._created):
-            for pid in netns.namespace_pids(ns):
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(pid, signal.SIGKILL)
-            netns.delete_namespace(ns)
+            netns.destroy_namespace(ns)
         self._created.clear()
         self._built = False
         atexit.unregister(self.close)
-        if self._old_sigterm is not None and threading.current_thread() is threading.main_thread():
-            signal.signal(signal.SIGTERM, self._old_sigterm)
-            self._old_sigterm = None
-
-    def _install_sigterm(self) -> None:
-        """SIGTERM becomes SystemExit while the net is up, so ``with`` unwinds and tears down (as Testbed)."""
-        if threading.current_thread() is not threading.main_thread():
-            return
-        if signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
-            return
-
-        def _exit(signum: int, frame: FrameType | None) -> None:
-            raise SystemExit(128 + signum)
-
-        self._old_sigterm = signal.signal(signal.SIGTERM, _exit)
+        netns.restore_sigterm(self._old_sigterm)
+        self._old_sigterm = None
 
 
 class LoopbackNet:

@@ -6,12 +6,17 @@ when it fails, so a broken testbed says exactly which step broke.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
+import signal
 import subprocess
+import threading
 from collections.abc import Sequence
 from functools import cache
+from types import FrameType
+from typing import Any
 
 
 class NetnsError(RuntimeError):
@@ -105,3 +110,32 @@ def namespaces_usable() -> str | None:
 def valid_ifname(name: str) -> bool:
     """Linux interface names: 1-15 characters, no '/', ':' or whitespace."""
     return 0 < len(name) <= 15 and re.fullmatch(r"[^/:\s]+", name) is not None
+
+
+def destroy_namespace(name: str) -> None:
+    """SIGKILL whatever still runs inside namespace ``name``, then delete it."""
+    for pid in namespace_pids(name):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    delete_namespace(name)
+
+
+def sigterm_as_exit() -> Any:
+    """While namespaces are up, make SIGTERM raise SystemExit so ``with`` blocks unwind and tear
+    them down. Returns the handler to restore (None: nothing installed: not the main thread, or
+    someone else already handles SIGTERM)."""
+    if threading.current_thread() is not threading.main_thread():
+        return None
+    if signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
+        return None
+
+    def _exit(signum: int, frame: FrameType | None) -> None:
+        raise SystemExit(128 + signum)
+
+    return signal.signal(signal.SIGTERM, _exit)
+
+
+def restore_sigterm(old: Any) -> None:
+    """Undo ``sigterm_as_exit`` (``old`` is what it returned; None does nothing)."""
+    if old is not None and threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, old)

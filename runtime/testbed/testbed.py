@@ -20,15 +20,12 @@ inside the namespaces, so no name ever appears in the root namespace and all sta
 from __future__ import annotations
 
 import atexit
-import contextlib
 import os
 import re
 import secrets
-import signal
 import subprocess
-import threading
 from collections.abc import Mapping, Sequence
-from types import FrameType, TracebackType
+from types import TracebackType
 from typing import Any
 
 from runtime.testbed import netns
@@ -59,10 +56,7 @@ def cleanup_stale() -> list[str]:
         m = _NAME.match(name)
         if m is None or netns.pid_alive(int(m.group(1) or m.group(2))):
             continue
-        for pid in netns.namespace_pids(name):
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
-        netns.delete_namespace(name)
+        netns.destroy_namespace(name)
         removed.append(name)
     return removed
 
@@ -170,7 +164,7 @@ class Testbed:
         if self.clean_stale:
             cleanup_stale()
         atexit.register(self.close)
-        self._install_sigterm()
+        self._old_sigterm = netns.sigterm_as_exit()
         try:
             self._build()
         except BaseException:
@@ -208,28 +202,9 @@ class Testbed:
     def close(self) -> None:
         """Kill what still runs in the testbed's namespaces and delete them (idempotent)."""
         for ns in reversed(self._created):
-            for pid in netns.namespace_pids(ns):
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(pid, signal.SIGKILL)
-            netns.delete_namespace(ns)
+            netns.destroy_namespace(ns)
         self._created.clear()
         self._built = False
         atexit.unregister(self.close)
-        self._restore_sigterm()
-
-    def _install_sigterm(self) -> None:
-        """Turn SIGTERM into SystemExit so ``with`` blocks unwind and tear down (main thread only)."""
-        if threading.current_thread() is not threading.main_thread():
-            return
-        if signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
-            return
-
-        def _exit(signum: int, frame: FrameType | None) -> None:
-            raise SystemExit(128 + signum)
-
-        self._old_sigterm = signal.signal(signal.SIGTERM, _exit)
-
-    def _restore_sigterm(self) -> None:
-        if self._old_sigterm is not None and threading.current_thread() is threading.main_thread():
-            signal.signal(signal.SIGTERM, self._old_sigterm)
-            self._old_sigterm = None
+        netns.restore_sigterm(self._old_sigterm)
+        self._old_sigterm = None
