@@ -380,3 +380,21 @@ def plan_zoo(zoo_dir: Path) -> Path:
     zoo.model.cache_clear()
     zoo.cluster.cache_clear()
     return zoo_dir
+
+
+@pytest.fixture
+def sent(monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]]:
+    """The bodies ``strategist search create`` sends (the client's create_search replaced: id 7)."""
+    from types import SimpleNamespace
+
+    from service.api.schemas.searches import SearchCreate
+    from service.client import StrategistClient
+
+    bodies: list[dict[str, Any]] = []
+
+    def create(self: StrategistClient, body: SearchCreate) -> Any:
+        bodies.append(body.model_dump())
+        return SimpleNamespace(id=7)
+
+    monkeypatch.setattr(StrategistClient, "create_search", create)
+    return bodies

@@ -3,27 +3,11 @@
 from __future__ import annotations
 
 import json
-from types import SimpleNamespace
 from typing import Any
 
-import pytest
 from typer.testing import CliRunner
 
-from service.api.schemas.searches import SearchCreate
 from service.cli import app
-from service.client import StrategistClient
-
-
-@pytest.fixture
-def sent(monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]]:
-    bodies: list[dict[str, Any]] = []
-
-    def create(self: StrategistClient, body: SearchCreate) -> Any:
-        bodies.append(body.model_dump())
-        return SimpleNamespace(id=7)
-
-    monkeypatch.setattr(StrategistClient, "create_search", create)
-    return bodies
 
 
 def test_default_is_lossless_and_opt_in_is_sent(sent: list[dict[str, Any]]) -> None:

@@ -3,30 +3,17 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from types import SimpleNamespace
 from typing import Any
 
 import pytest
 from typer.testing import CliRunner
 
 from service.api.schemas.costs import CostsPublic
-from service.api.schemas.searches import SearchCreate, SearchStatusPublic
+from service.api.schemas.searches import SearchStatusPublic
 from service.cli import app
 from service.client import StrategistClient
 
 BASE = ["search", "create", "--model", "CTRDNN", "--cluster", "HeterPS-2GPU", "--token", "t"]
-
-
-@pytest.fixture
-def sent(monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]]:
-    bodies: list[dict[str, Any]] = []
-
-    def create(self: StrategistClient, body: SearchCreate) -> Any:
-        bodies.append(body.model_dump())
-        return SimpleNamespace(id=7)
-
-    monkeypatch.setattr(StrategistClient, "create_search", create)
-    return bodies
 
 
 def test_throughput_limit_makes_a_heterogeneous_cost_search(sent: list[dict[str, Any]]) -> None:

@@ -2,30 +2,15 @@
 
 from __future__ import annotations
 
-from types import SimpleNamespace
 from typing import Any
 
 import pytest
 from typer.testing import CliRunner
 
-from service.api.schemas.searches import SearchCreate
 from service.cli import app
 from service.cli.plans_render import plan_lines
-from service.client import StrategistClient
 
 BASE = ["search", "create", "--model", "pp-chain", "--cluster", "pp-2", "--token", "t"]
-
-
-@pytest.fixture
-def sent(monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]]:
-    bodies: list[dict[str, Any]] = []
-
-    def create(self: StrategistClient, body: SearchCreate) -> Any:
-        bodies.append(body.model_dump())
-        return SimpleNamespace(id=7)
-
-    monkeypatch.setattr(StrategistClient, "create_search", create)
-    return bodies
 
 
 def test_plan_options_are_sent(sent: list[dict[str, Any]]) -> None:
