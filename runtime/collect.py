@@ -44,7 +44,7 @@ from runtime.executor import ExecutorConfig, ExecutorSession
 from runtime.testbed import make_launcher
 from simulator.analytical import BASELINES, baseline
 from simulator.metrics import median_ci95
-from simulator.spec import ClusterSpec, ModelSpec, Strategy, strategy_key
+from simulator.spec import ClusterSpec, ModelSpec, Strategy, domain_name, strategy_key
 from simulator.spec.measurement import Measurement
 from simulator.spec.records import FORMAT, load_records
 
@@ -182,7 +182,7 @@ def baseline_trials(model: ModelSpec, cluster: ClusterSpec) -> list[Trial]:
 
 def output_path(root: Path, model: ModelSpec, cluster: ClusterSpec, name: str) -> Path:
     """``<root>/<model>__<cluster>/<name>.jsonl`` (the folder is created)."""
-    folder = root / f"{model.name}__{cluster.name}"
+    folder = root / domain_name(model.name, cluster.name)
     folder.mkdir(parents=True, exist_ok=True)
     return folder / f"{name}.jsonl"
 
