@@ -2,7 +2,7 @@
 
 Run:   python benchmarks/heterogeneous_measured.py [--models CTRDNN,2EMB,NCE] [--pool HeterPS-2GPU]
            [--limit 1e5] [--repeats 3] [--iterations 8] [--warmup 2] [--rl-seconds 5]
-           [--max-groups 2] [--scale S] [--dilation D]
+           [--max-groups 2] [--scale S] [--dilation D] [--extra 'MODEL:NAME=type:layers:units,...']
 
 For every model: the RL scheduler's plan (``RLScheduler``, seed 0), the all-GPU plan
 (``SingleTypeScheduler('gpu')``) and AIBox's plan (``AIBoxScheduler``), each with its own
@@ -19,7 +19,7 @@ One factor at a time (``--factor``): for the (model, plan) pairs of ``--only`` (
 ``backward`` sends no gradients to the previous stage (is one direction of the boundary enough to
 set the rate?); ``nic:<type>=<x>`` multiplies the NIC share of the resource types whose name
 contains <type> by x in the emulation only (the cost model's prediction is kept from the original
-cluster, so where the link of Formula 3 is the smaller NIC the prediction does not move anyway).
+cluster). ``--extra`` adds fixed plans (e.g. the earlier 2EMB AIBox plan, 128 cores into one V100).
 
 Targets (issue 18): every plan's measured throughput within +-20 % of the cost model; the RL plan
 meets the throughput limit and costs less than AIBox's plan, measured.
@@ -40,10 +40,12 @@ from runtime.heterogeneous import HeterogeneousRun, MeasureConfig, measure_plan
 from search.heterogeneous import AIBoxScheduler, RLConfig, RLScheduler, ScheduleResult, SingleTypeScheduler
 from simulator import zoo
 from simulator.analytical.heterogeneous import HeterogeneousCostModel, Workload
-from simulator.spec import ClusterSpec
+from simulator.spec import ClusterSpec, ResourcePlan
 
 
-def plans(model: str, pool: str, limit: float, rl_seconds: float) -> dict[str, ScheduleResult]:
+def plans(
+    model: str, pool: str, limit: float, rl_seconds: float, extra: str = ""
+) -> dict[str, ScheduleResult]:
     spec = zoo.model(model)
     cm = HeterogeneousCostModel(spec, zoo.cluster(pool), Workload(limit, batch_size=spec.batch_size))
     out = {
@@ -51,7 +53,26 @@ def plans(model: str, pool: str, limit: float, rl_seconds: float) -> dict[str, S
         "all-gpu": SingleTypeScheduler("gpu").schedule(cm),
         "aibox": AIBoxScheduler().schedule(cm),
     }
+    for item in filter(None, extra.split(";")):
+        head, _, stages = item.partition("=")
+        m, _, name = head.partition(":")
+        if m == model:
+            out[name] = fixed_plan(cm, name, stages)
     return {k: r for k, r in out.items() if r.plan is not None}
+
+
+def fixed_plan(cm: HeterogeneousCostModel, name: str, stages: str) -> ScheduleResult:
+    """A plan given as ``type:layers:units,...`` (type: a unique part of a resource type's name)."""
+    assignment: list[str] = []
+    units: list[int] = []
+    for st in stages.split(","):
+        part, layers, k = st.split(":")
+        (tname,) = [t.name for t in cm.types if part in t.name]
+        assignment += [tname] * int(layers)
+        units.append(int(k))
+    plan = ResourcePlan.from_assignment(assignment, units, model=cm.model.name, cluster=cm.cluster.name)
+    r = cm.evaluate(plan)
+    return ScheduleResult(name, plan, tuple(units), r.money, r.throughput, 0.0, 1)
 
 
 def describe(r: ScheduleResult) -> str:
@@ -77,6 +98,12 @@ def main() -> None:
     ap.add_argument("--loopback", action="store_true", help="unshaped loopback (logic check only)")
     ap.add_argument("--factor", default="", help="'backward' or 'nic:<type>=<x>' (with --only)")
     ap.add_argument("--only", default="", help="model:plan pairs for --factor, e.g. 2EMB:aibox")
+    ap.add_argument(
+        "--extra",
+        default="",
+        help="fixed plans to run too: 'MODEL:NAME=type:layers:units,...;...', "
+        "e.g. '2EMB:v100=core:2:128,V100:8:1'",
+    )
     args = ap.parse_args()
     console = Console(width=220)
     console.print(f"load average at start: {os.getloadavg()[0]:.1f} (2-core machine shared with other jobs)")
@@ -88,7 +115,7 @@ def main() -> None:
         )
         return
     models = args.models.split(",")
-    chosen = {m: plans(m, args.pool, args.limit, args.rl_seconds) for m in models}
+    chosen = {m: plans(m, args.pool, args.limit, args.rl_seconds, args.extra) for m in models}
     for m, ps in chosen.items():
         for name, r in ps.items():
             console.print(
@@ -207,7 +234,7 @@ def one_factor(args: argparse.Namespace, console: Console) -> None:
     pairs = [tuple(p.split(":")) for p in args.only.split(",") if p]
     if not pairs or (args.factor != "backward" and not args.factor.startswith("nic:")):
         raise SystemExit("--factor: 'backward' or 'nic:<type>=<x>', with --only model:plan[,...]")
-    chosen = {m: plans(m, args.pool, args.limit, args.rl_seconds) for m in {m for m, _ in pairs}}
+    chosen = {m: plans(m, args.pool, args.limit, args.rl_seconds, args.extra) for m in {m for m, _ in pairs}}
     base: dict[tuple[str, ...], list[HeterogeneousRun]] = {p: [] for p in pairs}
     varied: dict[tuple[str, ...], list[HeterogeneousRun]] = {p: [] for p in pairs}
     cluster = zoo.cluster(args.pool)

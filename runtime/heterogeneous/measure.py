@@ -24,10 +24,11 @@ parallel (two shared cores cannot host 128 processes). Per iteration of B sample
 
 Links (both directions shaped, ``tc tbf``), per group of m units:
 
-- data network (activations): ``m x nic_gbps`` of the type (each unit's NIC share). The cost
-  model instead charges 2 x the cut bytes over ``link_gbps(t_i, t_i+1)`` on the sending stage;
-  on this full-duplex emulation forward activations and backward gradients travel in opposite
-  directions and the receiver's NIC also bounds them;
+- data network (activations): ``m x nic_gbps`` of the type (each unit's NIC share). Forward
+  activations and backward gradients travel in opposite directions of these full-duplex links,
+  and the receiver's NIC bounds them as much as the sender's; the cost model charges each stage
+  one direction's bytes (cut in + cut out) over its own NIC share (since commit 2336a47; it used
+  to charge 2 x the cut out on the sender only);
 - host network (sparse rows): GPU types ``m x host_link_gbps`` (PCIe; the tables live in host
   memory); CPU types unshaped (the tables are in the cores' own memory, as the cost model assumes);
 - sync network (dense weights): ``link_gbps(t, t)`` per group (the servers' full NIC, the cost
@@ -36,17 +37,20 @@ Links (both directions shaped, ``tc tbf``), per group of m units:
 **What the testbed found** (``benchmarks/results/heterogeneous_measured-2026-11-25.txt``): where
 a stage's time is its compute or its dense-weight synchronisation (the RL and all-GPU plans of
 CTRDNN, 2EMB, NCE), measured throughput is within 0.5-6 % of Formula 6. Two of the cost model's
-assumptions about activations between stages do not hold on full-duplex links, and each decides
-one AIBox plan (checked by changing one factor, ``--factor``):
+former assumptions about activations between stages did not hold on full-duplex links, and each
+decided one AIBox plan (checked by changing one factor, ``--factor``):
 
-- the model charges the boundary 2 x cut bytes on the sending stage's link, forward and backward
+- the model charged the boundary 2 x cut bytes on the sending stage's link, forward and backward
   added up; on a full-duplex NIC the activations leave while the gradients arrive. NCE's AIBox
-  CPU stage, which only sends activations, runs 1.6-1.8 x the predicted rate, and more when the
+  CPU stage, which only sends activations, ran 1.6-1.8 x the predicted rate, and more when the
   gradients are left out (1.86 x; so one direction sets its rate);
-- the model charges nothing to the *receiving* stage, yet its NICs must take the activations in
-  and send the gradients back. 2EMB's AIBox plan feeds 128 cores' activations into one V100
+- the model charged nothing to the *receiving* stage, yet its NICs must take the activations in
+  and send the gradients back. 2EMB's AIBox plan fed 128 cores' activations into one V100
   (a 3.1 Gbit/s NIC share): 0.62 x the prediction; with only the V100's NIC 4 x faster in the
-  emulation (the prediction does not change) it measures 1.0 x.
+  emulation (the prediction does not change) it measured 1.0 x.
+
+The cost model now charges both (``simulator.analytical.heterogeneous``, module docstring);
+``heterogeneous_measured-2026-11-25b.txt`` has the plans measured against it.
 
 **Scale and dilation** (as the executor's): bytes are divided by ``scale``, links by
 ``scale x dilation``, compute sleeps ``dilation`` times longer, and every reported time is divided
