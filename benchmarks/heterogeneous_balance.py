@@ -26,11 +26,11 @@ optional optimization (§4), stated as enabled for M6-MoE alone (§5.3.2). The f
 with equal counts of two types the best speed-up of any shares over the even split is
 (1 + r) / 2, r = the slower type's compute time / the faster's; 1.3-1.4x means r = 1.6-1.8, the
 FP32 ratio (15.7 / 9.3 = 1.69 by peaks), and the V100 utilization gain it reports (1.39-1.96x) is
-about r. With tensor cores r would be 3-4 (this compute model: 3.0 ResNet50, 3.9 BERT-large) and the
+about r. With tensor cores r would be 3-4 (this compute model: 3.2 ResNet50, 3.9 BERT-large) and the
 bound 2-2.4x. FP32 rows are the paper's setting; float16 rows (mixed precision: V100 tensor cores,
-none on P100) are labelled as such. The compute model's FP32 r is 1.55 (ResNet50) and 1.61
+none on P100) are labelled as such. The compute model's FP32 r is 1.56 (ResNet50) and 1.61
 (BERT-large), below the peak ratio because bandwidth-bound layers scale with 900 / 732 GB/s, so
-its FP32 bound is 1.27x / 1.30x before any communication ("BOUND" below); the executor all-reduces
+its FP32 bound is 1.28x / 1.30x before any communication ("BOUND" below); the executor all-reduces
 after the backward (no overlap), which lowers it further where the sync is large (BERT-large).
 
 Device figures are the published ones (docs/architecture.md): V100-SXM2-32GB 15.7 FP32 / 125 FP16 TFLOPS,
