@@ -398,3 +398,16 @@ def sent(monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]]:
 
     monkeypatch.setattr(StrategistClient, "create_search", create)
     return bodies
+
+
+@pytest.fixture
+def heterps_zoo(zoo_dir: Path) -> Path:
+    """The private zoo plus the real CTRDNN and HeterPS-2GPU specs (cost-objective searches)."""
+    import shutil
+
+    datasets = Path(__file__).resolve().parents[2] / "datasets"
+    shutil.copy(datasets / "models" / "CTRDNN.json", zoo_dir / "models")
+    shutil.copy(datasets / "clusters" / "HeterPS-2GPU.json", zoo_dir / "clusters")
+    zoo.model.cache_clear()
+    zoo.cluster.cache_clear()
+    return zoo_dir

@@ -2,14 +2,11 @@
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
-
-from simulator import zoo
 
 API = "/api/v1"
 DATASETS = Path(__file__).resolve().parents[2] / "datasets"
@@ -20,15 +17,6 @@ GOOD = {
     "plan_kind": "heterogeneous",
     "plan_options": {"throughput_limit": 1e5},
 }
-
-
-@pytest.fixture
-def heterps_zoo(zoo_dir: Path) -> Path:
-    shutil.copy(DATASETS / "models" / "CTRDNN.json", zoo_dir / "models")
-    shutil.copy(DATASETS / "clusters" / "HeterPS-2GPU.json", zoo_dir / "clusters")
-    zoo.model.cache_clear()
-    zoo.cluster.cache_clear()
-    return zoo_dir
 
 
 def errors(client: TestClient, headers: dict[str, str], body: dict[str, Any] | str) -> list[dict[str, Any]]:

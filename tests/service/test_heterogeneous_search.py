@@ -16,7 +16,6 @@ from __future__ import annotations
 import itertools
 import json
 import math
-import shutil
 from pathlib import Path
 from typing import Any
 
@@ -76,16 +75,6 @@ def fake_measure(
         price_per_hour=report.price_per_hour,
         environment={"testbed": "fake"},
     )
-
-
-@pytest.fixture
-def heterps_zoo(zoo_dir: Path) -> Path:
-    """The private zoo plus the real CTRDNN and HeterPS-2GPU specs."""
-    shutil.copy(DATASETS / "models" / "CTRDNN.json", zoo_dir / "models")
-    shutil.copy(DATASETS / "clusters" / "HeterPS-2GPU.json", zoo_dir / "clusters")
-    zoo.model.cache_clear()
-    zoo.cluster.cache_clear()
-    return zoo_dir
 
 
 def run_queued(client: TestClient, headers: dict[str, str]) -> list[int]:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import itertools
-import shutil
 from pathlib import Path
 
 import pytest
@@ -20,15 +19,6 @@ from simulator.spec.measurement import Measurement
 
 DATASETS = Path(__file__).resolve().parents[2] / "datasets"
 WAIT = 120.0
-
-
-@pytest.fixture
-def heterps_zoo(zoo_dir: Path) -> Path:
-    shutil.copy(DATASETS / "models" / "CTRDNN.json", zoo_dir / "models")
-    shutil.copy(DATASETS / "clusters" / "HeterPS-2GPU.json", zoo_dir / "clusters")
-    zoo.model.cache_clear()
-    zoo.cluster.cache_clear()
-    return zoo_dir
 
 
 def test_front_keeps_exactly_the_undominated_points() -> None:
