@@ -128,13 +128,10 @@ def measured_alpha(ok: Sequence[dict[str, Any]]) -> CostParams:
     """CostParams with the per-call α the records measured (median over trials), else defaults.
 
     Records whose probe has the executor's unit path (``collective_unit``, ``ps_unit``: the
-    1-element call handed to a sync channel's thread, as a trial issues a unit) take α from it:
-    a ring unit is one all-reduce, so its α is the unit figure; a sparse unit is three
-    all-gathers behind one hand-off, so each all-gather carries a third of the unit's excess
-    over the bare call; a PS shard's round costs ``ps_unit``. A hierarchical unit (three calls
-    behind one hand-off) is then charged the hand-off three times: an over-estimate of
-    2 × (unit − call) per such unit, ~1 ms dilated, accepted until the cost model has a
-    per-unit term. Older records (bare calls only) keep the bare figures.
+    1-element call handed to a sync channel's thread, as a trial issues a unit) also give the
+    per-unit hand-off, ``unit_overhead_s`` = unit - bare call (charged once per collective unit
+    whatever its calls), and a PS round's α from ``ps_unit``. Older records (bare calls only)
+    keep the bare figures.
     """
     probes = [r.get("per_call_overhead_s") or {} for r in ok]
 
@@ -142,15 +139,13 @@ def measured_alpha(ok: Sequence[dict[str, Any]]) -> CostParams:
         v = [p[kind] for p in probes if kind in p]
         return float(np.median(v)) if v else None
 
-    coll, ag, ps = med("collective"), med("allgather"), med("ps_round")
-    unit, ps_unit = med("collective_unit"), med("ps_unit")
-    if unit is not None and coll is not None:
-        excess = max(0.0, unit - coll)
-        ag = ag + excess / 3 if ag is not None else None
-        coll = unit
-    if ps_unit is not None:
-        ps = ps_unit
-    return CostParams(call_overhead_s=coll, ps_round_s=ps, allgather_call_s=ag)
+    coll, unit, ps_unit = med("collective"), med("collective_unit"), med("ps_unit")
+    return CostParams(
+        call_overhead_s=coll,
+        ps_round_s=ps_unit if ps_unit is not None else med("ps_round"),
+        allgather_call_s=med("allgather"),
+        unit_overhead_s=max(0.0, unit - coll) if unit is not None and coll is not None else None,
+    )
 
 
 def _counts_only(samples: Sequence[FitSample], meas: np.ndarray) -> float:

@@ -53,6 +53,13 @@ class CostParams:
     # Measured α of one all-gather call (the probe's ``allgather``); None: ``call_overhead_s``.
     # Gloo's all-gather is not an all-reduce's price on a crowded host, and a sparse unit is three.
     allgather_call_s: float | None = None
+    # Measured cost of issuing one collective unit beyond its backend calls (the probe's
+    # ``collective_unit`` minus ``collective``: the executor hands a unit to a sync channel's thread,
+    # which wakes, flattens and averages; on a crowded host that is ~0.5 ms dilated, as much as
+    # the call itself). Charged once per collective call of ``StrategyBatch`` (a unit's dense and
+    # sparse parts are two there, one hand-off in the executor: a unit mixing both pays it twice).
+    # Only with a measured α; None or 0: nothing. A real NCCL cluster's launch path is in α.
+    unit_overhead_s: float | None = None
 
     def __post_init__(self) -> None:
         if self.phi < 0 or self.delta < 0:
@@ -68,7 +75,7 @@ class CostParams:
             )
         if self.combine not in ("sum", "max"):
             raise ValueError(f"combine must be 'sum' or 'max', got {self.combine!r}")
-        for name in ("call_overhead_s", "ps_round_s", "allgather_call_s"):
+        for name in ("call_overhead_s", "ps_round_s", "allgather_call_s", "unit_overhead_s"):
             v = getattr(self, name)
             if v is not None and not 0 <= v < 10:
                 raise ValueError(f"{name} must be in [0, 10) seconds, got {v}")

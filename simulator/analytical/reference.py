@@ -102,6 +102,7 @@ def reference_cost(model: ModelSpec, cluster: ClusterSpec, s: Strategy, params: 
                 terms.transfer
                 + issued.get("allreduce", 0) * params.call_overhead_s
                 + issued.get("allgather", 0) * ag
+                + (params.unit_overhead_s or 0.0)
             )
     t_ps = max(server_time.values(), default=0.0)
     t_cc = sum(call_time.values())

@@ -92,6 +92,8 @@ def score(
     else:
         call_const = params.phi * ca.cc_phi + params.delta + ca.cc_latency
     call_time = acc[n * j :] + call_const[b.call_op] * b.call_repeats
+    if alphas is not None and params.unit_overhead_s:  # the executor's hand-off, once per unit
+        call_time = call_time + params.unit_overhead_s
     t_cc = np.bincount(b.call_strategy, weights=call_time, minlength=n)
     t_sync = t_ps + t_cc if params.combine == "sum" else np.maximum(t_ps, t_cc)
     t_comp = np.full(n, f.compute_time(ma.model, ca.cluster, params))

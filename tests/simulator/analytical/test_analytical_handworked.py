@@ -284,6 +284,23 @@ def test_a_sparse_unit_costs_three_measured_all_gathers() -> None:
         CostParams(call_overhead_s=5e-4, allgather_call_s=-1.0)
 
 
+def test_a_collective_unit_pays_the_executor_hand_off_once_whatever_its_calls() -> None:
+    # The probe's unit path minus the bare call (unit_overhead_s) is paid once per unit: a ring
+    # unit is 1 all-reduce + 1 hand-off, a hierarchical one 3 calls + 1 hand-off.
+    cluster = make_cluster([2, 2], nic_gbps=10.0)
+    model = make_model([Variable(name="w", shape=(1000, 250))])
+    base = replace(P, call_overhead_s=5e-4)
+    unit = replace(base, unit_overhead_s=7e-4)
+    for algorithm, calls in (("ring", 1), ("hierarchical", 3)):
+        s = Strategy(variables=(one("w", CollectiveSync(algorithm=algorithm)),))
+        (call,) = cost_breakdown(model, cluster, s, unit).collective.values()
+        assert call.time == pytest.approx(call.transfer + calls * 5e-4 + 7e-4)
+        without = cost_breakdown(model, cluster, s, base)
+        assert cost_breakdown(model, cluster, s, unit).t_sync - without.t_sync == pytest.approx(7e-4)
+    with pytest.raises(ValueError, match="unit_overhead_s"):
+        CostParams(call_overhead_s=5e-4, unit_overhead_s=-1.0)
+
+
 def test_node_latency_is_paid_per_hop_of_a_collective_and_once_per_direction_of_a_ps_shard() -> None:
     # Nodes with latency_us 50 and 30: one way (50 + 30) / 2 = 40 us. PS on n0: push + pull =
     # 2 · 40 us on top of Eq. 2; a ring all-reduce over 2 GPUs: 2 (w - 1) = 2 hops · 40 us.

@@ -26,6 +26,7 @@ PARAMS = [
     CostParams(phi=3e-4, delta=1e-5, efficiency=0.2, combine="max"),
     CostParams(call_overhead_s=8e-4, ps_round_s=1.2e-3),  # measured α (the testbed's probe)
     CostParams(call_overhead_s=8e-4, ps_round_s=1.2e-3, allgather_call_s=2.5e-3),
+    CostParams(call_overhead_s=5e-4, ps_round_s=1.2e-3, allgather_call_s=2.5e-3, unit_overhead_s=6e-4),
 ]
 
 
@@ -53,7 +54,9 @@ CLUSTERS: dict[str, ClusterSpec] = {
 
 
 @pytest.mark.parametrize("cluster_name", sorted(CLUSTERS))
-@pytest.mark.parametrize("params", PARAMS, ids=["default", "max", "measured-alpha", "measured-allgather"])
+@pytest.mark.parametrize(
+    "params", PARAMS, ids=["default", "max", "measured-alpha", "measured-allgather", "unit-overhead"]
+)
 def test_vectorised_matches_reference(cluster_name: str, params: CostParams) -> None:
     model, cluster = mixed_model(), CLUSTERS[cluster_name]
     strategies = random_strategies(model, cluster, 60, seed=7)
