@@ -52,7 +52,10 @@ def test_each_device_replays_its_own_type() -> None:
     assert run.status == "ok", run.reason
     for dev, gpu in (("v:0", V100), ("p:0", P100)):
         want = layer_times(m, gpu, 8, CostParams()).step
-        assert run.busy_s[dev] == pytest.approx(want, rel=0.15, abs=0.005), dev
+        # Replayed compute is a sleep of the device type's time: never shorter than it, but on a
+        # loaded host each sleep may end late (a 15 % band failed at load 16), so the upper bound
+        # is loose; the type is told apart by the ratio below.
+        assert 0.95 * want <= run.busy_s[dev] <= 2.0 * want + 0.02, dev
     assert run.busy_s["p:0"] > 1.2 * run.busy_s["v:0"]  # the P100 is slower (10.6 vs 15.7 TFLOPS)
     assert run.iteration_s is not None and run.iteration_s >= 0.9 * run.busy_s["p:0"]
     # parameters + gradients + Adam's two moments (measure_plan's default) + 8 samples' activations
