@@ -1,4 +1,4 @@
-"""Every record of the re-collected dataset (datasets/runtimes-v2, retest-v2) can be traced and trusted.
+"""Every record of the re-collected dataset (datasets/runtimes-v2, retest-v2, unit-probe) can be traced and trusted.
 
 Each names a commit that exists in this repository's history (``collect`` refuses a dirty tree)
 and carries what the issue-13 protocol records: the time dilation, the per-call overhead probe,
@@ -15,7 +15,7 @@ import pytest
 from simulator.spec.records import load_records
 from simulator.zoo import datasets_dir
 
-ROOTS = (datasets_dir() / "runtimes-v2", datasets_dir() / "retest-v2")
+ROOTS = (datasets_dir() / "runtimes-v2", datasets_dir() / "retest-v2", datasets_dir() / "unit-probe")
 REPO = Path(__file__).resolve().parents[2]
 
 
