@@ -102,6 +102,16 @@ class PlanKind(ABC):
         """The round's candidate drafts, rank 1 = best predicted."""
 
 
+def known_options(options: dict[str, Any] | None, defaults: dict[str, Any], kind: str) -> dict[str, Any]:
+    """``options`` over ``defaults``; OptionsInvalid naming the first option the kind does not have."""
+    raw = dict(options or {})
+    unknown = sorted(set(raw) - set(defaults))
+    if unknown:
+        reason = f"unknown option ({kind} options: {', '.join(defaults)})"
+        raise OptionsInvalid([(("plan_options", unknown[0]), reason)])
+    return {**defaults, **raw}
+
+
 def document_key(document: dict[str, Any]) -> str:
     """A plan document's identity: its JSON with sorted keys (what ``ask.tried`` is matched on)."""
     return json.dumps(document, sort_keys=True)

@@ -36,7 +36,16 @@ from pydantic import ValidationError
 
 from search.feasibility import MemoryConfig, MemoryModel
 from service.domain import Search, Trial
-from service.plans.base import Loc, OptionsInvalid, PlanKind, RoundAsk, RoundPlan, document_key, ranked_round
+from service.plans.base import (
+    Loc,
+    OptionsInvalid,
+    PlanKind,
+    RoundAsk,
+    RoundPlan,
+    document_key,
+    known_options,
+    ranked_round,
+)
 from simulator.spec import ClusterSpec, HybridPlan, ModelSpec, SpecError
 from simulator.spec.hybrid import Annotation, ModuleAnnotation, hybrid_issues, plan_from_annotations
 from simulator.spec.limits import LIMITS
@@ -75,13 +84,7 @@ class HybridPlans(PlanKind):
     def validate(
         self, options: dict[str, Any] | None, *, objective: str, model: ModelSpec, cluster: ClusterSpec
     ) -> dict[str, Any]:
-        raw = dict(options or {})
-        unknown = sorted(set(raw) - set(DEFAULTS))
-        if unknown:
-            raise OptionsInvalid(
-                [(("plan_options", unknown[0]), f"unknown option (hybrid options: {', '.join(DEFAULTS)})")]
-            )
-        out = {**DEFAULTS, **raw}
+        out = known_options(options, DEFAULTS, "hybrid")
         n = len(cluster.devices)
         if out["global_batch"] is None:
             out["global_batch"] = min(model.batch_size * n, LIMITS.global_batch)

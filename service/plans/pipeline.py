@@ -36,7 +36,7 @@ from search.feasibility import MemoryConfig, MemoryModel
 from search.pipeline import memory_curve, plan_memory
 from search.pipeline.candidates import with_kb
 from service.domain import Search, Trial
-from service.plans.base import OptionsInvalid, PlanKind, RoundAsk, RoundPlan, ranked_round
+from service.plans.base import OptionsInvalid, PlanKind, RoundAsk, RoundPlan, known_options, ranked_round
 from simulator.spec import ClusterSpec, ModelSpec, Plan
 from simulator.spec.limits import LIMITS
 
@@ -66,11 +66,7 @@ class PipelinePlans(PlanKind):
     def validate(
         self, options: dict[str, Any] | None, *, objective: str, model: ModelSpec, cluster: ClusterSpec
     ) -> dict[str, Any]:
-        raw = dict(options or {})
-        unknown = sorted(set(raw) - set(DEFAULTS))
-        if unknown:
-            raise _bad(unknown[0], f"unknown option (pipeline options: {', '.join(DEFAULTS)})")
-        out = {**DEFAULTS, **raw}
+        out = known_options(options, DEFAULTS, "pipeline")
         top = max_stages(model, cluster)
         stages = out["stages"]
         if stages != "choose" and (
