@@ -8,20 +8,36 @@ Models, 4 stages on 4 single-GPU nodes (V100 replayed, fp32, efficiency 0.5), gl
 - ``unet``: a U-Net-like CNN (256x256 images, 64..1024 channels, 4 levels), cut where its
   stage FLOPs are most even; the encoder outputs its skip connections carry cross the cuts with the
   activation (``simulator.pipeline.cost.cut_bytes``), 100 Gbit/s links.
-The memory limit is the one at which 1F1B's largest micro-batch is ``--b1`` (4), so the memory
-curve (``search.pipeline.memory_curve``) is (k=1, b=4), (k=2, b=2), (k=4, b=1). A control plan,
-1F1B with b = 1 (below the curve: it uses a quarter of the stash), separates what smaller
-micro-batches give (fewer bubbles) from what grouping gives (overlapping transfers).
+The memory limit is the one at which 1F1B's largest micro-batch is ``--b1`` (8), so the memory
+curve (``search.pipeline.memory_curve``) is (k=1, b=8), (k=2, b=4), (k=4, b=2), (k=8, b=1): four
+plans, six pairs for the ranking (until 2026-11-25b ``--b1`` was 4 and the curve had three plans,
+so one pair of plans within each other's intervals made the pairwise figure 0.67). Two reference
+plans off the curve: GPipe (k = n) with the curve's smallest b, which stashes the whole batch on
+every stage (over the limit: its memory column says by how much; replay allocates no activations,
+so it runs; it is not a tuner candidate), and a control, 1F1B with b = 1 (below the curve: an
+eighth of the stash), which separates what smaller micro-batches give (fewer bubbles) from what
+grouping gives (overlapping transfers).
 
 Protocol (the testbed's, runtime/testbed/README.md): time dilation D (``runtime.testbed.
 dilated_scales``: links keep ``suggest_scale``'s rates, bytes / (scale / D), compute x D, times / D)
 and the per-call probe on the run's processes (``per_call_overhead_s``). Each repeat starts fresh
 processes and runs every fixed plan as one phase (warm-up step + ``--iterations``; the order
-rotates every repeat), then the online tuner from 1F1B (``iterations + 2`` measured steps, one
-evaluation every 2 steps; every evaluation is printed: the steps it measured, each candidate's estimate); repeats are interleaved, so load drifts hit every plan alike. A plan's
-figure is the median of its pooled iteration times over the repeats with a 95 % bootstrap interval
+rotates every repeat), then the online tuner from 1F1B (one evaluation every ``INTERVAL`` = 2
+steps; every evaluation is printed: the steps it measured, each candidate's estimate); repeats are
+interleaved, so load drifts hit every plan alike. The adaptive run has two figures (a decision,
+2026-11-25b): *steady* = its steps after the first evaluation's switch step, ``--adaptive-steps``
+of them (``--iterations + 1`` by default), the tuner's own choice in steady state, compared with
+the fixed plans' steps after their warm-up step, and *from start* = every step after the warm-up,
+i.e. also the 1F1B step the tuner profiles before its first decision and the switched-to plan's
+first step (torch's lazy set-up of that runtime, the step a fixed phase leaves out as warm-up).
+The target "adaptive >= 0.97x of the best fixed plan" is judged on *steady*; *from start* is what
+a run of that many steps pays for starting on 1F1B. A plan's figure is the median of its pooled
+iteration times over the repeats with a 95 % bootstrap interval
 (``simulator.metrics.median_ci95``); a speed-up's interval is the 2.5-97.5 % range of the ratio
-of bootstrap medians. Predictions: ``prior`` = the cost model from the compute model and bytes /
+of bootstrap medians. The cost model's pairwise ranking is given three ways: over the curve
+plans, over every measured fixed plan (curve, GPipe, control), and over the pairs of those whose
+measured 95 % intervals are disjoint (a pair whose intervals overlap is a tie the measurement
+cannot order; it is counted in the strict figures, left out of the third). Predictions: ``prior`` = the cost model from the compute model and bytes /
 bandwidth only; ``profiled`` = the cost model fed with this plan's measured compute and
 moving-average transfers (the tuner's inputs). Preempted network: TCP flows in both directions of
 every link between adjacent stages, on for 1.5 s of every 3 s (real-cluster seconds; x D on the
@@ -32,6 +48,7 @@ from __future__ import annotations
 
 import argparse
 import itertools
+import math
 import random
 import statistics
 import time
@@ -56,6 +73,7 @@ from simulator.spec import ClusterSpec, DeviceType, Layer, ModelSpec, Node, Plan
 
 V100 = DeviceType(name="V100", fp32_tflops=15.7, fp16_tflops=125.0, memory_gb=32.0, memory_bw_gbs=900.0)
 STAGES, BATCH, EFFICIENCY = 4, 32, 0.5
+INTERVAL = 2  # steps between the tuner's evaluations
 
 
 def gpt_medium(blocks: int = 24, hidden: int = 1024, seq: int = 256) -> ModelSpec:
@@ -161,10 +179,23 @@ def label(p: Plan) -> str:
     return f"{p.schedule} k={p.group_size(n)} b={p.micro_batch_size}"
 
 
-def pairwise(a: list[float], b: list[float]) -> float:
+def pairwise(
+    a: list[float], b: list[float], ci: list[tuple[float, float]] | None = None
+) -> tuple[float, int]:
+    """Fraction of pairs that ``b`` orders as ``a`` does, and the number of pairs.
+
+    With ``ci`` (a's 95 % intervals) only pairs whose intervals are disjoint count. A pair that ``b``
+    predicts equal (GPipe and kFkB with k = 8 on a steady chain: the simulation gives both the same
+    length) counts one half: the prediction orders it neither way.
+    """
     pairs = [(i, j) for i, j in itertools.combinations(range(len(a)), 2) if a[i] != a[j]]
-    agree = sum((a[i] < a[j]) == (b[i] < b[j]) for i, j in pairs)
-    return agree / len(pairs) if pairs else float("nan")
+    if ci is not None:
+        pairs = [(i, j) for i, j in pairs if ci[i][1] < ci[j][0] or ci[j][1] < ci[i][0]]
+    agree = sum(
+        0.5 if math.isclose(b[i], b[j], rel_tol=1e-9) else float((a[i] < a[j]) == (b[i] < b[j]))
+        for i, j in pairs
+    )
+    return (agree / len(pairs) if pairs else float("nan")), len(pairs)
 
 
 def ratio_ci(num: list[float], den: list[float], n: int = 2000, seed: int = 0) -> tuple[float, float, float]:
@@ -187,6 +218,16 @@ def phase_records(records: dict[int, dict[str, Any]], phase: int, warmup: int) -
     return out
 
 
+def gpipe_plan(model: ModelSpec, b: int) -> Plan:
+    """GPipe (k = n: every forward before any backward) with micro-batch size ``b``."""
+    return with_kb(template(model), BATCH // b, b)
+
+
+def interval_cell(xs: list[float]) -> str:
+    lo, hi = median_ci95(xs)
+    return f"{1000 * statistics.median(xs):.0f} [{1000 * lo:.0f}, {1000 * hi:.0f}]"
+
+
 def run_one(name: str, net: str, a: argparse.Namespace) -> None:
     make, gbps = MODELS[name]
     model, cl = make(), cluster(gbps)
@@ -194,14 +235,21 @@ def run_one(name: str, net: str, a: argparse.Namespace) -> None:
     curve = memory_curve(template(model), mem)
     plans = [c.plan for c in curve]
     assert all(not plan_memory_reasons(p, mem) for p in plans), "a curve plan exceeds its memory limit"
+    gpipe = gpipe_plan(model, min(p.micro_batch_size for p in plans))
     control = with_kb(template(model), 1, 1)
-    runs = [*plans, control]
+    runs = [*plans, gpipe, control]
+    refs = {len(plans): " (GPipe, off the curve)", len(plans) + 1: " (control)"}
     first = next(i for i, p in enumerate(plans) if p.schedule == "1f1b")
     scale, d = dilated_scales(cl, None if a.dilation == "auto" else float(a.dilation))
     ex = ExecutorConfig(compute="replay", warmup=1, iterations=a.iterations, scale=scale, dilation=d,
                         efficiency=EFFICIENCY, timeout_s=900, startup_timeout_s=300)  # fmt: skip
     cfg = PipelineConfig(ex)
+    steady_steps = a.adaptive_steps or a.iterations + 1
+    # Tuner steps: warm-up, the 1F1B steps up to the first evaluation, the switch step, then steady.
+    tuner_steps = INTERVAL + 1 + steady_steps
+    skip = INTERVAL + 1 - ex.warmup  # measured steps before the steady ones
     times: list[list[float]] = [[] for _ in runs]
+    tuned_all: list[float] = []
     tuned: list[float] = []
     predicted_prof: list[list[float]] = [[] for _ in runs]
     overhead: list[dict[str, float]] = []
@@ -233,13 +281,14 @@ def run_one(name: str, net: str, a: argparse.Namespace) -> None:
                     fwd, bwd = [f / d for f in prof.fwd], [b / d for b in prof.bwd]
                     predicted_prof[i].append(pipeline_length(p, fwd, bwd, transfers))
                 tr = run_pipeline(model, cl, plans, tb, cfg,
-                                  TunerRun(steps=ex.warmup + a.iterations + 2, start=first,
-                                           config=TunerConfig(interval=2, margin=0.03)))  # fmt: skip
+                                  TunerRun(steps=tuner_steps, start=first,
+                                           config=TunerConfig(interval=INTERVAL, margin=0.03)))  # fmt: skip
                 tm = tr.measurements[0]
                 if tm.failure:
                     failures.append(f"adaptive: {tm.failure}")
                     continue
-                tuned.extend(tm.iteration_times)
+                tuned_all.extend(tm.iteration_times)
+                tuned.extend(tm.iteration_times[skip:])
                 for e in tr.tuner_log:
                     if "switch_to" in e:
                         switches.append(
@@ -255,6 +304,8 @@ def run_one(name: str, net: str, a: argparse.Namespace) -> None:
                             f"  repeat {rep} step {e['step']}: ran {label(plans[e['current']])} "
                             f"[{ran}] ms; predicted {pred} ms"
                         )
+                steps_ms = " ".join(f"{1000 * t:.0f}" for t in tm.iteration_times)
+                evaluations.append(f"  repeat {rep} adaptive steps after warm-up: [{steps_ms}] ms")
         finally:
             if bg:
                 bg.__exit__(None, None, None)
@@ -265,30 +316,31 @@ def run_one(name: str, net: str, a: argparse.Namespace) -> None:
         prior.append(pipeline_length(p, f, b, prior_transfers(model, cl, p)))
     print(f"\n== {model.name} on the {net} network ({gbps:g} Gbit/s links; link scale {ex.link_scale:g}, "
           f"bytes scale {scale:g}, dilation {d:g}; {a.repeats} interleaved repeats x {a.iterations} "
-          f"iterations; wall {wall:.0f} s) ==")  # fmt: skip
+          f"iterations, adaptive {steady_steps} steady steps; wall {wall:.0f} s) ==")  # fmt: skip
     if overhead:
         for kind in ("collective", "p2p_round"):
             vals = [o[kind] for o in overhead if kind in o]
             if vals:
                 print(f"per-call overhead ({kind}, dilated): median {1000 * statistics.median(vals):.2f} ms")
-    print(f"{'plan':<30} {'memory':>6} {'measured ms [95% CI]':>24} {'prior ms':>9} {'profiled ms':>12}")
+    print(f"{'plan':<40} {'memory':>6} {'measured ms [95% CI]':>24} {'prior ms':>9} {'profiled ms':>12}")
     med: list[float] = []
+    ci: list[tuple[float, float]] = []
     for i, p in enumerate(runs):
         frac = max(v.memory.total / v.capacity for v in plan_memory(p, mem))
-        tag = label(p) + (" (control)" if p is control else "")
+        tag = label(p) + refs.get(i, "")
         if times[i]:
-            lo, hi = median_ci95(times[i])
-            mid = statistics.median(times[i])
-            cell = f"{1000 * mid:.0f} [{1000 * lo:.0f}, {1000 * hi:.0f}]"
+            med.append(statistics.median(times[i]))
+            ci.append(median_ci95(times[i]))
+            cell = interval_cell(times[i])
         else:
-            mid, cell = float("nan"), "failed"
-        med.append(mid)
+            med.append(float("nan"))
+            ci.append((float("nan"), float("nan")))
+            cell = "failed"
         pcell = f"{1000 * statistics.median(predicted_prof[i]):.0f}" if predicted_prof[i] else "-"
-        print(f"{tag:<30} {frac:>6.0%} {cell:>24} {1000 * prior[i]:>9.0f} {pcell:>12}")
+        print(f"{tag:<40} {frac:>6.0%} {cell:>24} {1000 * prior[i]:>9.0f} {pcell:>12}")
     if tuned:
-        lo, hi = median_ci95(tuned)
-        cell = f"{1000 * statistics.median(tuned):.0f} [{1000 * lo:.0f}, {1000 * hi:.0f}]"
-        print(f"{'adaptive (tuner, from 1F1B)':<30} {'':>6} {cell:>24}")
+        print(f"{'adaptive steady (tuner, from 1F1B)':<40} {'':>6} {interval_cell(tuned):>24}")
+        print(f"{'adaptive from start (incl. 1F1B step)':<40} {'':>6} {interval_cell(tuned_all):>24}")
     print("\n".join(switches) if switches else "  (the tuner made no switch)")
     print(
         "tuner evaluations (the interval's measured steps of the plan that ran; each candidate's estimate):"
@@ -298,20 +350,34 @@ def run_one(name: str, net: str, a: argparse.Namespace) -> None:
         print("  FAILED", line)
     n_curve = len(plans)
     if tuned and times[first]:
-        r, lo, hi = ratio_ci(times[first], tuned)
-        print(f"adaptive vs 1F1B (k=1, b={plans[first].micro_batch_size}): {r:.2f}x [{lo:.2f}, {hi:.2f}]")
-        best = min(range(n_curve), key=lambda i: med[i])
-        r, lo, hi = ratio_ci(times[best], tuned)
-        print(f"adaptive vs best fixed ({label(plans[best])}): {r:.2f}x [{lo:.2f}, {hi:.2f}]")
-    if times[first] and times[-1]:
-        r, lo, hi = ratio_ci(times[first], times[-1])
-        print(f"control 1F1B b=1 vs 1F1B b={plans[first].micro_batch_size}: {r:.2f}x [{lo:.2f}, {hi:.2f}]")
-    ok = [i for i in range(n_curve) if times[i]]
-    prof_med = [statistics.median(predicted_prof[i]) for i in ok if predicted_prof[i]]
-    print(
-        f"cost model pairwise ranking of the measured curve plans: prior {pairwise([med[i] for i in ok], [prior[i] for i in ok]):.2f}"
-        + (f", profiled {pairwise([med[i] for i in ok], prof_med):.2f}" if len(prof_med) == len(ok) else "")
-    )
+        best = min((i for i in range(n_curve) if times[i]), key=lambda i: med[i])
+        for what, xs in (("steady", tuned), ("from start", tuned_all)):
+            r, lo, hi = ratio_ci(times[first], xs)
+            print(
+                f"adaptive {what} vs 1F1B (k=1, b={plans[first].micro_batch_size}): {r:.2f}x [{lo:.2f}, {hi:.2f}]"
+            )
+            r, lo, hi = ratio_ci(times[best], xs)
+            print(
+                f"adaptive {what} vs best fixed curve plan ({label(plans[best])}): {r:.2f}x [{lo:.2f}, {hi:.2f}]"
+            )
+    for i in refs:
+        if times[first] and times[i]:
+            r, lo, hi = ratio_ci(times[first], times[i])
+            print(
+                f"{label(runs[i])} vs 1F1B b={plans[first].micro_batch_size}: {r:.2f}x [{lo:.2f}, {hi:.2f}]"
+            )
+    for what, idx in (("curve plans", range(n_curve)), ("all fixed plans", range(len(runs)))):
+        ok = [i for i in idx if times[i]]
+        m_ok, c_ok = [med[i] for i in ok], [ci[i] for i in ok]
+        cells = []
+        preds = {"prior": [prior[i] for i in ok]}
+        if all(predicted_prof[i] for i in ok):
+            preds["profiled"] = [statistics.median(predicted_prof[i]) for i in ok]
+        for src, vals in preds.items():
+            strict, n = pairwise(m_ok, vals)
+            sep, n_sep = pairwise(m_ok, vals, c_ok)
+            cells.append(f"{src} {strict:.2f} of {n} pairs, {sep:.2f} of the {n_sep} separated")
+        print(f"cost model pairwise ranking, {what}: " + "; ".join(cells))
     print("every curve plan within its memory limit (search.pipeline.plan_memory_reasons): yes")
 
 
@@ -324,7 +390,10 @@ def main() -> None:
     ap.add_argument(
         "--dilation", default="auto", help="time dilation D, or 'auto' (runtime.testbed.suggest_dilation)"
     )
-    ap.add_argument("--b1", type=int, default=4, help="1F1B's largest micro-batch under the memory limit")
+    ap.add_argument("--b1", type=int, default=8, help="1F1B's largest micro-batch under the memory limit")
+    ap.add_argument(
+        "--adaptive-steps", type=int, default=0, help="adaptive steady steps per repeat (0: iterations + 1)"
+    )
     ap.add_argument("--activation-factor", type=float, default=16.0, help="stored activations / layer output")
     a = ap.parse_args()
     for name in ["gpt", "unet"] if a.model == "both" else [a.model]:
