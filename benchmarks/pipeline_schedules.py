@@ -312,7 +312,7 @@ def run_one(name: str, net: str, a: argparse.Namespace) -> None:
     wall = time.monotonic() - t_start
     prior = []
     for p in runs:
-        f, b = plan_stage_times(model, cl, p, EFFICIENCY)
+        f, b = plan_stage_times(model, cl, p, params=cfg.cost_params(model.name))  # what the replay sleeps
         prior.append(pipeline_length(p, f, b, prior_transfers(model, cl, p)))
     print(f"\n== {model.name} on the {net} network ({gbps:g} Gbit/s links; link scale {ex.link_scale:g}, "
           f"bytes scale {scale:g}, dilation {d:g}; {a.repeats} interleaved repeats x {a.iterations} "

@@ -34,10 +34,12 @@ from runtime.executor.probe import call_seconds
 from runtime.launch import Launcher
 from runtime.pipeline.stage_net import unsupported_layers
 from runtime.pipeline.tuner import TunerConfig
+from simulator.analytical.params import CostParams
 from simulator.pipeline.cost import cut_bytes, stage_compute_seconds
 from simulator.spec import ClusterSpec, ModelSpec, Plan
 from simulator.spec.measurement import Measurement
 from simulator.spec.plan import plan_issues
+from simulator.spec.profile import Profile
 
 
 @dataclass(frozen=True)
@@ -59,6 +61,10 @@ class PipelineConfig:
     executor: ExecutorConfig = field(default_factory=lambda: ExecutorConfig(compute="real"))
     # Element type of parameters and activations ('float64' for exact gradient comparisons).
     dtype: Literal["float32", "float64"] = "float32"
+    # Replay: measured profiles the compute model uses for their (model, device, dtype, micro-batch)
+    # key; None = the profile store's profiles of the model, as ``ExecutorSession`` does (issue 15:
+    # one compute model for the search, the cost model and every replay).
+    profiles: tuple[Profile, ...] | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.executor, ExecutorConfig):
@@ -81,6 +87,18 @@ class PipelineConfig:
     @property
     def scale(self) -> float:
         return self.executor.scale
+
+    def cost_params(self, model_name: str) -> CostParams:
+        """The CostParams the replay computes with (and a prediction of it should use):
+        ``executor.efficiency`` and the profiles (``profiles``, else the store's for the model);
+        op efficiencies and per-type corrections are CostParams' defaults, as in the executor's
+        replay (``runtime.executor.worker.layer_seconds``)."""
+        profiles = self.profiles
+        if profiles is None:
+            from simulator.profile.store import ProfileStore
+
+            profiles = tuple(p for p in ProfileStore().load_all() if p.model == model_name)
+        return CostParams(efficiency=self.executor.efficiency).with_profiles(profiles)
 
     def job(self) -> dict[str, Any]:
         """What every process reads: the executor's fields flat, plus ``dtype``."""
@@ -135,6 +153,7 @@ def _replay_job(
     """Per plan and stage: (forward, backward) seconds slept per micro-batch (the compute model's
     times × dilation); per stage: tensor sizes (bytes / scale)."""
     ex = cfg.executor
+    params = cfg.cost_params(model.name)
     stages = plans[0].stages
     fwd = [[0.0] * len(stages) for _ in plans]
     bwd = [[0.0] * len(stages) for _ in plans]
@@ -143,7 +162,7 @@ def _replay_job(
         device = cluster.device_type(st.devices[0].rpartition(":")[0])
         for i, plan in enumerate(plans):
             f, b = stage_compute_seconds(
-                model, device, st.first_layer, st.last_layer, plan.micro_batch_size, ex.efficiency
+                model, device, st.first_layer, st.last_layer, plan.micro_batch_size, params=params
             )
             fwd[i][s], bwd[i][s] = f * ex.dilation, b * ex.dilation
         last = st.last_layer == len(model.layers)  # the model's output: the loss's input, not sent

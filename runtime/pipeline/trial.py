@@ -14,15 +14,23 @@ from runtime.launch import Launcher
 from runtime.pipeline.run import PipelineConfig, run_pipeline
 from simulator.spec import ClusterSpec, ModelSpec, SpecError, Strategy
 from simulator.spec.measurement import Measurement
+from simulator.spec.profile import Profile
 
 
-def pipeline_config(cfg: ExecutorConfig) -> PipelineConfig:
-    """The pipeline settings an executor configuration stands for: that configuration itself."""
-    return PipelineConfig(executor=cfg)
+def pipeline_config(cfg: ExecutorConfig, profiles: tuple[Profile, ...] | None = None) -> PipelineConfig:
+    """The pipeline settings an executor configuration stands for: that configuration itself, and
+    the session's measured profiles for the replay (None: the profile store's, as the session's
+    default)."""
+    return PipelineConfig(executor=cfg, profiles=profiles)
 
 
 def run_plan_trial(
-    model: ModelSpec, cluster: ClusterSpec, strategy: Strategy, launcher: Launcher, cfg: ExecutorConfig
+    model: ModelSpec,
+    cluster: ClusterSpec,
+    strategy: Strategy,
+    launcher: Launcher,
+    cfg: ExecutorConfig,
+    profiles: tuple[Profile, ...] | None = None,
 ) -> Measurement:
     """Run ``strategy.plan`` for real; failures are Measurements, never exceptions."""
     base = {"warmup": cfg.warmup, "scale": cfg.scale, "compute_mode": cfg.compute, "backend": "gloo"}
@@ -35,7 +43,7 @@ def run_plan_trial(
     if cfg.backend != "gloo":
         return Measurement(failure="unsupported: pipeline plans run on gloo only for now", **base)
     try:
-        run = run_pipeline(model, cluster, strategy.plan, launcher, pipeline_config(cfg))
+        run = run_pipeline(model, cluster, strategy.plan, launcher, pipeline_config(cfg, profiles))
     except ValueError as e:
         return Measurement(failure=str(e), **base)
     return run.measurements[0]

@@ -5,8 +5,11 @@ of its action lists, with
 
 - per-stage compute from the compute model (``stage_compute_seconds``, the only call into it):
   the sums over the stage's layers of ``simulator.analytical.compute.layer_times`` (roofline per
-  layer, class-dependent backward) for one micro-batch of b samples, with ``efficiency`` as the
-  device correction, exactly as the executor's replay calls it;
+  layer, class-dependent backward, or a measured profile for (model, device, dtype, b)) for one
+  micro-batch of b samples, with the caller's full ``CostParams``; the pipeline executor's replay
+  takes its ``PipelineConfig.cost_params`` (efficiency + the profile store's profiles of the
+  model, as the executor's ``layer_seconds``), so a prediction given the same params predicts
+  what the replay sleeps;
 - per-link transfer seconds *measured end to end* (not derived from bandwidth: §4.3 explains that
   preemption and tensor shapes make bytes/bandwidth unreliable), smoothed by a moving average over
   the last ``window`` samples (``TransferWindow``); links without samples fall back to
@@ -30,10 +33,22 @@ from simulator.spec import GBPS, ClusterSpec, DeviceType, ModelSpec, Plan
 
 
 def stage_compute_seconds(
-    model: ModelSpec, device: DeviceType, first: int, last: int, micro_batch: int, efficiency: float
+    model: ModelSpec,
+    device: DeviceType,
+    first: int,
+    last: int,
+    micro_batch: int,
+    efficiency: float = 1.0,
+    params: CostParams | None = None,
 ) -> tuple[float, float]:
-    """(forward, backward) seconds of layers [first, last) for one micro-batch of ``micro_batch``."""
-    t = layer_times(model, device, micro_batch, CostParams(efficiency=efficiency))
+    """(forward, backward) seconds of layers [first, last) for one micro-batch of ``micro_batch``.
+
+    ``params``: the full CostParams of the caller (op efficiencies, compute dtype, per-device
+    corrections, measured profiles: a profile keyed (model, device, dtype, ``micro_batch``) gives
+    the layers it lists); when given, ``efficiency`` is not used. Without it,
+    ``CostParams(efficiency=efficiency)`` (the roofline with its defaults), as before 2026-11-25b.
+    """
+    t = layer_times(model, device, micro_batch, params or CostParams(efficiency=efficiency))
     return float(t.fwd[first:last].sum()), float(t.bwd[first:last].sum())
 
 
@@ -112,14 +127,19 @@ def pipeline_length(
 
 
 def plan_stage_times(
-    model: ModelSpec, cluster: ClusterSpec, plan: Plan, efficiency: float
+    model: ModelSpec,
+    cluster: ClusterSpec,
+    plan: Plan,
+    efficiency: float = 1.0,
+    params: CostParams | None = None,
 ) -> tuple[list[float], list[float]]:
-    """Per-stage (forward, backward) seconds per micro-batch of ``plan`` on its devices."""
+    """Per-stage (forward, backward) seconds per micro-batch of ``plan`` on its devices
+    (``stage_compute_seconds``; pass the replay's ``params`` to predict what it sleeps)."""
     fwd, bwd = [], []
     for st in plan.stages:
         device = cluster.device_type(st.devices[0].rpartition(":")[0])
         f, b = stage_compute_seconds(
-            model, device, st.first_layer, st.last_layer, plan.micro_batch_size, efficiency
+            model, device, st.first_layer, st.last_layer, plan.micro_batch_size, efficiency, params
         )
         fwd.append(f)
         bwd.append(b)

@@ -12,6 +12,7 @@ from runtime.pipeline.run import _replay_job
 from runtime.pipeline.stage_net import ReplayStageNet
 from simulator.pipeline.cost import stage_compute_seconds
 from simulator.spec import ModelSpec, Plan, Stage
+from simulator.spec.profile import LayerTime, Profile
 
 
 def model() -> ModelSpec:
@@ -51,6 +52,27 @@ def test_replay_sleeps_dilated_compute() -> None:
     assert job["fwd_seconds"][0][1] == pytest.approx(3 * f)
     assert job["bwd_seconds"][0][1] == pytest.approx(3 * b)
     assert job["out_numel"] == [3, 3]  # 6 outputs per sample, bytes / scale 2
+
+
+def test_replay_uses_a_stored_profile_for_the_micro_batch() -> None:
+    """Issue 15: the replay's compute is the compute model's, a profile included (as the executor's)."""
+    device = two_by_two().device_type("n1").name
+    times = [LayerTime(name=f"l{i}", fwd_s=0.01 * (i + 1), bwd_s=0.03 * (i + 1)) for i in range(4)]
+    prof = Profile(model="mlp", device=device, batch=2, layers=tuple(times))
+    cfg = PipelineConfig(ExecutorConfig(compute="replay", efficiency=0.5, dilation=3.0), profiles=(prof,))
+    job = _replay_job(model(), two_by_two(), [plan()], cfg)
+    assert job["fwd_seconds"][0] == pytest.approx([3 * 0.03, 3 * 0.07])  # layers 0-1, 2-3, x D
+    assert job["bwd_seconds"][0] == pytest.approx([3 * 0.09, 3 * 0.21])
+    # a profile for another micro-batch size is not used: the roofline, as without profiles
+    other = prof.model_copy(update={"batch": 4})
+    cfg = PipelineConfig(ExecutorConfig(compute="replay", efficiency=0.5), profiles=(other,))
+    f, b = stage_compute_seconds(model(), two_by_two().device_type("n1"), 2, 4, 2, 0.5)
+    assert _replay_job(model(), two_by_two(), [plan()], cfg)["fwd_seconds"][0][1] == pytest.approx(f)
+    # the prediction from the same params is what the replay sleeps
+    f2, b2 = stage_compute_seconds(
+        model(), two_by_two().device_type("n1"), 2, 4, 2, params=cfg.cost_params("mlp")
+    )
+    assert (f2, b2) == (f, b)
 
 
 def test_replay_backward_writes_no_weight_gradient() -> None:

@@ -67,6 +67,24 @@ def test_stage_compute_is_the_compute_models_layer_times() -> None:
     assert bwd == pytest.approx([float(t.bwd[0]), b])
 
 
+def test_stage_compute_takes_the_full_cost_params() -> None:
+    """Issue 15: op efficiencies, compute dtype and profiles reach the stage compute when given."""
+    from simulator.spec.profile import LayerTime, Profile
+
+    prof = Profile(model="m", device="g", batch=2, layers=(LayerTime(name="l1", fwd_s=0.5, bwd_s=1.5),))
+    params = CostParams(efficiency=0.5).with_profiles((prof,))
+    rest = layer_times(model(), GPU, 2, CostParams(efficiency=0.5))
+    f, b = stage_compute_seconds(model(), GPU, 1, 4, 2, params=params)
+    # the profiled layer is measured, the others the roofline (profile+roofline)
+    assert f == pytest.approx(0.5 + float(rest.fwd[2:4].sum()))
+    assert b == pytest.approx(1.5 + float(rest.bwd[2:4].sum()))
+    # params win over the efficiency argument
+    quarter = stage_compute_seconds(model(), GPU, 1, 4, 2, 0.5, params=CostParams(efficiency=0.25))
+    assert quarter[0] == pytest.approx(2 * float(rest.fwd[1:4].sum()))
+    fwd, _ = plan_stage_times(model(), cluster(), plan(), params=params)
+    assert fwd[1] == pytest.approx(f)
+
+
 def test_prior_transfer_is_bytes_over_bandwidth() -> None:
     # 1 MB per sample x 2 samples over 8 Gbit/s = 2 ms each way
     assert prior_transfers(model(), cluster(), plan()) == {
