@@ -6,6 +6,8 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
 from runtime.executor.config import ComputeMode, ExecutorConfig
+from simulator.analytical.params import CostParams
+from simulator.hybrid.buckets import BUCKET_BYTES
 
 
 @dataclass(frozen=True)
@@ -39,6 +41,17 @@ class HybridConfig:
     # Replay: the compute dtype whose peak the roofline uses (CostParams.compute_dtype: 'float16'
     # is mixed precision on tensor cores where the GPU type has them); None: the model's own.
     compute_dtype: Literal["float32", "tf32", "float16", "bfloat16"] | None = None
+    # Data-parallel gradients all-reduced in buckets (``simulator.hybrid.buckets.grad_buckets``,
+    # DDP's rule) started during backward as each bucket's gradients are ready (True), or one
+    # fused all-reduce per TaskGraph after the whole backward (False, the runtime before issue 19's
+    # overlap change). The cost model's ``predict(overlap=..., bucket_bytes=...)`` is the same switch.
+    overlap_sync: bool = True
+    # Bucket cap in real-cluster bytes (DDP's bucket_cap_mb = 25 MiB by default).
+    bucket_bytes: float = BUCKET_BYTES
+    # Replay: use the profile store's measured profiles of this model (``simulator.profile``), as
+    # the executor's replay does, so a stored (model, device, dtype, batch) profile replaces the
+    # roofline exactly where the cost model's ``CostParams.with_profiles`` would.
+    use_profiles: bool = True
 
     def __post_init__(self) -> None:
         checks = [
@@ -52,6 +65,7 @@ class HybridConfig:
             (0 < self.memory_fraction <= 1, "memory_fraction", "must be in (0, 1]"),
             (self.optimizer_state_factor >= 0, "optimizer_state_factor", "must be >= 0"),
             (self.activation_factor > 0, "activation_factor", "must be > 0"),
+            (self.bucket_bytes > 0, "bucket_bytes", f"must be > 0, got {self.bucket_bytes}"),
             (
                 self.compute_dtype in (None, "float32", "tf32", "float16", "bfloat16"),
                 "compute_dtype",
@@ -113,3 +127,19 @@ class HybridConfig:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> HybridConfig:
         return cls(**{**data, "executor": ExecutorConfig(**data["executor"])})
+
+
+def replay_cost_params(cfg: HybridConfig, model_name: str) -> CostParams:
+    """The CostParams the replay times compute with, and the ones a prediction of it should use.
+
+    ``efficiency`` and ``compute_dtype`` from ``cfg``; the profile store's profiles of this model
+    when ``cfg.use_profiles`` (the executor session's default: ``ProfileStore().load_all()`` for
+    the model). Op efficiencies and per-type corrections are ``CostParams``' defaults, as in the
+    executor's replay (``runtime.executor.worker.layer_seconds``).
+    """
+    from simulator.profile.store import ProfileStore
+
+    params = CostParams(efficiency=cfg.efficiency, compute_dtype=cfg.compute_dtype)
+    if cfg.use_profiles:
+        params = params.with_profiles(tuple(p for p in ProfileStore().load_all() if p.model == model_name))
+    return params

@@ -3,14 +3,38 @@
 Per step: a barrier; forward through the TaskGraphs this device belongs to, in order, with the
 bridge exchanges between them (every process takes part in the bridges it sends to or receives
 from); the loss on the last TaskGraph's devices; backward in reverse order (each TaskGraph's
-autograd graph starts at a detached input, so bridge gradients are explicit messages); then one
-all-reduce (sum) of each TaskGraph's gradients over its data-parallel group and an SGD update.
+autograd graph starts at a detached input, so bridge gradients are explicit messages); each
+TaskGraph's gradients all-reduced (sum) over its data-parallel group and an SGD update.
+
+Gradient sync (``HybridConfig.overlap_sync``, default True): the buckets of
+``simulator.hybrid.buckets.grad_buckets`` (DDP's rule; the cost model reads the same buckets),
+each all-reduced with ``async_op=True`` as soon as its gradients exist, in backward order, and
+all waited for after the backward (before the update). Decisions:
+- Async gloo work, not a comm thread of our own: ``ProcessGroupGloo`` queues async collectives to
+  its own worker threads (2 by default) and runs them without the GIL, so the ring proceeds while
+  this thread sleeps a replayed backward or runs autograd; ``Work.wait`` joins them. DDP on gloo
+  does the same.
+- Launch order: a bucket is launched only after every earlier bucket (backward order) was, as
+  DDP does; collectives of a group must be issued in the same order on every member (gloo
+  matches them by sequence), and a bucket that becomes ready early (a parameter whose gradient
+  arrives first) would otherwise break that order.
+- Replay: TaskGraph t's backward sleep is cut at the buckets' boundaries: sleep the layers of
+  bucket k (``hi_k`` down to ``lo_k``), launch bucket k, ..., then the layers below the last
+  bucket. Real mode: ``register_post_accumulate_grad_hook`` on every parameter marks it ready;
+  a complete bucket is flattened (``torch.cat``) and launched from the hook, inside autograd.
+  Buckets still missing a gradient after backward (unused parameters) are launched with zeros
+  after it, in order.
+- The reduced values are the same sums as the fused all-reduce's: every element is the sum of
+  the same per-rank values (with two ranks bit-identical; with more, gloo's ring may add them in
+  another order per chunk: equal to rounding). ``tests/runtime/hybrid`` checks both.
+``overlap_sync=False``: one fused all-reduce per TaskGraph after the whole backward.
 Replay mode sleeps each TaskGraph's forward/backward time on this device's own GPU type (times
 x dilation) and communicates scaled buffers of the same messages. Memory is charged to the
 device's ledger (``memory.DeviceMemory``); running out writes an ``oom`` record and exits 3.
 
 Output: ``rank<R>.json`` with per-step timestamps (start, end of backward, end of step), busy
-(compute) seconds and peak memory; real mode with ``record_grads`` also ``rank<R>.pt``.
+(compute) seconds, when each DP bucket's all-reduce was launched (``bucket_launch_s``: seconds
+relative to the end of the backward, negative = during it) and peak memory; real mode with ``record_grads`` also ``rank<R>.pt``.
 """
 
 from __future__ import annotations
@@ -28,12 +52,12 @@ import torch
 import torch.distributed as dist
 
 from runtime.hybrid.collectives import exchange
-from runtime.hybrid.config import HybridConfig
+from runtime.hybrid.config import HybridConfig, replay_cost_params
 from runtime.hybrid.layout import Layout
 from runtime.hybrid.memory import DeviceMemory, DeviceOutOfMemory
 from runtime.hybrid.net import TOKENS, Batch, TaskGraphNet, sample_loss, synthetic_batch, widths
-from simulator.analytical.compute import layer_times
-from simulator.analytical.params import CostParams
+from simulator.hybrid.buckets import Bucket, grad_buckets
+from simulator.hybrid.cost import DeviceTimes, device_layer_times
 from simulator.hybrid.sharding import shard_ops
 from simulator.memory import usable_bytes
 from simulator.spec import ClusterSpec, HybridPlan, ModelSpec
@@ -61,6 +85,7 @@ class Worker:
         self.gpu = gpu
         self.mem = DeviceMemory(self.L.devices[rank], gpu.name, usable_bytes(gpu, self.cfg.memory_fraction))
         self.busy = 0.0
+        self.launch_offsets: list[list[float]] = []  # per step (``step``)
 
     # ------------------------------------------------------------------ set-up
     def setup(self, groups: dict[str, Any]) -> None:
@@ -75,34 +100,107 @@ class Worker:
                 if "activations" not in what:
                     self.mem.allocate(what, nbytes)
         self.nets: dict[int, TaskGraphNet] = {}
-        self.replay: dict[int, tuple[float, float, int]] = {}
+        self.replay: dict[int, DeviceTimes] = {}
         self._buffers: dict[tuple[Any, ...], torch.Tensor] = {}
+        self.buckets: dict[int, tuple[Bucket, ...]] = {}
+        self.grad_frac: dict[int, float] = {}
+        self._works: list[tuple[int, Any, torch.Tensor | None, list[str]]] = []
+        self._bucket_names: dict[int, list[list[str]]] = {}  # real mode: variables per bucket
+        self._pending: dict[int, list[set[str]]] = {}  # real mode: gradients a bucket still waits for
+        self._next: dict[int, int] = {}  # real mode: the next bucket to launch
+        params = replay_cost_params(self.cfg, self.model.name)
         for t in self.mine:
             r, j = self.L.place(t, self.rank)  # type: ignore[misc]
             tg = self.plan.task_graphs[t]
             group = groups.get(f"split:{t}:{r}") if tg.primitive == "split" and tg.degree > 1 else None
+            frac = self.L.split_fraction(t, j) if tg.primitive == "split" else None
+            # gradient bytes this device all-reduces: its shard's share of a split TaskGraph's
+            self.grad_frac[t] = frac if frac is not None else 1.0
+            self.buckets[t] = grad_buckets(self.model, tg.first_layer, tg.last_layer, self.cfg.bucket_bytes)
             if self.real:
                 self.nets[t] = TaskGraphNet(self.L, t, j, group, self.cfg.seed, self.dtype)
+                if self.cfg.overlap_sync and self.L.dp_group_key(t, self.rank) is not None:
+                    self._arm_hooks(t)
             else:
                 lo, hi = self.L.rows(t, self.rank)
-                fwd = bwd = 0.0
-                if hi > lo:
-                    times = layer_times(
-                        self.model,
-                        self.gpu,
-                        hi - lo,
-                        CostParams(efficiency=self.cfg.efficiency, compute_dtype=self.cfg.compute_dtype),
-                    )
-                    frac = self.L.split_fraction(t, j) if tg.primitive == "split" else 1.0
-                    fwd = frac * float(times.fwd[tg.first_layer : tg.last_layer].sum())
-                    bwd = frac * float(times.bwd[tg.first_layer : tg.last_layer].sum())
-                pbytes = next(b for w, b in self._param_items(t))
-                self.replay[t] = (fwd, bwd, max(1, int(pbytes / 4 / self.cfg.scale)))
-                # the gradient buffer, allocated before the first step (``_buffer``)
-                self._buffer(("grads", t), self.replay[t][2])
+                # the cost model's per-layer times (one compute model, same params and profiles)
+                self.replay[t] = device_layer_times(
+                    self.model, self.gpu, tg.first_layer, tg.last_layer, hi - lo, frac, params
+                )
+                # gradient buffers, allocated before the first step (``_buffer``)
+                if self.cfg.overlap_sync:
+                    for k, b in enumerate(self.buckets[t]):
+                        self._buffer(("grads", t, k), self._numel(b.grad_bytes * self.grad_frac[t]))
+                else:
+                    total = sum(b.grad_bytes for b in self.buckets[t])
+                    self._buffer(("grads", t), self._numel(total * self.grad_frac[t]))
 
-    def _param_items(self, t: int) -> list[tuple[str, float]]:
-        return [i for i in self.L.memory_items(self.rank, 0.0) if i[0] == f"task_graphs.{t} parameters"]
+    def _numel(self, nbytes: float) -> int:
+        """FP32 elements of a replayed message of ``nbytes`` real-cluster bytes (scaled)."""
+        return max(1, int(nbytes / 4 / self.cfg.scale))
+
+    # ------------------------------------------------------------------ bucketed DP sync
+    def _arm_hooks(self, t: int) -> None:
+        """Real mode: a post-accumulate hook per parameter launches complete buckets in order."""
+        net = self.nets[t]
+        names = [
+            [
+                v.name
+                for li in range(b.lo, b.hi)
+                for v in self.model.layers[li].variables
+                if v.name in net.params
+            ]
+            for b in self.buckets[t]
+        ]
+        self._bucket_names[t] = names
+        for k, ns in enumerate(names):
+            for n in ns:
+                net.params[n].register_post_accumulate_grad_hook(
+                    lambda _p, t=t, k=k, n=n: self._ready(t, k, n)
+                )
+
+    def _reset_buckets(self) -> None:
+        self._works = []
+        for t, names in self._bucket_names.items():
+            self._pending[t] = [set(ns) for ns in names]
+            self._next[t] = 0
+
+    def _ready(self, t: int, k: int, name: str) -> None:
+        self._pending[t][k].discard(name)
+        self._launch_ready(t, force=False)
+
+    def _launch_ready(self, t: int, force: bool) -> None:
+        """Launch bucket ``_next[t]`` and the ones after it while complete (``force``: all)."""
+        names, pending = self._bucket_names[t], self._pending[t]
+        group = self.groups[self.L.dp_group_key(t, self.rank)]  # type: ignore[index]
+        params = self.nets[t].params
+        while self._next[t] < len(names) and (force or not pending[self._next[t]]):
+            k = self._next[t]
+            grads: list[torch.Tensor] = []
+            for n in names[k]:
+                g = params[n].grad
+                grads.append(g if g is not None else torch.zeros_like(params[n]))
+            flat = torch.cat([g.reshape(-1) for g in grads]) if grads else torch.zeros(0, dtype=self.dtype)
+            self._works.append((t, dist.all_reduce(flat, group=group, async_op=True), flat, names[k]))
+            self.launches.append(time.monotonic())
+            self._next[t] = k + 1
+
+    def _replay_backward(self, t: int) -> None:
+        """Sleep t's backward; with overlap, launch each bucket's all-reduce when its layers are done."""
+        tg = self.plan.task_graphs[t]
+        bwd = self.replay[t].bwd
+        key = self.L.dp_group_key(t, self.rank)
+        if not self.cfg.overlap_sync or key is None:
+            self._sleep(sum(bwd))
+            return
+        hi = tg.last_layer
+        for k, b in enumerate(self.buckets[t]):
+            self._sleep(sum(bwd[b.lo - tg.first_layer : hi - tg.first_layer]))
+            hi = b.lo
+            buf = self._buffer(("grads", t, k), self._numel(b.grad_bytes * self.grad_frac[t]))
+            self._works.append((t, dist.all_reduce(buf, group=self.groups[key], async_op=True), None, []))
+            self.launches.append(time.monotonic())
+        self._sleep(sum(bwd[: hi - tg.first_layer]))
 
     # ------------------------------------------------------------------ bridges
     def _bridge(self, b: int, held: torch.Tensor | None, backward: bool) -> torch.Tensor | None:
@@ -202,6 +300,8 @@ class Worker:
     def step(self, step: int) -> list[float]:
         t0 = time.monotonic()
         self.busy = 0.0
+        self._reset_buckets()
+        self.launches: list[float] = []
         batch: Batch | None = None
         if self.real:
             batch = synthetic_batch(self.model, step, self.cfg.seed, self.plan.global_batch, self.dtype)
@@ -230,7 +330,7 @@ class Worker:
                     loss = sample_loss(outs[t], y).sum() / self.plan.global_batch
                 self.busy += time.monotonic() - c
             else:
-                self._sleep(self.replay[t][0])
+                self._sleep(sum(self.replay[t].fwd))
                 self._replay_split_comm(t, backward=False)
                 outs[t] = torch.zeros(0)
         grad_out: dict[int, torch.Tensor | None] = {}
@@ -251,25 +351,42 @@ class Worker:
                     outs[t].backward(g)
                 self.busy += time.monotonic() - c
             else:
-                self._sleep(self.replay[t][1])
+                self._replay_backward(t)
                 self._replay_split_comm(t, backward=True)
             if self.cfg.check_memory:
                 self.mem.free(self.act_items[t][0])
         t1 = time.monotonic()
         self._sync_and_update()
+        # when each bucket's all-reduce was launched, seconds before (-) the end of the backward
+        self.launch_offsets.append([x - t1 for x in self.launches])
         return [t0, t1, time.monotonic(), self.busy]
 
     def _sync_and_update(self) -> None:
         self.step_grads: dict[str, torch.Tensor] = {}
+        overlap = self.cfg.overlap_sync
+        if overlap and self.real:
+            for t in self._bucket_names:
+                self._launch_ready(t, force=True)  # buckets with unused parameters, in order
+        reduced: dict[str, torch.Tensor] = {}
+        for _t, work, flat, names in self._works:
+            work.wait()
+            if flat is not None:
+                pmap = self.nets[_t].params
+                sizes = [pmap[n].numel() for n in names]
+                for n, c in zip(names, flat.split(sizes), strict=True):
+                    reduced[n] = c.view_as(pmap[n])
+        self._works = []
         for t in self.mine:
             key = self.L.dp_group_key(t, self.rank)
             if not self.real:
-                if key is not None:
-                    dist.all_reduce(self._buffer(("grads", t), self.replay[t][2]), group=self.groups[key])
+                if key is not None and not overlap:
+                    dist.all_reduce(self._buffers[("grads", t)], group=self.groups[key])
                 continue
             params = list(self.nets[t].params.values())
             grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
-            if key is not None:
+            if key is not None and overlap:
+                grads = [reduced[n] for n in self.nets[t].params]
+            elif key is not None:
                 flat = torch.cat([g.reshape(-1) for g in grads])
                 dist.all_reduce(flat, group=self.groups[key])
                 grads = [
@@ -319,6 +436,7 @@ def main(argv: list[str] | None = None) -> int:
         "device": w.L.devices[a.rank],
         "type": w.gpu.name,
         "steps": steps,
+        "bucket_launch_s": w.launch_offsets,
         "peak_memory_bytes": w.mem.peak,
         "memory_capacity_bytes": w.mem.capacity,
     }

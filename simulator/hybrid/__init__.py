@@ -3,12 +3,16 @@
 Public API:
     predict(model, cluster, plan, params) -> HybridCost    one step of a HybridPlan
     collective_seconds / ring_gbps / stage_seconds           its parts
+    grad_buckets(model, first, last, cap)                    the DP all-reduce's buckets (runtime and model)
 """
 
+from simulator.hybrid.buckets import BUCKET_BYTES, Bucket, grad_buckets
 from simulator.hybrid.cost import (
+    DeviceTimes,
     HybridCost,
     TaskGraphCost,
     collective_seconds,
+    device_layer_times,
     predict,
     ring_gbps,
     stage_seconds,
@@ -16,10 +20,15 @@ from simulator.hybrid.cost import (
 from simulator.hybrid.sharding import ShardOp, shard_ops
 
 __all__ = [
+    "BUCKET_BYTES",
+    "Bucket",
+    "DeviceTimes",
     "HybridCost",
     "ShardOp",
     "TaskGraphCost",
     "collective_seconds",
+    "device_layer_times",
+    "grad_buckets",
     "predict",
     "ring_gbps",
     "shard_ops",

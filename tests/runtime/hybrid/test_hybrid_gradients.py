@@ -16,6 +16,7 @@ from runtime.executor import ExecutorConfig, LocalLauncher
 from runtime.executor.reference import GPU, linear
 from runtime.hybrid import HybridConfig, HybridRun, run_hybrid
 from runtime.hybrid.reference import reference_grads
+from simulator.hybrid import grad_buckets
 from simulator.spec import ClusterSpec, HybridPlan, Layer, ModelSpec, Node, TaskGraph, Variable, VirtualDevice
 
 TOL = dict(rtol=1e-9, atol=1e-12)
@@ -58,9 +59,15 @@ def devs(*idx: int) -> VirtualDevice:
     return VirtualDevice(devices=tuple(f"n0:{i}" for i in idx))
 
 
-def run(plan: HybridPlan) -> HybridRun:
+# A bucket cap of a few hundred bytes cuts the tiny model's gradients into several DP buckets, so
+# the reference checks below run the overlapped, bucketed all-reduce with more than one bucket.
+BUCKET_BYTES = 600.0
+
+
+def run(plan: HybridPlan, overlap: bool = True, bucket_bytes: float = BUCKET_BYTES) -> HybridRun:
     ex = ExecutorConfig(compute="real", warmup=0, iterations=STEPS, lr=LR, seed=5, timeout_s=120)
-    cfg = HybridConfig(ex, dtype="float64", attention_heads=HEADS, record_grads=True)
+    cfg = HybridConfig(ex, dtype="float64", attention_heads=HEADS, record_grads=True,
+                       overlap_sync=overlap, bucket_bytes=bucket_bytes)  # fmt: skip
     result = run_hybrid(MODEL, CLUSTER, plan, LocalLauncher(), cfg)
     assert result.status == "ok", result.reason
     return result
@@ -102,6 +109,32 @@ def test_replicate_uneven_shares() -> None:
     tg = TaskGraph(first_layer=0, last_layer=6, degree=3, virtual_devices=(devs(0, 1, 2),),
                    batch_shares={"n0:0": 7, "n0:1": 2, "n0:2": 1})  # fmt: skip
     check(HybridPlan(task_graphs=(tg,), global_batch=10))
+
+
+def test_overlapped_buckets_reduce_the_same_gradients_as_one_fused_all_reduce() -> None:
+    """Bucketed all-reduces started during backward give the fused call's gradients.
+
+    Two ranks: every element is a + b either way, so bit-identical. Three ranks: the same sums,
+    possibly added in another order inside gloo's ring (chunks differ with the buffer), so equal to
+    float64 rounding (and step 2 starts from parameters that differ by that rounding), far inside
+    the reference tolerance. Several buckets (cap 600 bytes: 3 of them here) so the order and the
+    per-bucket offsets matter.
+    """
+    assert len(grad_buckets(MODEL, 0, 6, BUCKET_BYTES)) >= 3
+    for shares, exact in (({"n0:0": 5, "n0:1": 2}, True), ({"n0:0": 7, "n0:1": 2, "n0:2": 1}, False)):
+        tg = TaskGraph(first_layer=0, last_layer=6, degree=len(shares),
+                       virtual_devices=(devs(*range(len(shares))),), batch_shares=shares)  # fmt: skip
+        plan = HybridPlan(task_graphs=(tg,), global_batch=sum(shares.values()))
+        fused, bucketed = run(plan, overlap=False), run(plan, overlap=True)
+        for rank in fused.grads:
+            for step in range(STEPS):
+                for name, g in fused.grads[rank][step].items():
+                    b = bucketed.grads[rank][step][name]
+                    if exact:
+                        assert torch.equal(b, g), (rank, step, name)
+                    else:
+                        err = (b - g).abs().max()
+                        assert torch.allclose(b, g, rtol=1e-12, atol=1e-15), (rank, step, name, err)
 
 
 def test_split_2() -> None:

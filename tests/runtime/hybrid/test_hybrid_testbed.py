@@ -156,13 +156,48 @@ def test_replay_uses_the_configured_compute_dtype_and_a_persistent_gradient_buff
     m = model(1e6, 1e10)
     for w, dtype in ((fp32, None), (fp16, "float16")):
         want = layer_times(m, V100, 8, CostParams(compute_dtype=dtype))  # type: ignore[arg-type]
-        fwd, bwd, numel = w.replay[0]  # type: ignore[attr-defined]
-        assert fwd == pytest.approx(float(want.fwd.sum())) and bwd == pytest.approx(float(want.bwd.sum()))
-        assert numel == 3 * 256 * 256 // 4  # the TaskGraph's fp32 gradient bytes / 4 / scale 4
+        times = w.replay[0]  # type: ignore[attr-defined]
+        assert times.fwd == pytest.approx(tuple(want.fwd)) and times.bwd == pytest.approx(tuple(want.bwd))
+        # one DP bucket (3 x 256 KB < 25 MiB): the TaskGraph's fp32 gradient bytes / 4 / scale 4
+        assert [(b.lo, b.hi) for b in w.buckets[0]] == [(0, 3)]  # type: ignore[attr-defined]
+        numel = 3 * 256 * 256 // 4
         # allocated once in setup (outside every timed step) and reused by every all-reduce
-        buf = w._buffer(("grads", 0), numel)  # type: ignore[attr-defined]
-        assert buf is w._buffer(("grads", 0), numel)  # type: ignore[attr-defined]
-    assert fp16.replay[0][0] < 0.5 * fp32.replay[0][0]  # type: ignore[attr-defined]  # tensor cores
+        buf = w._buffers[("grads", 0, 0)]  # type: ignore[attr-defined]
+        assert buf.numel() == numel
+        assert buf is w._buffer(("grads", 0, 0), numel)  # type: ignore[attr-defined]
+    assert sum(fp16.replay[0].fwd) < 0.5 * sum(fp32.replay[0].fwd)  # type: ignore[attr-defined]  # tensor cores
+
+
+def test_replay_launches_each_bucket_when_its_layers_backward_is_done() -> None:
+    """Overlap: bucket k's all-reduce starts before the backward of the layers below it.
+
+    Three one-layer buckets (cap 256 KiB). Replay sleeps layer 2's backward, launches bucket 0,
+    sleeps layer 1's, launches bucket 1, sleeps layer 0's, launches bucket 2: so bucket 0 starts at
+    least the backward of layers 1 and 0 before the backward ends (sleeps only run long), bucket 2
+    at its end. Fused (``overlap_sync=False``): nothing is launched during the backward.
+    """
+    from runtime.executor import LocalLauncher
+    from runtime.executor.config import ExecutorConfig
+    from runtime.hybrid.run import run_hybrid
+
+    m = model(1e6, 3e10)
+    plan = dp({"v:0": 8, "p:0": 8})
+    for overlap in (True, False):
+        cfg = HybridConfig(ExecutorConfig(compute="replay", warmup=1, iterations=2, scale=1.0),
+                           overlap_sync=overlap, bucket_bytes=256 * 1024)  # fmt: skip
+        run = run_hybrid(m, CLUSTER, plan, LocalLauncher(), cfg)
+        assert run.status == "ok", run.reason
+        for rec in run.records.values():
+            gpu = V100 if rec["device"] == "v:0" else P100
+            bwd = layer_times(m, gpu, 8, CostParams()).bwd
+            for offsets in rec["bucket_launch_s"]:
+                if not overlap:
+                    assert offsets == []
+                    continue
+                assert len(offsets) == 3
+                assert offsets[0] <= -0.99 * float(bwd[0] + bwd[1])
+                assert offsets[1] <= -0.99 * float(bwd[0])
+                assert offsets == sorted(offsets)
 
 
 def test_hybrid_config_rejects_an_unknown_compute_dtype() -> None:

@@ -6,7 +6,7 @@ import pytest
 
 from simulator.analytical.compute import OpEfficiency
 from simulator.analytical.params import CostParams
-from simulator.hybrid import collective_seconds, predict, shard_ops
+from simulator.hybrid import collective_seconds, grad_buckets, predict, shard_ops
 from simulator.pipeline.cost import pipeline_length, prior_transfers
 from simulator.spec import (
     GBPS,
@@ -207,3 +207,33 @@ def test_faster_devices_and_smaller_batches_never_cost_more() -> None:
         for s in range(4, 1, -1)
     ]
     assert steps == sorted(steps, reverse=True)
+
+
+@pytest.mark.parametrize(("gbps", "want"), [(8.0, 33.0 + 0.004), (0.004, 50.0)])
+def test_bucketed_all_reduce_overlaps_backward(gbps: float, want: float) -> None:
+    """Hand-worked: one 4 MB bucket per layer, each ready when both devices finished its backward.
+
+    f:0 (2 TFLOP/s, 6 rows): forward 4 x 3 s, backward 6 s per layer (3 s for layer 0): layers
+    3, 2, 1, 0 are done at 18, 24, 30, 33 s; s:0 (1 TFLOP/s, 2 rows) at 12, 16, 20, 22 s. A bucket
+    takes 2·(1/2)·4 MB / (gbps/8) GB/s: 0.004 s at 8 Gbit/s (only the last one, ready at 33 s,
+    shows: 33.004 s) and 8 s at 4 Mbit/s (the channel: 18+8 = 26, 34, 42, 50 s).
+    """
+    model, c = chain(), cluster(gbps=gbps)
+    plan = dp(model, c, {"f:0": 6, "s:0": 2})
+    assert [(b.lo, b.hi) for b in grad_buckets(model, 0, 4, 4e6)] == [(3, 4), (2, 3), (1, 2), (0, 1)]
+    cost = predict(model, c, plan, PARAMS, bucket_bytes=4e6)
+    assert cost.seconds == pytest.approx(want)
+    assert cost.exposed_sync == pytest.approx(want - 33.0)
+    fused = predict(model, c, plan, PARAMS, overlap=False)
+    assert fused.seconds == pytest.approx(33.0 + 16e6 / (gbps * GBPS))
+    # one bucket (the default cap holds all 16 MB) is ready only at the end: the fused step
+    assert predict(model, c, plan, PARAMS).seconds == pytest.approx(fused.seconds)
+
+
+def test_grad_buckets_cover_every_variable_once_in_backward_order() -> None:
+    model = chain(6)
+    buckets = grad_buckets(model, 1, 6, 9e6)  # 4 MB per layer: three layers reach the cap
+    assert [(b.lo, b.hi) for b in buckets] == [(3, 6), (1, 3)]
+    assert sum(b.grad_bytes for b in buckets) == pytest.approx(5 * 4e6)
+    with pytest.raises(ValueError, match="bucket_bytes"):
+        grad_buckets(model, 0, 6, 0)
