@@ -75,8 +75,17 @@ class Partition:
         return max(self.seconds)
 
 
-def _speed(cluster: ClusterSpec, device: str) -> float:
-    return device_type_of(cluster, device).fp32_tflops
+def type_step_seconds(
+    model: ModelSpec, device: DeviceType, batch: int, params: CostParams | None = None
+) -> float:
+    """Forward + backward seconds of the whole model for ``batch`` samples on ``device``.
+
+    The one compute model (``layer_times`` with the full ``params``: dtype peak per op class,
+    memory bandwidth, launch cost, efficiencies, a stored profile when ``params`` has one), not
+    the type's FP32 peak: in mixed precision a V100 is ~3-4x a P100, in FP32 ~1.6x, and
+    bandwidth-bound layers follow 900 / 732 GB/s, not 15.7 / 9.3 TFLOPS (issue 15's rule).
+    """
+    return layer_times(model, device, max(1, batch), params or CostParams()).step
 
 
 def stage_slots(
@@ -85,13 +94,26 @@ def stage_slots(
     devices: Sequence[str],
     num_stages: int,
     order: Order = "memory",
+    params: CostParams | None = None,
+    batch: int | None = None,
 ) -> list[StageSlot]:
     """Cut ``devices`` into ``num_stages`` stages of len(devices) / num_stages nested replicas each.
 
     ``memory``: sorted by usable memory, high to low (ties: faster first, then given order), stage r
     takes the next D devices (Whale §3.3.2). ``sequential``: Whale's default §3.2.1, nested replica
-    d's stage r is ``devices[d·P + r]``.
+    d's stage r is ``devices[d·P + r]``. Speeds (the tie-break, and each stage's slowest type) are
+    ``type_step_seconds`` of ``memory.model`` at ``batch`` samples (default: the model's per-device
+    batch) with ``params``, the compute model the partition and the cost model use.
     """
+    model = memory.model
+    rows = batch if batch is not None else model.batch_size
+    step: dict[str, float] = {}
+
+    def seconds(t: DeviceType) -> float:
+        if t.name not in step:
+            step[t.name] = type_step_seconds(model, t, rows, params)
+        return step[t.name]
+
     n = len(devices)
     if num_stages < 1 or n % num_stages:
         raise ValueError(f"num_stages: must divide the {n} devices, got {num_stages}")
@@ -101,7 +123,7 @@ def stage_slots(
             range(n),
             key=lambda i: (
                 -memory.device_capacity_of(node_of(devices[i])),
-                -_speed(cluster, devices[i]),
+                seconds(device_type_of(cluster, devices[i])),
                 i,
             ),
         )
@@ -113,7 +135,7 @@ def stage_slots(
     out = []
     for g in groups:
         types = [device_type_of(cluster, x) for x in g]
-        slowest = min(types, key=lambda t: t.fp32_tflops)
+        slowest = max(types, key=seconds)
         cap = min(memory.device_capacity_of(node_of(x)) for x in g)
         out.append(StageSlot(tuple(g), slowest, cap))
     return out

@@ -149,7 +149,7 @@ def _pipeline(
     balanced: bool,
 ) -> PipelineChoice:
     order: Order = "memory" if balanced else "sequential"
-    slots = stage_slots(cluster, memory, devices, num_stages, order)
+    slots = stage_slots(cluster, memory, devices, num_stages, order, params, micro_batch)
     nested = len(slots[0].devices)
     if global_batch % (nested * micro_batch):
         raise ValueError(
