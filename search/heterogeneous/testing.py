@@ -9,18 +9,36 @@ from simulator.spec import ClusterSpec, DeviceType, Layer, ModelSpec, Node, Reso
 
 
 def random_problem(
-    seed: int, layers: int = 5, gpu_types: int = 2, limit_scale: float = 1.0
+    seed: int,
+    layers: int = 5,
+    gpu_types: int = 2,
+    limit_scale: float = 1.0,
+    count_scale: float = 1.0,
+    embeddings: int = 1,
 ) -> HeterogeneousCostModel:
-    """A chain of ``layers`` layers (the first an embedding with a sparse table) on 1 CPU + ``gpu_types`` GPU types."""
+    """A chain of ``layers`` layers (the first an embedding with a sparse table) on 1 CPU + ``gpu_types`` GPU types.
+
+    ``embeddings`` > 1 puts that many embedding layers evenly along the chain (each reading the
+    layer before it), so that plans like GPU - CPU - GPU, with two stages of one type, pay off.
+    ``count_scale`` multiplies every type's count (at least 1 unit) after the draws, so that the
+    same seed gives the same problem with scarcer units (counts summed over stages then bind).
+    """
     rng = np.random.default_rng(seed)
     ls: list[Layer] = []
+    every = max(1, layers // max(1, embeddings))
     for i in range(layers):
-        if i == 0:
+        if i % every == 0 and i // every < embeddings:
             rows = int(rng.integers(1, 5)) * 10**8
-            var = Variable(name="emb.w", shape=(rows, 16), sparse=True, density=1e-4)
+            name = "emb" if i == 0 else f"emb{i}"
+            var = Variable(name=f"{name}.w", shape=(rows, 16), sparse=True, density=1e-4)
             ls.append(
                 Layer(
-                    name="emb", kind="embedding", fwd_flops=0.0, activation_bytes=26 * 64.0, variables=(var,)
+                    name=name,
+                    kind="embedding",
+                    fwd_flops=0.0,
+                    activation_bytes=26 * 64.0,
+                    variables=(var,),
+                    inputs=(ls[-1].name,) if ls else (),
                 )
             )
             continue
@@ -55,6 +73,8 @@ def random_problem(
                 nic_gbps=float(rng.uniform(3, 50)),
             )
         )
+    if count_scale != 1.0:
+        types = [t.model_copy(update={"count": max(1, int(t.count * count_scale))}) for t in types]
     cluster = ClusterSpec(
         name=f"pool{seed}",
         device_types=(DeviceType(name="g", fp32_tflops=10, fp16_tflops=10, memory_gb=16, memory_bw_gbs=500),),

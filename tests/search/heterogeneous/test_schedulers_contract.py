@@ -69,10 +69,8 @@ def test_exact_dp_equals_brute_force(seed: int) -> None:
     if not bf.feasible:
         assert not dp.feasible and dp.reason
         return
-    if dp.exact:
-        assert dp.money == pytest.approx(bf.money, rel=1e-9)
-    else:  # a type's count was exceeded across stages: the DP is only an upper bound then
-        assert dp.money >= bf.money * (1 - 1e-9)
+    assert dp.exact
+    assert dp.money == pytest.approx(bf.money, rel=1e-9)
 
 
 def test_seeded_schedulers_repeat_themselves() -> None:
