@@ -24,7 +24,8 @@ Torch runs on one thread (``torch.set_num_threads(1)``) for stable timings on a 
 every time (micro-benchmarks and models) is the calling thread's CPU time
 (``simulator.profile.measure.clock_for``: time the scheduler gives other processes is not
 counted) and the fastest of ``--repeats`` runs after a warm-up: on a loaded host the
-least-disturbed run is the reproducible one.
+least-disturbed run is the reproducible one. Each model is measured in a fresh process
+(``_measure``), so what one model leaves in the allocator cannot change the next one's figure.
 On CUDA (``--device cuda``) the device spec comes from the same micro-benchmarks on the GPU.
 """
 
@@ -32,7 +33,9 @@ from __future__ import annotations
 
 import argparse
 import math
+import multiprocessing
 import statistics
+from concurrent.futures import ProcessPoolExecutor
 
 import torch
 
@@ -99,14 +102,10 @@ def main(argv: list[str] | None = None) -> int:
                 f"{name:14s} {args.batch:5d} {pred:12.4f} {'-':>11s} {'-':>9s}  skipped: predicted > {args.budget_s} s"
             )
             continue
-        real = reference_module(name, args.batch, device, model)
-        if real is not None:
-            t = time_module(real[0], real[1], device, args.repeats, min)
-            measured, on = t.fwd_s + t.bwd_s, "real module"
-            del real
-        else:
-            ts = time_replicas(model, args.batch, device, "float32", args.repeats, min)
-            measured, on = sum(x.fwd_s + x.bwd_s for x in ts), "layer replicas"
+        with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
+            measured, on = pool.submit(
+                _measure, name, args.batch, args.device, args.threads, args.repeats
+            ).result()
         rows.append((name, pred, measured, on))
         print(
             f"{name:14s} {args.batch:5d} {pred:12.4f} {measured:11.4f} {math.log(pred / measured):+9.3f}  {on}",
@@ -147,6 +146,26 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{name:14s} {p:15.4f} {m:11.4f} {math.log(p / m):+9.3f}")
         summary("micro-benchmarks + ModelScales fitted on the calibration set, held-out models", pairs)
     return 0
+
+
+def _measure(name: str, batch: int, device_name: str, threads: int, repeats: int) -> tuple[float, str]:
+    """Fwd+bwd seconds of zoo model ``name`` and what ran (real module or layer replicas).
+
+    Runs in a fresh process per model: the allocator's state left by the models measured before
+    changed NCF-dense's backward 9x (0.19 s in a fresh process, whose every step zero-fills its
+    dense embedding gradients into newly mapped pages, as a training process does; 0.02 s late in
+    one long benchmark process, where the pages were already mapped).
+    """
+    torch.set_num_threads(threads)
+    torch.manual_seed(0)
+    device = torch.device(device_name)
+    model = zoo.model(name)
+    real = reference_module(name, batch, device, model)
+    if real is not None:
+        t = time_module(real[0], real[1], device, repeats, min)
+        return t.fwd_s + t.bwd_s, "real module"
+    ts = time_replicas(model, batch, device, "float32", repeats, min)
+    return sum(x.fwd_s + x.bwd_s for x in ts), "layer replicas"
 
 
 def _predict(model: ModelSpec, batch: int, cal: Calibration, scales: ModelScales) -> float:
