@@ -19,7 +19,10 @@ One factor at a time (``--factor``): for the (model, plan) pairs of ``--only`` (
 ``backward`` sends no gradients to the previous stage (is one direction of the boundary enough to
 set the rate?); ``nic:<type>=<x>`` multiplies the NIC share of the resource types whose name
 contains <type> by x in the emulation only (the cost model's prediction is kept from the original
-cluster). ``--extra`` adds fixed plans (e.g. the earlier 2EMB AIBox plan, 128 cores into one V100).
+cluster); ``dilation=<x>`` runs with x times the dilation the base run chose (real time that is
+not dilated, i.e. the host's per-call and serving overheads, then weighs x times less). The
+one-factor table also gives the bottleneck stage's median communication and, of it, the sparse
+lookups and pushes (real-cluster ms per iteration). ``--extra`` adds fixed plans (e.g. the earlier 2EMB AIBox plan, 128 cores into one V100).
 
 Targets (issue 18): every plan's measured throughput within +-20 % of the cost model; the RL plan
 meets the throughput limit and costs less than AIBox's plan, measured.
@@ -96,7 +99,9 @@ def main() -> None:
     ap.add_argument("--scale", type=float, default=None)
     ap.add_argument("--dilation", type=float, default=None)
     ap.add_argument("--loopback", action="store_true", help="unshaped loopback (logic check only)")
-    ap.add_argument("--factor", default="", help="'backward' or 'nic:<type>=<x>' (with --only)")
+    ap.add_argument(
+        "--factor", default="", help="'backward', 'nic:<type>=<x>' or 'dilation=<x>' (with --only)"
+    )
     ap.add_argument("--only", default="", help="model:plan pairs for --factor, e.g. 2EMB:aibox")
     ap.add_argument(
         "--extra",
@@ -203,13 +208,15 @@ def main() -> None:
     console.print(f"load average at end: {os.getloadavg()[0]:.1f}; total {time.perf_counter() - start:.0f} s")
 
 
-def config(args: argparse.Namespace, model: str, rep: int, backward: bool = True) -> MeasureConfig:
+def config(
+    args: argparse.Namespace, model: str, rep: int, backward: bool = True, dilation: float | None = None
+) -> MeasureConfig:
     return MeasureConfig(
         Workload(args.limit, batch_size=zoo.model(model).batch_size),
         iterations=args.iterations,
         warmup=args.warmup,
         scale=args.scale,
-        dilation=args.dilation,
+        dilation=dilation or args.dilation,
         max_groups=args.max_groups,
         testbed=not args.loopback,
         seed=rep,
@@ -232,8 +239,12 @@ def varied_cluster(pool: str, factor: str) -> ClusterSpec:
 
 def one_factor(args: argparse.Namespace, console: Console) -> None:
     pairs = [tuple(p.split(":")) for p in args.only.split(",") if p]
-    if not pairs or (args.factor != "backward" and not args.factor.startswith("nic:")):
-        raise SystemExit("--factor: 'backward' or 'nic:<type>=<x>', with --only model:plan[,...]")
+    known = args.factor == "backward" or args.factor.startswith(("nic:", "dilation="))
+    if not pairs or not known:
+        raise SystemExit(
+            "--factor: 'backward', 'nic:<type>=<x>' or 'dilation=<x>', with --only model:plan[,...]"
+        )
+    stretch = float(args.factor.partition("=")[2]) if args.factor.startswith("dilation=") else 1.0
     chosen = {m: plans(m, args.pool, args.limit, args.rl_seconds, args.extra) for m in {m for m, _ in pairs}}
     base: dict[tuple[str, ...], list[HeterogeneousRun]] = {p: [] for p in pairs}
     varied: dict[tuple[str, ...], list[HeterogeneousRun]] = {p: [] for p in pairs}
@@ -246,23 +257,45 @@ def one_factor(args: argparse.Namespace, console: Console) -> None:
             base[(m, name)].append(
                 measure_plan(zoo.model(m), cluster, plan, None, config=config(args, m, rep))
             )
-            cfg = config(args, m, rep, backward=args.factor != "backward")
+            first = base[(m, name)][-1]
+            cfg = config(
+                args,
+                m,
+                rep,
+                backward=args.factor != "backward",
+                dilation=first.dilation * stretch if stretch != 1.0 else None,
+            )
             run = measure_plan(zoo.model(m), other, plan, None, config=cfg)
             varied[(m, name)].append(run)
             console.print(
-                f"  repeat {rep} {m} {name}: {base[(m, name)][-1].throughput:.4g} -> {run.throughput:.4g}",
+                f"  repeat {rep} {m} {name}: {first.throughput:.4g} (D {first.dilation:.3g}) -> "
+                f"{run.throughput:.4g} (D {run.dilation:.3g}); load {os.getloadavg()[0]:.1f}",
                 style="dim",
             )
     t = Table(title=f"One factor: {args.factor} on {args.pool}, {args.repeats} interleaved repeats")
     label = "no backward gradients" if args.factor == "backward" else args.factor
-    for col in ("model", "plan", "pred. samples/s", "as built", "ratio", label, "ratio"):
+    cols = ("model", "plan", "pred. samples/s", "as built", "ratio", "comm / sparse ms", label, "ratio")
+    for col in (*cols, "comm / sparse ms"):
         t.add_column(col, justify="right")
     for m, name in pairs:
         pred = chosen[m][name].throughput
-        a = statistics.median(x.throughput for x in base[(m, name)] if x.ok)
-        b = statistics.median(x.throughput for x in varied[(m, name)] if x.ok)
-        t.add_row(m, name, f"{pred:.4g}", f"{a:.4g}", f"{a / pred:.3f}", f"{b:.4g}", f"{b / pred:.3f}")
+        cells: list[str] = []
+        for runs in (base[(m, name)], varied[(m, name)]):
+            ok = [x for x in runs if x.ok]
+            thr = statistics.median(x.throughput for x in ok)
+            cells += [f"{thr:.4g}", f"{thr / pred:.3f}", comm_sparse(ok)]
+        t.add_row(m, name, f"{pred:.4g}", *cells)
     console.print(t)
+
+
+def comm_sparse(runs: list[HeterogeneousRun]) -> str:
+    """The measured bottleneck stage's median communication and sparse time, ms per iteration."""
+    slow = max(
+        range(len(runs[0].stages)), key=lambda i: statistics.median(x.stages[i].period_s for x in runs)
+    )
+    comm = statistics.median(x.stages[slow].comm_s for x in runs)
+    sparse = statistics.median(x.stages[slow].sparse_s for x in runs)
+    return f"s{slow}: {comm * 1e3:.3g} / {sparse * 1e3:.3g}"
 
 
 if __name__ == "__main__":

@@ -132,6 +132,7 @@ class StageMeasurement:
     comm_s: float  # median communication per iteration of its slowest group
     predicted_ct_s: float  # B * CT_i
     predicted_dt_s: float  # B * DT_i
+    sparse_s: float = 0.0  # sparse lookups and pushes per iteration (median, slowest group)
 
 
 @dataclass(frozen=True)
@@ -354,7 +355,7 @@ def _measure(
     per_stage = []
     stage_iters: list[list[float]] = []
     for i, gs in enumerate(groups):
-        periods, comms, iters = [], [], []
+        periods, comms, sparses, iters = [], [], [], []
         for g in gs:
             recs = records[g.node]
             ends = [r["end"] for r in recs]
@@ -362,6 +363,7 @@ def _measure(
             iters.append(diffs)
             periods.append(statistics.median(diffs))
             comms.append(statistics.median(r["comm"] for r in recs[cfg.warmup :]) / dilation)
+            sparses.append(statistics.median(r["sparse"] for r in recs[cfg.warmup :]) / dilation)
         slow = max(range(len(gs)), key=lambda j: periods[j])
         stage_iters.append(iters[slow])
         per_stage.append(
@@ -372,6 +374,7 @@ def _measure(
                 period_s=periods[slow],
                 compute_s=b * report.ct[i],
                 comm_s=comms[slow],
+                sparse_s=sparses[slow],
                 predicted_ct_s=b * report.ct[i],
                 predicted_dt_s=b * report.dt[i],
             )

@@ -42,6 +42,8 @@ def test_loopback_two_stage_plan_reports_every_stage() -> None:
     # the group replays B * CT_i(k_i): the measured period cannot be shorter than the compute replay
     for s in run.stages:
         assert s.period_s >= 0.95 * s.compute_s
+    # the embedding stage's sparse lookups and pushes are timed; the dense-only stage has none
+    assert run.stages[0].sparse_s > 0 and run.stages[1].sparse_s == 0
 
 
 def test_provisioning_overrides_the_plans_units() -> None:
