@@ -30,11 +30,13 @@ import struct
 import sys
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
 HEADER = struct.Struct(">BIQ")
+Respond = Callable[[socket.socket, int, int, bytearray], None]  # (connection, kind, iteration, payload)
 FWD, BWD, LOOKUP, PUSH, PUSHPULL, ROWS, ACK, WEIGHTS, STOP = range(9)
 AHEAD = 2  # iterations of activations a group may hold before its receiver stops reading (backpressure)
 LR = 1e-3
@@ -84,12 +86,25 @@ def listener(addr: tuple[str, int]) -> socket.socket:
     return srv
 
 
-def serve(srv: socket.socket, handle: Any) -> None:
-    """Accept connections forever, one thread per connection running ``handle(conn)``."""
+def serve(srv: socket.socket, respond: Respond) -> None:
+    """Accept connections forever, one thread per connection answering its messages (``answer``)."""
     while True:
         conn, _ = srv.accept()
         conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        threading.Thread(target=handle, args=(conn,), daemon=True).start()
+        threading.Thread(target=answer, args=(conn, respond), daemon=True).start()
+
+
+def answer(conn: socket.socket, respond: Respond) -> None:
+    """The receive loop of every server: ``respond(conn, kind, it, payload)`` per message, until
+    STOP or the peer closes the connection."""
+    try:
+        while True:
+            kind, it, payload = recv_msg(conn)
+            if kind == STOP:
+                return
+            respond(conn, kind, it, payload)
+    except ConnectionError:
+        return
 
 
 # ----------------------------------------------------------------------------- parameter servers
@@ -98,47 +113,33 @@ def run_sparse_ps(spec: dict[str, Any]) -> None:
     tables = [rng.standard_normal((rows, dim), dtype=np.float32) * 0.01 for rows, dim in spec["tables"]]
     lock = threading.Lock()
 
-    def handle(conn: socket.socket) -> None:
-        try:
-            while True:
-                kind, it, payload = recv_msg(conn)
-                if kind == STOP:
-                    return
-                table_i, n = struct.unpack(">II", payload[:8])
-                table = tables[table_i]
-                ids = np.frombuffer(payload, dtype=np.int64, count=n, offset=8) % table.shape[0]
-                if kind == LOOKUP:
-                    send_msg(conn, ROWS, it, table[ids].tobytes())  # the real gather
-                elif kind == PUSH:
-                    grads = np.frombuffer(payload, dtype=np.float32, offset=8 + 8 * n).reshape(n, -1)
-                    with lock:
-                        np.subtract.at(table, ids, LR * grads)
-                    send_msg(conn, ACK, it, b"")
-        except ConnectionError:
-            return
+    def respond(conn: socket.socket, kind: int, it: int, payload: bytearray) -> None:
+        table_i, n = struct.unpack(">II", payload[:8])
+        table = tables[table_i]
+        ids = np.frombuffer(payload, dtype=np.int64, count=n, offset=8) % table.shape[0]
+        if kind == LOOKUP:
+            send_msg(conn, ROWS, it, table[ids].tobytes())  # the real gather
+        elif kind == PUSH:
+            grads = np.frombuffer(payload, dtype=np.float32, offset=8 + 8 * n).reshape(n, -1)
+            with lock:
+                np.subtract.at(table, ids, LR * grads)
+            send_msg(conn, ACK, it, b"")
 
-    serve(listener(tuple(spec["listen"])), handle)
+    serve(listener(tuple(spec["listen"])), respond)
 
 
 def run_dense_ps(spec: dict[str, Any]) -> None:
     weights = np.zeros(spec["floats"], dtype=np.float32)
     lock = threading.Lock()
 
-    def handle(conn: socket.socket) -> None:
-        try:
-            while True:
-                kind, it, payload = recv_msg(conn)
-                if kind == STOP:
-                    return
-                grad = np.frombuffer(payload, dtype=np.float32)
-                with lock:
-                    weights[: grad.size] -= LR * grad
-                    out = weights[: grad.size].tobytes()
-                send_msg(conn, WEIGHTS, it, out)
-        except ConnectionError:
-            return
+    def respond(conn: socket.socket, kind: int, it: int, payload: bytearray) -> None:
+        grad = np.frombuffer(payload, dtype=np.float32)
+        with lock:
+            weights[: grad.size] -= LR * grad
+            out = weights[: grad.size].tobytes()
+        send_msg(conn, WEIGHTS, it, out)
 
-    serve(listener(tuple(spec["listen"])), handle)
+    serve(listener(tuple(spec["listen"])), respond)
 
 
 # ----------------------------------------------------------------------------- a unit group
@@ -176,22 +177,15 @@ def run_group(spec: dict[str, Any]) -> None:
     bwd = {"n": 0}
     bwd_cond = threading.Condition()
 
-    def handle(conn: socket.socket) -> None:
-        try:
-            while True:
-                kind, it, _ = recv_msg(conn)
-                if kind == FWD:
-                    inbox.put(it)
-                elif kind == BWD:
-                    with bwd_cond:
-                        bwd["n"] += 1
-                        bwd_cond.notify_all()
-                elif kind == STOP:
-                    return
-        except ConnectionError:
-            return
+    def respond(conn: socket.socket, kind: int, it: int, payload: bytearray) -> None:
+        if kind == FWD:
+            inbox.put(it)
+        elif kind == BWD:
+            with bwd_cond:
+                bwd["n"] += 1
+                bwd_cond.notify_all()
 
-    threading.Thread(target=serve, args=(srv, handle), daemon=True).start()
+    threading.Thread(target=serve, args=(srv, respond), daemon=True).start()
     socks: dict[tuple[str, int], socket.socket] = {}
 
     def sock(addr: list[Any]) -> socket.socket:
