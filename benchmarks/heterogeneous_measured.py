@@ -19,7 +19,9 @@ One factor at a time (``--factor``): for the (model, plan) pairs of ``--only`` (
 ``backward`` sends no gradients to the previous stage (is one direction of the boundary enough to
 set the rate?); ``nic:<type>=<x>`` multiplies the NIC share of the resource types whose name
 contains <type> by x in the emulation only (the cost model's prediction is kept from the original
-cluster); ``dilation=<x>`` runs with x times the dilation the base run chose (real time that is
+cluster); ``local-tables`` flips ``--local-tables`` (a CPU stage's sparse lookups and pushes on
+its compute side, where the cost model counts them, instead of on its communication thread);
+``dilation=<x>`` runs with x times the dilation the base run chose (real time that is
 not dilated, i.e. the host's per-call and serving overheads, then weighs x times less). The
 one-factor table also gives the bottleneck stage's median communication and, of it, the sparse
 lookups and pushes (real-cluster ms per iteration). ``--extra`` adds fixed plans (e.g. the earlier 2EMB AIBox plan, 128 cores into one V100).
@@ -100,7 +102,15 @@ def main() -> None:
     ap.add_argument("--dilation", type=float, default=None)
     ap.add_argument("--loopback", action="store_true", help="unshaped loopback (logic check only)")
     ap.add_argument(
-        "--factor", default="", help="'backward', 'nic:<type>=<x>' or 'dilation=<x>' (with --only)"
+        "--local-tables",
+        action=argparse.BooleanOptionalAction,
+        default=False,
+        help="a CPU stage's sparse lookups and pushes run inside its compute replay (MeasureConfig.local_tables)",
+    )
+    ap.add_argument(
+        "--factor",
+        default="",
+        help="'backward', 'local-tables', 'nic:<type>=<x>' or 'dilation=<x>' (with --only)",
     )
     ap.add_argument("--only", default="", help="model:plan pairs for --factor, e.g. 2EMB:aibox")
     ap.add_argument(
@@ -209,7 +219,12 @@ def main() -> None:
 
 
 def config(
-    args: argparse.Namespace, model: str, rep: int, backward: bool = True, dilation: float | None = None
+    args: argparse.Namespace,
+    model: str,
+    rep: int,
+    backward: bool = True,
+    dilation: float | None = None,
+    local_tables: bool | None = None,
 ) -> MeasureConfig:
     return MeasureConfig(
         Workload(args.limit, batch_size=zoo.model(model).batch_size),
@@ -221,6 +236,7 @@ def config(
         testbed=not args.loopback,
         seed=rep,
         backward=backward,
+        local_tables=args.local_tables if local_tables is None else local_tables,
     )
 
 
@@ -239,10 +255,10 @@ def varied_cluster(pool: str, factor: str) -> ClusterSpec:
 
 def one_factor(args: argparse.Namespace, console: Console) -> None:
     pairs = [tuple(p.split(":")) for p in args.only.split(",") if p]
-    known = args.factor == "backward" or args.factor.startswith(("nic:", "dilation="))
+    known = args.factor in ("backward", "local-tables") or args.factor.startswith(("nic:", "dilation="))
     if not pairs or not known:
         raise SystemExit(
-            "--factor: 'backward', 'nic:<type>=<x>' or 'dilation=<x>', with --only model:plan[,...]"
+            "--factor: 'backward', 'local-tables', 'nic:<type>=<x>' or 'dilation=<x>', with --only model:plan[,...]"
         )
     stretch = float(args.factor.partition("=")[2]) if args.factor.startswith("dilation=") else 1.0
     chosen = {m: plans(m, args.pool, args.limit, args.rl_seconds, args.extra) for m in {m for m, _ in pairs}}
@@ -264,6 +280,7 @@ def one_factor(args: argparse.Namespace, console: Console) -> None:
                 rep,
                 backward=args.factor != "backward",
                 dilation=first.dilation * stretch if stretch != 1.0 else None,
+                local_tables=not args.local_tables if args.factor == "local-tables" else None,
             )
             run = measure_plan(zoo.model(m), other, plan, None, config=cfg)
             varied[(m, name)].append(run)

@@ -101,6 +101,7 @@ class MeasureConfig:
     ps_shards: int = 2  # sparse PS processes per stage with embedding tables
     testbed: bool = True  # False: loopback, unshaped (logic tests only)
     backward: bool = True  # False: no gradients to the previous stage (a diagnostic: one direction only)
+    local_tables: bool = False  # True: a CPU stage's lookups and pushes run inside its compute replay
     target_iteration_s: float = 0.3
     target_mb_per_s: float = 40.0
     timeout_s: float = 120.0
@@ -326,6 +327,7 @@ def _measure(
                         "fwd": fwd,
                         "bwd": bwd,
                         "sparse": sparse,
+                        "local_tables": cfg.local_tables and cm.types[s.rtype].host_link_gbps is None,
                         "dense": (
                             {
                                 "addr": net.address(dense_ps[i], "sync"),

@@ -209,16 +209,9 @@ def run_group(spec: dict[str, Any]) -> None:
     start_line = sys.stdin.readline()  # the parent releases every group at once
     if not start_line:
         return
-    records = []
-    for it in range(spec["iterations"]):
-        wait0 = time.monotonic()
-        if spec["expect_fwd"]:
-            inbox.take(it, deadline)
-        t0 = time.monotonic()
-        compute = threading.Thread(target=time.sleep, args=(spec["compute_s"],))
-        compute.start()
+
+    def lookups(it: int) -> list[tuple[dict[str, Any], np.ndarray, bytearray]]:
         pulled = []
-        t_sparse = time.monotonic()
         for ps in spec["sparse"]:
             n = ps["ids"]
             ids = rng.integers(0, 2**62, size=n, dtype=np.int64)
@@ -226,19 +219,48 @@ def run_group(spec: dict[str, Any]) -> None:
             send_msg(s, LOOKUP, it, struct.pack(">II", ps["table"], n) + ids.tobytes())
             _, _, rows = recv_msg(s)
             pulled.append((ps, ids, rows))
-        sparse_s = time.monotonic() - t_sparse
-        for peer in spec["fwd"]:
-            send_msg(sock(peer["addr"]), FWD, it, zeros(peer["bytes"]))
-        for peer in spec["bwd"]:
-            send_msg(sock(peer["addr"]), BWD, it, zeros(peer["bytes"]))
-        t_push = time.monotonic()
+        return pulled
+
+    def pushes(it: int, pulled: list[tuple[dict[str, Any], np.ndarray, bytearray]]) -> None:
         for ps, ids, rows in pulled:
             s = sock(ps["addr"])
             send_msg(s, PUSH, it, struct.pack(">II", ps["table"], ids.size) + ids.tobytes() + bytes(rows))
             recv_msg(s)
-        sparse_s += time.monotonic() - t_push
-        if not spec["sparse"]:
-            sparse_s = 0.0  # not the clock's own overhead
+
+    local = bool(spec["sparse"]) and spec.get("local_tables", False)
+    timed = {"sparse": 0.0}
+
+    def compute_with_tables(it: int) -> None:
+        """Local tables: the lookups and pushes are part of the compute replay (see measure.py)."""
+        t = time.monotonic()
+        pushes(it, lookups(it))
+        timed["sparse"] = time.monotonic() - t
+        time.sleep(max(0.0, spec["compute_s"] - timed["sparse"]))
+
+    records = []
+    for it in range(spec["iterations"]):
+        wait0 = time.monotonic()
+        if spec["expect_fwd"]:
+            inbox.take(it, deadline)
+        t0 = time.monotonic()
+        if local:
+            compute = threading.Thread(target=compute_with_tables, args=(it,))
+        else:
+            compute = threading.Thread(target=time.sleep, args=(spec["compute_s"],))
+        compute.start()
+        sparse_s = 0.0
+        if not local:
+            t_sparse = time.monotonic()
+            pulled = lookups(it)
+            sparse_s = time.monotonic() - t_sparse
+        for peer in spec["fwd"]:
+            send_msg(sock(peer["addr"]), FWD, it, zeros(peer["bytes"]))
+        for peer in spec["bwd"]:
+            send_msg(sock(peer["addr"]), BWD, it, zeros(peer["bytes"]))
+        if not local:
+            t_push = time.monotonic()
+            pushes(it, pulled)
+            sparse_s += time.monotonic() - t_push
         if spec["dense"]:
             s = sock(spec["dense"]["addr"])
             send_msg(s, PUSHPULL, it, zeros(spec["dense"]["bytes"]))
@@ -246,6 +268,10 @@ def run_group(spec: dict[str, Any]) -> None:
         t_comm = time.monotonic()
         compute.join()
         t1 = time.monotonic()
+        if local:
+            sparse_s = timed["sparse"]
+        elif not spec["sparse"]:
+            sparse_s = 0.0  # not the clock's own overhead
         records.append({"wait": t0 - wait0, "start": t0, "comm": t_comm - t0, "sparse": sparse_s, "end": t1})
     with bwd_cond:  # stay up until the next stage's last gradients have arrived
         want = spec["expect_bwd"] * spec["iterations"]

@@ -46,6 +46,15 @@ def test_loopback_two_stage_plan_reports_every_stage() -> None:
     assert run.stages[0].sparse_s > 0 and run.stages[1].sparse_s == 0
 
 
+def test_local_tables_move_a_cpu_stages_lookups_into_its_compute() -> None:
+    cfg = MeasureConfig(WORKLOAD, iterations=3, warmup=1, testbed=False, local_tables=True, timeout_s=60)
+    run = measure_plan(MODEL, CLUSTER, two_stage(), None, config=cfg)
+    assert run.ok, run.reason
+    cpu = run.stages[0]
+    assert cpu.resource_type == CPU and cpu.sparse_s > 0  # still served by the PS, really
+    assert cpu.period_s >= 0.95 * cpu.compute_s
+
+
 def test_provisioning_overrides_the_plans_units() -> None:
     cfg = MeasureConfig(WORKLOAD, iterations=3, warmup=1, testbed=False, max_groups=1, timeout_s=60)
     run = measure_plan(MODEL, CLUSTER, two_stage(), [128, 5], config=cfg)
