@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Literal
 
-from simulator.spec import ClusterSpec, ModelSpec, Strategy, domain_name
+from simulator.spec import ClusterSpec, ModelSpec, Strategy, domain_name, wire
 from simulator.spec.io import parse_as
 from simulator.spec.measurement import Measurement
 from simulator.spec.profile import Profile
@@ -228,23 +228,12 @@ class Trial:
         return None if self.measurement is None else Measurement.model_validate(self.measurement)
 
 
-@dataclass(frozen=True)
-class TrialClaim:
-    """A trial handed to one worker: the claim token and attempt it must heartbeat and report with."""
-
-    trial: Trial
-    attempt: int
-    claim_token: str
-    model: dict[str, Any]
-    cluster: dict[str, Any]
-
-
-@dataclass(frozen=True)
-class ReportOutcome:
-    """The trial after a report; ``recorded`` is False for a duplicate or stale report (a no-op)."""
-
-    trial: Trial
-    recorded: bool
+#: A trial handed to one worker (``simulator.spec.wire.TrialClaim`` around the domain ``Trial``):
+#: the claim token and attempt it must heartbeat and report with, and the model and cluster specs.
+TrialClaim = wire.TrialClaim[Trial]
+#: The trial after a report (``simulator.spec.wire.ReportAck``); ``recorded`` is False for a
+#: duplicate or stale report (a no-op).
+ReportOutcome = wire.ReportAck[Trial]
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,8 @@ instead of picking fields out of JSON by hand.
   claim names the trial (``ClaimedTrial``: its id and plan document), the ``attempt`` and
   ``claim_token`` every later message must quote, and the model and cluster specs as stored.
 - ``POST /api/v1/trials/{id}/heartbeat``: ``Heartbeat`` → ``HeartbeatAck``.
-- ``POST /api/v1/trials/{id}/report``: ``Report`` (with the ``Measurement``) → ``ReportAck``.
+- ``POST /api/v1/trials/{id}/report``: ``Report`` (with the ``Measurement``) → ``ReportAck`` (with
+  the trial as it ended).
 
 Decisions: requests forbid unknown fields (a typo is a 422 naming it), answers ignore them (a
 newer service may add fields without breaking older workers). The plan document and the model and
@@ -21,9 +22,10 @@ with their field paths by ``simulator.spec.io.parse_as`` where they are used (``
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated, Any, Generic
 
 from pydantic import BaseModel, ConfigDict, Field
+from typing_extensions import TypeVar
 
 from simulator.spec.cluster import ClusterSpec
 from simulator.spec.io import parse_as
@@ -69,10 +71,20 @@ class ClaimedTrial(_Answer):
     )
 
 
-class TrialClaim(_Answer):
-    """The claimed trial with everything needed to run it; quote attempt and claim_token afterwards."""
+#: The trial a claim or a report answer carries: ``ClaimedTrial`` (id and plan document) for a
+#: worker reading the answer; the service's repository fills in its full domain ``Trial`` and the
+#: API its public view (``TrialClaim[TrialPublic]``), both with these same fields around it.
+TrialT = TypeVar("TrialT", default=ClaimedTrial)
 
-    trial: ClaimedTrial
+
+class TrialClaim(_Answer, Generic[TrialT]):
+    """The claimed trial with everything needed to run it; quote attempt and claim_token afterwards.
+
+    One definition for the worker, the API's answer and the repository's return value
+    (``service.db.repo_trials.claim_trial`` returns ``TrialClaim[Trial]``).
+    """
+
+    trial: TrialT
     attempt: int
     claim_token: str
     model: dict[str, Any]
@@ -124,7 +136,12 @@ class Report(_Request):
     measurement: Measurement
 
 
-class ReportAck(_Answer):
-    """The service's answer to a report."""
+class ReportAck(_Answer, Generic[TrialT]):
+    """The service's answer to a report: whether it was recorded, and the trial after it.
+
+    One definition for the worker, the API's answer and the repository's return value
+    (``service.db.repo_trials.report_trial`` returns ``ReportAck[Trial]``).
+    """
 
     recorded: bool = Field(description="False for a duplicate or stale report (nothing changed).")
+    trial: TrialT

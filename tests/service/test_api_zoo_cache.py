@@ -47,3 +47,27 @@ def test_zoo_entries_are_stored_and_rendered_once(
     assert up.status_code == 201, up.text
     r = client.post(f"{API}/searches", json=body, headers=h)
     assert r.json()["model_spec_id"] == up.json()["id"]
+
+
+def test_zoo_reads_carry_an_etag_and_answer_304_when_it_matches(
+    client: TestClient, tokens: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    h = tokens["alice"]
+    first = client.get(f"{API}/models/zoo/tiny-mlp", headers=h)
+    etag = first.headers["etag"]
+    assert first.status_code == 200 and etag.startswith('"') and etag.endswith('"') and len(etag) == 34
+    assert client.get(f"{API}/clusters/zoo/two-node", headers=h).status_code == 200
+    # From here on a read must not touch the database at all: served from memory on the event loop.
+    monkeypatch.setattr("service.db.repository.zoo_spec", lambda *a, **k: pytest.fail("zoo_spec called"))
+    again = client.get(f"{API}/models/zoo/tiny-mlp", headers=h)
+    assert again.content == first.content and again.headers["etag"] == etag
+    for match in (etag, f'"other", {etag}', f"W/{etag}", "*"):
+        r = client.get(f"{API}/models/zoo/tiny-mlp", headers=h | {"If-None-Match": match})
+        assert r.status_code == 304 and r.content == b"" and r.headers["etag"] == etag, match
+    stale = client.get(f"{API}/models/zoo/tiny-mlp", headers=h | {"If-None-Match": '"other"'})
+    assert stale.status_code == 200 and stale.content == first.content
+    # Each entry has its own tag; a cluster's does not match a model's.
+    cluster = client.get(f"{API}/clusters/zoo/two-node", headers=h | {"If-None-Match": etag})
+    assert cluster.status_code == 200 and cluster.headers["etag"] != etag
+    # Authentication still comes first.
+    assert client.get(f"{API}/models/zoo/tiny-mlp").status_code == 401

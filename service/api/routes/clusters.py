@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Body, Response, status
+from fastapi import APIRouter, Body, Request, Response, status
 
 from service.api.deps import SessionDep, UserDep, ZooDep, owner_filter
 from service.api.errors import SpecInvalid
@@ -67,10 +67,18 @@ def list_zoo_clusters(user: UserDep) -> ZooPublic:
     return ZooPublic(data=names, count=len(names))
 
 
-@router.get("/zoo/{name}", response_model=ClusterPublic)
-def get_zoo_cluster(name: str, session: SessionDep, zoo_cache: ZooDep, user: UserDep) -> Response:
-    """A zoo cluster by name; 404 if the zoo has none (rendered once per process: ZooCache)."""
-    return zoo_cache.response(session, kind="cluster", name=name)
+@router.get(
+    "/zoo/{name}",
+    response_model=ClusterPublic,
+    responses={304: {"description": "Not modified (If-None-Match)."}},
+)
+async def get_zoo_cluster(name: str, request: Request, zoo_cache: ZooDep, user: UserDep) -> Response:
+    """A zoo cluster by name; 404 if the zoo has none.
+
+    Rendered once per process and served from memory with an ETag; ``If-None-Match`` with the
+    current one gets 304 (`service.api.zoo_cache`).
+    """
+    return await zoo_cache.response(request, kind="cluster", name=name)
 
 
 @router.get("/{cluster_id}", response_model=ClusterPublic)

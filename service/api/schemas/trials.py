@@ -81,17 +81,15 @@ class DecisionPublic(Public):
 
 # The worker endpoints' bodies are the trial wire format (simulator.spec.wire, shared with the
 # worker); the subclasses keep the schema names of the OpenAPI document and add only the public
-# view of the trial to the claim and report answers.
+# view of the trial (their trial type) to the claim and report answers.
 
 
 class ClaimCreate(wire.ClaimRequest):
     """A worker asks for a trial on one of the clusters it can run."""
 
 
-class ClaimPublic(wire.TrialClaim):
+class ClaimPublic(wire.TrialClaim[TrialPublic]):
     """The claimed trial with everything needed to run it; quote attempt and claim_token afterwards."""
-
-    trial: TrialPublic
 
 
 class HeartbeatCreate(wire.Heartbeat):
@@ -106,10 +104,8 @@ class ReportCreate(wire.Report):
     """The trial's measurement."""
 
 
-class ReportPublic(wire.ReportAck):
+class ReportPublic(wire.ReportAck[TrialPublic]):
     """Whether the report was recorded, and the trial after it."""
-
-    trial: TrialPublic
 
 
 class WorkerPublic(Public):
