@@ -40,6 +40,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import json
 import multiprocessing as mp
 import os
 import random
@@ -53,6 +54,7 @@ import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import httpx
 from sqlalchemy import create_engine, text
@@ -63,7 +65,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 PG_DEFAULT = "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
-CLASSES = ("healthz", "zoo", "status", "trials", "create")
+CLASSES = ("healthz", "zoo", "zoo304", "status", "trials", "create")
 ZOO_MODELS = ("ResNet50", "VGG16", "NCF-dense", "BERT-3L")
 
 
@@ -81,8 +83,8 @@ def request_of(t: Target, rnd: random.Random) -> tuple[str, str, dict[str, objec
     """(method, path, json body, expected status) of the next request of class ``t.kind``."""
     if t.kind == "healthz":
         return "GET", "/healthz", None, 200
-    if t.kind == "zoo":
-        return "GET", f"/api/v1/models/zoo/{rnd.choice(ZOO_MODELS)}", None, 200
+    if t.kind in ("zoo", "zoo304"):
+        return "GET", f"/api/v1/models/zoo/{rnd.choice(ZOO_MODELS)}", None, 304 if t.kind == "zoo304" else 200
     if t.kind == "status":
         return "GET", f"/api/v1/searches/{rnd.choice(t.search_ids)}", None, 200
     if t.kind == "trials":
@@ -91,42 +93,257 @@ def request_of(t: Target, rnd: random.Random) -> tuple[str, str, dict[str, objec
     return "POST", "/api/v1/searches", body, 201
 
 
-def drive(t: Target, clients: int, duration_s: float, cpus: list[int], out: mp.Queue) -> None:  # type: ignore[type-arg]
-    """One driver process: ``clients`` closed-loop tasks for ``duration_s``; puts (latencies, errors)."""
-    if cpus:
-        os.sched_setaffinity(0, cpus)
+@dataclass(frozen=True)
+class Shape:
+    """How one driver process loads the server.
 
-    async def main() -> tuple[list[float], int, dict[str, int], float, float]:
-        latencies: list[float] = []
-        errors = 0
-        kinds: dict[str, int] = {}
-        limits = httpx.Limits(max_connections=clients, max_keepalive_connections=clients)
-        headers = {"Authorization": f"Bearer {t.token}"}
-        async with httpx.AsyncClient(base_url=t.base, headers=headers, limits=limits, timeout=60) as http:
-            deadline = time.monotonic() + duration_s
+    ``rate`` 0: closed loop, ``clients`` connections each sending its next request as soon as the
+    previous answer arrived. ``rate`` > 0: open loop, requests sent at ``rate`` per second on a fixed
+    schedule over at most ``clients`` connections; a request's latency runs from its scheduled send
+    time, so time spent waiting for a free connection (or for a late driver) counts against the
+    server instead of silently lowering the offered load (no coordinated omission).
+    """
 
-            async def one(seed: int) -> None:
-                nonlocal errors
-                rnd = random.Random(seed)
-                while time.monotonic() < deadline:
-                    method, path, body, want = request_of(t, rnd)
-                    start = time.perf_counter()
-                    try:
-                        r = await http.request(method, path, json=body)
-                        ok = r.status_code == want
-                        if not ok:
-                            kinds[str(r.status_code)] = kinds.get(str(r.status_code), 0) + 1
-                    except httpx.HTTPError as e:
-                        ok = False
-                        kinds[type(e).__name__] = kinds.get(type(e).__name__, 0) + 1
-                    latencies.append(time.perf_counter() - start)
-                    errors += not ok
+    clients: int
+    duration_s: float
+    rate: float
+    driver: str
+    cpus: tuple[int, ...]
 
-            began = time.monotonic()
-            await asyncio.gather(*(one(i * 7919 + os.getpid()) for i in range(clients)))
-        return latencies, errors, kinds, began, time.monotonic()
 
-    out.put(asyncio.run(main()))
+class _Conn(asyncio.Protocol):
+    """One keep-alive HTTP/1.1 connection that reads Content-Length (or chunked) answers.
+
+    Decision (measured, issue 21): the load driver must cost far less CPU per request than the
+    server, or the figure measures the driver. httpx.AsyncClient cost ~1.8 ms of driver CPU per
+    request at 50 connections (its pool and its request/response objects), more than the server's
+    0.3-0.9 ms, so throughput fell and p99 rose as clients were added while the server sat half idle.
+    This protocol parses only the status line and the framing headers (~0.05 ms per request).
+    """
+
+    def __init__(self) -> None:
+        self.buf = bytearray()
+        self.waiter: asyncio.Future[tuple[int, bytes]] | None = None
+        self.transport: asyncio.Transport | None = None
+        self.lost: BaseException | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.lost = exc or ConnectionResetError("closed by the server")
+        if self.waiter is not None and not self.waiter.done():
+            self.waiter.set_exception(self.lost)
+
+    def data_received(self, data: bytes) -> None:
+        self.buf += data
+        if self.waiter is not None and not self.waiter.done():
+            answer = self._answer()
+            if answer is not None:
+                self.waiter.set_result(answer)
+
+    def _answer(self) -> tuple[int, bytes] | None:
+        """(status, ETag) once a whole answer is buffered (and taken off the buffer), else None."""
+        end = self.buf.find(b"\r\n\r\n")
+        if end < 0:
+            return None
+        lines = bytes(self.buf[:end]).split(b"\r\n")
+        status = int(lines[0].split(b" ", 2)[1])
+        length, chunked, etag = 0, False, b""
+        for line in lines[1:]:
+            key, _, value = line.partition(b":")
+            key = key.strip().lower()
+            if key == b"content-length":
+                length = int(value)
+            elif key == b"transfer-encoding":
+                chunked = b"chunked" in value.lower()
+            elif key == b"etag":
+                etag = value.strip()
+        at = end + 4
+        if chunked:
+            while True:
+                eol = self.buf.find(b"\r\n", at)
+                if eol < 0:
+                    return None
+                size = int(bytes(self.buf[at:eol]).split(b";")[0], 16)
+                if len(self.buf) < eol + 2 + size + 2:
+                    return None
+                at = eol + 2 + size + 2
+                if size == 0:
+                    break
+        elif len(self.buf) < at + length:
+            return None
+        else:
+            at += length
+        del self.buf[:at]
+        return status, etag
+
+    async def exchange(self, raw: bytes) -> tuple[int, bytes]:
+        if self.lost is not None or self.transport is None:
+            raise ConnectionResetError("connection closed")
+        self.waiter = asyncio.get_running_loop().create_future()
+        self.transport.write(raw)
+        return await self.waiter
+
+
+def drive(t: Target, shape: Shape, out: mp.Queue) -> None:  # type: ignore[type-arg]
+    """One driver process; puts (latencies, errors, error kinds, began, ended, driver CPU s, late)."""
+    if shape.cpus:
+        os.sched_setaffinity(0, shape.cpus)
+    if shape.driver == "httpx":
+        out.put(_run(_drive_httpx(t, shape)))
+    else:
+        out.put(_run(_drive_raw(t, shape)))
+
+
+def _run(coro: Any) -> Any:
+    with contextlib.suppress(ImportError):
+        import uvloop
+
+        return uvloop.run(coro)
+    return asyncio.run(coro)
+
+
+async def _drive_raw(
+    t: Target, shape: Shape
+) -> tuple[list[float], int, dict[str, int], float, float, float, int]:
+    latencies: list[float] = []
+    kinds: dict[str, int] = {}
+    loop = asyncio.get_running_loop()
+    url = httpx.URL(t.base)
+    host, port = url.host, url.port or 80
+    head = f"Host: {host}:{port}\r\nAuthorization: Bearer {t.token}\r\n"
+    etags: dict[str, bytes] = {}
+    prepared: dict[str, bytes] = {}
+
+    def raw_of(method: str, path: str, body: dict[str, object] | None) -> bytes:
+        if body is not None:
+            data = json.dumps(body).encode()
+            return (
+                f"{method} {path} HTTP/1.1\r\n{head}Content-Type: application/json\r\n"
+                f"Content-Length: {len(data)}\r\n\r\n"
+            ).encode() + data
+        if t.kind == "zoo304" and path in etags:
+            return f"{method} {path} HTTP/1.1\r\n{head}If-None-Match: {etags[path].decode()}\r\n\r\n".encode()
+        if path not in prepared:
+            prepared[path] = f"{method} {path} HTTP/1.1\r\n{head}\r\n".encode()
+        return prepared[path]
+
+    async def connect() -> _Conn:
+        _, conn = await loop.create_connection(_Conn, host, port)
+        return conn
+
+    async def one_request(
+        conn: _Conn | None, rnd: random.Random, t0: float | None
+    ) -> tuple[_Conn | None, bool]:
+        method, path, body, want = request_of(t, rnd)
+        start = time.perf_counter() if t0 is None else t0
+        ok = False
+        try:
+            if conn is None or conn.lost is not None:
+                conn = await connect()
+            if t.kind == "zoo304" and path not in etags:
+                _, etags[path] = await conn.exchange(raw_of(method, path, None))
+            status, _ = await conn.exchange(raw_of(method, path, body))
+            ok = status == want
+            if not ok:
+                kinds[str(status)] = kinds.get(str(status), 0) + 1
+        except (OSError, ValueError, IndexError) as e:
+            kinds[type(e).__name__] = kinds.get(type(e).__name__, 0) + 1
+            if conn is not None and conn.transport is not None:
+                conn.transport.close()
+            conn = None
+        latencies.append(time.perf_counter() - start)
+        return conn, ok
+
+    errors = 0
+    late = 0
+    began = time.monotonic()
+    deadline = began + shape.duration_s
+    if shape.rate <= 0:
+
+        async def client(seed: int) -> None:
+            nonlocal errors
+            rnd = random.Random(seed)
+            conn: _Conn | None = None
+            while time.monotonic() < deadline:
+                conn, ok = await one_request(conn, rnd, None)
+                errors += not ok
+            if conn is not None and conn.transport is not None:
+                conn.transport.close()
+
+        await asyncio.gather(*(client(i * 7919 + os.getpid()) for i in range(shape.clients)))
+    else:
+        free: asyncio.Queue[_Conn | None] = asyncio.Queue()
+        for _ in range(shape.clients):
+            free.put_nowait(None)
+        rnd = random.Random(os.getpid())
+        pending: set[asyncio.Task[None]] = set()
+
+        async def scheduled(t0: float) -> None:
+            nonlocal errors
+            conn = await free.get()
+            conn, ok = await one_request(conn, rnd, t0)
+            errors += not ok
+            free.put_nowait(conn)
+
+        step = 1.0 / shape.rate
+        start = time.perf_counter()
+        k = 0
+        while True:
+            t0 = start + k * step
+            now = time.perf_counter()
+            if t0 - start >= shape.duration_s:
+                break
+            if t0 > now:
+                await asyncio.sleep(t0 - now)
+            elif now - t0 > 0.005:
+                late += 1
+            task = asyncio.create_task(scheduled(t0))
+            pending.add(task)
+            task.add_done_callback(pending.discard)
+            k += 1
+        if pending:
+            await asyncio.gather(*pending)
+        while not free.empty():
+            conn = free.get_nowait()
+            if conn is not None and conn.transport is not None:
+                conn.transport.close()
+    return latencies, errors, kinds, began, time.monotonic(), time.process_time(), late
+
+
+async def _drive_httpx(
+    t: Target, shape: Shape
+) -> tuple[list[float], int, dict[str, int], float, float, float, int]:
+    """The earlier driver (httpx.AsyncClient, closed loop), kept to show what it costs (--driver httpx)."""
+    latencies: list[float] = []
+    errors = 0
+    kinds: dict[str, int] = {}
+    limits = httpx.Limits(max_connections=shape.clients, max_keepalive_connections=shape.clients)
+    headers = {"Authorization": f"Bearer {t.token}"}
+    async with httpx.AsyncClient(base_url=t.base, headers=headers, limits=limits, timeout=60) as http:
+        deadline = time.monotonic() + shape.duration_s
+
+        async def one(seed: int) -> None:
+            nonlocal errors
+            rnd = random.Random(seed)
+            while time.monotonic() < deadline:
+                method, path, body, want = request_of(t, rnd)
+                start = time.perf_counter()
+                try:
+                    r = await http.request(method, path, json=body)
+                    ok = r.status_code == want
+                    if not ok:
+                        kinds[str(r.status_code)] = kinds.get(str(r.status_code), 0) + 1
+                except httpx.HTTPError as e:
+                    ok = False
+                    kinds[type(e).__name__] = kinds.get(type(e).__name__, 0) + 1
+                latencies.append(time.perf_counter() - start)
+                errors += not ok
+
+        began = time.monotonic()
+        await asyncio.gather(*(one(i * 7919 + os.getpid()) for i in range(shape.clients)))
+    return latencies, errors, kinds, began, time.monotonic(), time.process_time(), 0
 
 
 def tree(pid: int) -> list[int]:
@@ -191,12 +408,15 @@ class Sampler:
         self.values.append(rss_mib(self.pid))
 
 
-def run_cell(t: Target, clients: int, args: argparse.Namespace, server_pid: int) -> list[str]:
+def run_cell(t: Target, clients: int, rate: float, args: argparse.Namespace, server_pid: int) -> list[str]:
+    """One (class, clients, rate) cell: the table's row (see ``HEAD``)."""
     procs = max(1, min(args.procs, clients))
     per = [clients // procs + (i < clients % procs) for i in range(procs)]
     ctx = mp.get_context("fork")
     out: mp.Queue = ctx.Queue()  # type: ignore[type-arg]
-    workers = [ctx.Process(target=drive, args=(t, n, args.duration, args.client_cpu_list, out)) for n in per]
+    cpus = tuple(args.client_cpu_list)
+    shapes = [Shape(n, args.duration, rate * n / clients, args.driver, cpus) for n in per]
+    workers = [ctx.Process(target=drive, args=(t, shape, out)) for shape in shapes]
     cpu0 = cpu_s(server_pid)
     with Sampler(server_pid) as mem:
         for w in workers:
@@ -216,17 +436,40 @@ def run_cell(t: Target, clients: int, args: argparse.Namespace, server_pid: int)
     p50 = 1000 * lat[n // 2] if n else float("nan")
     p99 = 1000 * lat[min(n - 1, int(0.99 * n))] if n else float("nan")
     why = ",".join(f"{k}x{v}" for k, v in sorted(kinds.items()))
+    driver_cpu = sum(r[5] for r in results)
+    late = sum(r[6] for r in results)
     return [
         t.kind,
         str(clients),
+        "closed" if rate <= 0 else f"open {rate:.0f}/s" + (f" ({late} late)" if late else ""),
         str(n),
         f"{n / elapsed:.0f}",
         f"{p50:.1f}",
         f"{p99:.1f}",
         f"{1000 * cpu / max(n, 1):.2f}",
+        f"{100 * cpu / elapsed:.0f}",
+        f"{100 * driver_cpu / elapsed:.0f}",
         f"{errors}" + (f" ({why})" if why else ""),
         f"{mem.values[0]:.0f} → {mem.values[-1]:.0f} ({max(mem.values):.0f})",
     ]
+
+
+HEAD = [
+    "class",
+    "clients",
+    "loop",
+    "requests",
+    "req/s",
+    "p50 ms",
+    "p99 ms",
+    "server CPU ms/req",
+    "server CPU %",
+    "driver CPU %",
+    "errors",
+    "server RSS MiB start → end (max)",
+]
+#: Left-aligned columns of ``HEAD``.
+LEFT = {0, 2, 10, 11}
 
 
 @contextlib.contextmanager
@@ -364,6 +607,17 @@ def main() -> None:
     parser.add_argument("--classes", default=",".join(CLASSES))
     parser.add_argument("--api-workers", type=int, default=1, help="uvicorn worker processes (serve).")
     parser.add_argument("--procs", type=int, default=2, help="Load-driver processes.")
+    parser.add_argument(
+        "--rates",
+        default="0",
+        help="Offered loads in req/s, comma-separated; 0 = closed loop (each client sends on answer).",
+    )
+    parser.add_argument(
+        "--driver",
+        choices=("raw", "httpx"),
+        default="raw",
+        help="Client code: raw asyncio HTTP/1.1 (default) or the earlier httpx.AsyncClient.",
+    )
     parser.add_argument("--server-cpus", default="0", help="taskset CPU list of the server ('' = any).")
     parser.add_argument("--client-cpus", default="1", help="CPU list of the drivers ('' = any).")
     parser.add_argument("--searches", type=int, default=20, help="Seeded searches (status/trials reads).")
@@ -380,6 +634,9 @@ def main() -> None:
     args = parser.parse_args()
     args.client_cpu_list = [int(c) for c in args.client_cpus.split(",") if c.strip()]
     levels = [int(c) for c in args.clients.split(",")]
+    rates = [float(r) for r in args.rates.split(",") if r.strip()]
+    if args.driver == "httpx" and any(r > 0 for r in rates):
+        parser.error("--rates: open loop (a rate > 0) needs --driver raw")
     kinds = [k for k in args.classes.split(",") if k]
     for k in kinds:
         if k not in CLASSES:
@@ -401,35 +658,26 @@ def main() -> None:
             servers.append((name, server, base, token, ids))
         for kind in kinds:
             for clients in levels:
-                for name, server, base, token, ids in servers:
-                    row = run_cell(Target(base, token, kind, ids), clients, args, server.pid)
-                    if args.baseline:
-                        row.insert(0, name)
-                    print("  ".join(row), flush=True)
-                    rows.append(row)
-    head = [
-        *(["server"] if args.baseline else []),
-        "class",
-        "clients",
-        "requests",
-        "req/s",
-        "p50 ms",
-        "p99 ms",
-        "server CPU ms/req",
-        "errors",
-        "server RSS MiB start → end (max)",
-    ]
+                for rate in rates:
+                    for name, server, base, token, ids in servers:
+                        row = run_cell(Target(base, token, kind, ids), clients, rate, args, server.pid)
+                        if args.baseline:
+                            row.insert(0, name)
+                        print("  ".join(row), flush=True)
+                        rows.append(row)
+    head = [*(["server"] if args.baseline else []), *HEAD]
     widths = [max(len(r[i]) for r in [head, *rows]) for i in range(len(head))]
     print()
     print(
         f"{args.label or 'api_load'}: api-workers {args.api_workers}, server cpus {args.server_cpus or 'any'},"
-        f" drivers {args.procs} on cpus {args.client_cpus or 'any'}, {args.duration:.0f} s per cell,"
+        f" drivers {args.procs} ({args.driver}) on cpus {args.client_cpus or 'any'},"
+        f" {args.duration:.0f} s per cell,"
         f" load avg {load0:.1f} at the start, {os.getloadavg()[0]:.1f} at the end"
     )
     for r in [head, *rows]:
         print(
             "  ".join(
-                c.ljust(w) if i - (1 if args.baseline else 0) in (-1, 0, 7, 8) else c.rjust(w)
+                c.ljust(w) if i - (1 if args.baseline else 0) in {-1, *LEFT} else c.rjust(w)
                 for i, (c, w) in enumerate(zip(r, widths, strict=True))
             )
         )
