@@ -263,8 +263,9 @@ def _constrained(
     type); its key is g (the rate of the stages so far) + h[j, t, p]. h is admissible (the plain
     DP drops only the count sums) and consistent (it is the DP's own Bellman minimum), so the first
     complete schedule popped is the least rate within the counts, and a node popped once is never
-    improved. Nodes whose key reaches ``bound`` are not expanded: when the queue then holds only
-    such keys, the least of them (>= bound) is returned as a lower bound with no plan.
+    improved. Nodes whose key reaches ``bound`` are not queued or expanded: when no complete
+    schedule is found below it, the least such key (>= bound; inf when there is none, i.e. no
+    schedule within the counts at all) is returned as a lower bound with no plan.
     Returns (value or lower bound, plan or None, nodes expanded).
     """
     n = h.shape[0] - 1
@@ -282,10 +283,11 @@ def _constrained(
             tick += 1
     closed: set[tuple[int, int, int, tuple[int, ...]]] = set()
     expanded = 0
+    cut = math.inf  # the least key not queued because it reached the bound
     while heap:
         key, _, g, j, t, p, used, back = heapq.heappop(heap)
         if key >= bound:
-            return key, None, expanded
+            return min(key, cut), None, expanded
         if j == n:
             stages: list[Stage] = []
             ks: list[int] = []
@@ -304,8 +306,12 @@ def _constrained(
         k = units[j, t, j + 1 :, :, p]  # (E, T+1)
         child_g = g + rate[j, t, j + 1 :, :, p]
         child_key = child_g + h[j + 1 :, :, t]
-        ok = (child_key < bound) & (k <= cap[t] - used[t])
-        ok[:, t] = False  # the next stage of the same type would not be maximal
+        fits = k <= cap[t] - used[t]
+        fits[:, t] = False  # the next stage of the same type would not be maximal
+        ok = fits & (child_key < bound)
+        over = child_key[fits & ~ok]
+        if over.size:
+            cut = min(cut, float(over.min()))
         for ei, u in zip(*np.nonzero(ok), strict=True):
             e = j + 1 + int(ei)
             kk = int(k[ei, u])
@@ -316,4 +322,4 @@ def _constrained(
                 (float(child_key[ei, u]), tick, float(child_g[ei, u]), e, int(u), t, nused, len(trail) - 1),
             )
             tick += 1
-    return math.inf, None, expanded
+    return cut, None, expanded

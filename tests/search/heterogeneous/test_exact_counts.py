@@ -10,6 +10,7 @@ RL beat by 4.3 %.
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 import search.heterogeneous.exact as exact_module
@@ -97,3 +98,24 @@ def test_the_level_cap_is_reported_as_not_proven(monkeypatch: pytest.MonkeyPatch
     assert full.exact and not capped.exact
     assert any("not proven optimal" in n for n in capped.notes)
     assert capped.money >= full.money * (1 - 1e-12)
+
+
+def test_astar_returns_a_lower_bound_not_infeasible_when_the_bound_prunes_every_branch() -> None:
+    """Three layers, types A (1 unit) and B: A - B - A is cheapest (12) but needs 2 units of A;
+    A - B (layers 1-2) costs 21. Below a bound of 15 nothing is feasible, yet a schedule exists:
+    the answer must be the lower bound 21, not 'no schedule' (which would end the θ search)."""
+    n, nt = 3, 2
+    rate = np.full((n + 1, nt, n + 1, nt + 1, nt + 1), np.inf)
+    none, a, b = nt, 0, 1
+    rate[0, a, 1, b, none] = 1.0  # A on layer 0, then B
+    rate[1, b, 2, a, a] = 10.0  # B on layer 1, between two A stages
+    rate[2, a, 3, none, b] = 1.0  # A on layer 2 after B
+    rate[1, b, 3, none, a] = 20.0  # B on layers 1-2 after A
+    units = np.where(np.isfinite(rate), 1.0, np.inf)
+    counts = np.array([1, 5])
+    h, _ = exact_module._suffix(rate, n, nt)
+    assert h[0, a, none] == 12.0  # the plain DP ignores the sum over A's two stages
+    value, plan, _ = exact_module._constrained(rate, units, h, counts, 15.0)
+    assert plan is None and value == 21.0
+    value, plan, _ = exact_module._constrained(rate, units, h, counts, np.inf)
+    assert value == 21.0 and plan == ([(0, 1, a, b, none), (1, 3, b, none, a)], [1, 1])
