@@ -47,7 +47,7 @@ round's object path (the reference) decodes this sampler's draws, so both paths 
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
-from functools import lru_cache
+from functools import lru_cache, partial
 from typing import Literal
 
 import numpy as np
@@ -57,9 +57,16 @@ from search.samplers.base import InfeasibleSpaceError
 from search.samplers.constrained import Constraints
 from search.samplers.partial import Prior, _collective, _partition, _ps
 from search.space import Space
-from simulator.analytical import ShardGeometry, StrategyBatch, cluster_arrays, model_arrays, shard_geometry
+from simulator.analytical import (
+    ModelArrays,
+    ShardGeometry,
+    StrategyBatch,
+    cluster_arrays,
+    model_arrays,
+    shard_geometry,
+)
 from simulator.analytical.arrays import ALGORITHMS, COMPRESSORS
-from simulator.analytical.batch import CHOICE_FIELDS, make_batch
+from simulator.analytical.batch import CHOICE_FIELDS, LazyGeometry, make_batch, make_sampled_batch
 from simulator.spec import DTYPE_BYTES, Compressor, Strategy, Synchronizer, VariableStrategy
 
 #: Strategies drawn per chunk (one generator per chunk).
@@ -309,28 +316,45 @@ class ChoiceArrays:
         )
 
     def batch(self, space: Space) -> StrategyBatch:
-        """The analytical scorer's StrategyBatch of these strategies (shard sizes looked up in the
-        space's table when the rows carry their ``entry``; compressed rows computed)."""
+        """The analytical scorer's StrategyBatch of these strategies. Sampler rows (with their
+        ``entry``) give ``make_sampled_batch``'s batch, whose shard sizes are looked up in the
+        space's table on first use (compressed rows computed); others go through make_batch."""
         counts = np.diff(self.offsets)
         ma = model_arrays(space.model)
-        geo = None
-        if self.entry is not None:
-            table = _tables(space).geo
-            geo = ShardGeometry(*(getattr(table, k)[self.entry] for k in _GEO_FIELDS))
-            squeezed = np.flatnonzero(self.compressor != 0)
-            if squeezed.size:
-                part = shard_geometry(ma, *(np.asarray(getattr(self, k))[squeezed] for k in _GEO_CHOICES))
-                for k in _GEO_FIELDS:
-                    getattr(geo, k)[squeezed] = getattr(part, k)
-        return make_batch(
+        if self.entry is None:
+            return make_batch(
+                ma,
+                cluster_arrays(space.cluster),
+                strategy=np.repeat(np.arange(self.size), counts),
+                staleness=np.zeros(len(self.variable), dtype=np.int64),
+                **{k: getattr(self, k) for k in COLUMNS},
+            )
+        return make_sampled_batch(
             ma,
             cluster_arrays(space.cluster),
-            strategy=np.repeat(np.arange(self.size), counts),
-            staleness=np.zeros(len(self.variable), dtype=np.int64),
-            geo=geo,
-            checked=self.entry is None,  # sampler rows (with entries) are in range by construction
+            offsets=self.offsets,
+            geo=self._geometry(space, ma),
             **{k: getattr(self, k) for k in COLUMNS},
         )
+
+    def _geometry(self, space: Space, ma: ModelArrays) -> LazyGeometry:
+        """The rows' ShardGeometry from the space's table, each field gathered on first use."""
+        assert self.entry is not None
+        table, entry = _tables(space).geo, self.entry
+        squeezed = np.flatnonzero(self.compressor != 0)
+        part: list[ShardGeometry] = []
+
+        def field(k: str) -> np.ndarray:
+            out = getattr(table, k)[entry]
+            if squeezed.size:
+                if not part:
+                    part.append(
+                        shard_geometry(ma, *(np.asarray(getattr(self, c))[squeezed] for c in _GEO_CHOICES))
+                    )
+                out[squeezed] = getattr(part[0], k)
+            return out
+
+        return LazyGeometry({k: partial(field, k) for k in _GEO_FIELDS})
 
 
 class ArraySampler:

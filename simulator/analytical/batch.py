@@ -7,8 +7,9 @@ strategies it keeps; ``encode`` builds a batch from ``Strategy`` objects.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -218,6 +219,134 @@ def make_batch(
         code=np.where(is_ps, 2 * server + local_replication, 2 * j + op),
         bin=np.where(is_ps, strategy * j + server, n * j + call),
     )
+
+
+class _Lazy:
+    """Attributes named in the instance's ``_lazy`` dict (name -> thunk) are computed on first
+    access and kept (``__getattr__`` runs only for attributes not set yet)."""
+
+    def __getattr__(self, name: str) -> Any:
+        lazy = self.__dict__.get("_lazy")
+        if lazy is None or name not in lazy:
+            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+        value = lazy[name]()
+        object.__setattr__(self, name, value)
+        del lazy[name]
+        return value
+
+
+class LazyGeometry(_Lazy, ShardGeometry):
+    """A ShardGeometry whose fields are computed on first access: ``fields`` maps every field
+    name to a thunk (a sampler gathers them from its shard table; the analytical scorer reads
+    only ``sent_bytes`` and ``lowrank``)."""
+
+    def __init__(self, fields: dict[str, Callable[[], np.ndarray]]) -> None:
+        object.__setattr__(self, "_lazy", dict(fields))
+
+
+class _SampledBatch(_Lazy, StrategyBatch):
+    """A StrategyBatch from ``make_sampled_batch``: the fields the analytical scorer does not read
+    are computed on first access."""
+
+
+def make_sampled_batch(
+    ma: ModelArrays,
+    ca: ClusterArrays,
+    *,
+    offsets: np.ndarray,
+    variable: np.ndarray,
+    axis: np.ndarray,
+    num_shards: np.ndarray,
+    shard_index: np.ndarray,
+    is_ps: np.ndarray,
+    server: np.ndarray,
+    local_replication: np.ndarray,
+    group: np.ndarray,
+    algorithm: np.ndarray,
+    compressor: np.ndarray,
+    rank: np.ndarray,
+    geo: ShardGeometry,
+) -> StrategyBatch:
+    """``make_batch`` for a sampler's rows (``search.samplers.arrays``), field for field the same
+    batch (tests/search/test_round.py), built with fewer passes over the rows.
+
+    The rows must be in range and hold the samplers' invariants, which make several of
+    make_batch's masks identities: ``server`` -1 and ``local_replication`` False on collective
+    rows; ``group`` -1 and ``algorithm``, ``compressor``, ``rank`` 0 on PS rows; staleness 0.
+    Columns may be any integer width (the samplers' int8/int16/int32). The fields the analytical
+    scorer reads (strategy, variable, is_ps, code, bin, call and the per-call arrays, geo's
+    sent_bytes and lowrank) are computed here; the other columns (as int64, like make_batch's)
+    on first access. ``geo`` may be a ``LazyGeometry``.
+    """
+    n = len(offsets) - 1
+    offsets = np.asarray(offsets, dtype=np.int64)
+    strategy = np.repeat(np.arange(n, dtype=np.int64), np.diff(offsets))
+    is_ps = np.asarray(is_ps, dtype=bool)
+    cc = ~is_ps
+    # the collective op of each collective row (PS rows' values are not used: masked below)
+    op_cc = np.where(ma.sparse[variable], OP_ALLGATHER, algorithm) if ma.sparse.any() else algorithm
+    gspan = int(group.max()) + 1 if cc.any() else 1
+    rspan = max(int(rank.max()), 0) + 1
+    uspan = gspan * 2 * 3 * rspan
+    key = group.astype(np.int64) * 2  # make_batch's mixed radix, in the same order
+    key += algorithm
+    key *= 3
+    key += compressor
+    key *= rspan
+    key += rank
+    key += strategy * uspan
+    key *= 3
+    key += op_cc
+    call = np.full(strategy.shape, -1, dtype=np.int64)
+    uniq, call[cc] = _dense_rank(key[cc], n * uspan * 3)
+    calls = len(uniq)
+    lowrank_rows = geo.lowrank
+    if lowrank_rows.any():
+        lowrank = np.bincount(call[cc], weights=lowrank_rows[cc], minlength=calls) > 0
+        plain = np.bincount(call[cc], weights=~lowrank_rows[cc], minlength=calls) > 0
+    else:
+        lowrank, plain = np.zeros(calls, dtype=bool), np.ones(calls, dtype=bool)
+    call_op = uniq % 3
+    repeats = np.where(call_op == OP_ALLGATHER, 1.0, plain + comm.POWERSGD_ALLREDUCES * lowrank)
+    j = len(ca.gpus)
+    out = object.__new__(_SampledBatch)
+    eager: dict[str, Any] = dict(
+        offsets=offsets,
+        strategy=strategy,
+        variable=np.asarray(variable, dtype=np.int64),
+        is_ps=is_ps,
+        call=call,
+        call_strategy=uniq // (3 * uspan),
+        call_op=call_op,
+        call_repeats=repeats.astype(np.float64),
+        geo=geo,
+        code=np.where(
+            is_ps, 2 * server.astype(np.int64) + local_replication, np.add(op_cc, 2 * j, dtype=np.int64)
+        ),
+        bin=np.where(is_ps, strategy * j + server, n * j + call),
+    )
+    for k, v in eager.items():
+        object.__setattr__(out, k, v)
+
+    def as64(a: np.ndarray) -> Callable[[], np.ndarray]:
+        return lambda: np.asarray(a, dtype=np.int64)
+
+    lazy: dict[str, Callable[[], np.ndarray]] = dict(
+        axis=as64(axis),
+        num_shards=as64(num_shards),
+        shard_index=as64(shard_index),
+        server=as64(server),
+        local_replication=lambda: np.asarray(local_replication, dtype=bool),
+        staleness=lambda: np.zeros(len(strategy), dtype=np.int64),
+        group=as64(group),
+        algorithm=as64(algorithm),
+        compressor=as64(compressor),
+        rank=as64(rank),
+        op=lambda: np.where(is_ps, -1, op_cc).astype(np.int64),
+        call_group=lambda: (uniq // (3 * uspan // gspan)) % gspan,
+    )
+    object.__setattr__(out, "_lazy", lazy)
+    return out
 
 
 def _check_rows(

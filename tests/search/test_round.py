@@ -20,6 +20,7 @@ from search.samplers.arrays import ChoiceArrays, _adjacent_merge, _layout_entry
 from search.similarity import FactorSimilarity
 from simulator import zoo
 from simulator.analytical import AnalyticalSimulator, cluster_arrays, decode, model_arrays
+from simulator.analytical.batch import LazyGeometry
 from simulator.spec import ClusterSpec, ModelSpec, strategy_key
 
 SIM = AnalyticalSimulator()
@@ -116,13 +117,16 @@ def test_sampler_batches_equal_the_checked_computed_ones(model: ModelSpec, clust
     arrays = ArraySampler(space, 3, None, chunk=50).sample_arrays(50)
     assert arrays.entry is not None
     fast = arrays.batch(space)
+    assert isinstance(fast.geo, LazyGeometry)  # make_sampled_batch's batch, not make_batch's
     slow = dataclasses.replace(arrays, entry=None).batch(space)
     for f in dataclasses.fields(fast):
         if f.name == "geo":
             for g in dataclasses.fields(fast.geo):
-                assert np.array_equal(getattr(fast.geo, g.name), getattr(slow.geo, g.name)), g.name
+                a, b = getattr(fast.geo, g.name), getattr(slow.geo, g.name)
+                assert np.array_equal(a, b) and a.dtype == b.dtype, g.name
         else:
-            assert np.array_equal(getattr(fast, f.name), getattr(slow, f.name)), f.name
+            a, b = getattr(fast, f.name), getattr(slow, f.name)
+            assert np.array_equal(a, b) and a.dtype == b.dtype, f.name
 
 
 def test_materialised_strategies_are_the_decoded_ones(model: ModelSpec, cluster: ClusterSpec) -> None:
