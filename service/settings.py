@@ -79,6 +79,10 @@ class Settings(BaseSettings):
     round_memory_mb: int = Field(4096, ge=16)
     # Rounds computed at once (each in its own process, one busy core); other searches wait a tick.
     round_workers: int = Field(2, ge=1, le=64)
+    # Seconds a verified API token is remembered by an API process (service.api.deps.PrincipalCache):
+    # the longest a revocation made elsewhere (another API process, the CLI) takes to be seen there;
+    # 0: every request is checked against the database.
+    token_cache_s: float = Field(2.0, ge=0, le=60)
     # Largest request body the API reads, in bytes; a larger one is answered 413 before it is read
     # (the zoo's largest model is ~0.2 MB as JSON, so 10 MB is 50x that).
     max_body_bytes: int = Field(10_000_000, ge=1024)

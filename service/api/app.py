@@ -11,6 +11,7 @@ from fastapi import FastAPI
 
 from service import web
 from service.api import errors
+from service.api.deps import PrincipalCache
 from service.api.guard import RequestGuard
 from service.api.hooks import Orchestrator, StoreOnly
 from service.api.routes import (
@@ -112,6 +113,8 @@ def create_app(settings: Settings | None = None, *, orchestrator: Orchestrator |
     # Token checks (every /api/v1 request) read one row: autocommit saves BEGIN and COMMIT, two of
     # the four database round trips per check (the pool's pre-ping is the other).
     app.state.auth_sessions = session_factory(engine.execution_options(isolation_level="AUTOCOMMIT"))
+    # ... and a token verified in the last token_cache_s seconds is not looked up again.
+    app.state.principals = PrincipalCache(settings.token_cache_s)
     app.state.orchestrator = orchestrator or StoreOnly()
     app.state.zoo = ZooCache()
     errors.install(app)

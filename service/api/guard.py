@@ -6,8 +6,10 @@ middleware in front of everything:
 
 1. a ``Content-Length`` above ``settings.max_body_bytes`` is answered 413 at once, unread;
 2. every ``/api/v1`` request must carry a valid bearer token, checked against the database before
-   the body is touched (401 otherwise); the principal is left in ``scope["state"]["principal"]``
-   for `service.api.deps.get_principal`, so the token is verified once per request;
+   the body is touched (401 otherwise; a token verified in the last ``settings.token_cache_s``
+   seconds is taken from `service.api.deps.PrincipalCache` instead); the principal is left in
+   ``scope["state"]["principal"]`` for `service.api.deps.get_principal`, so the token is
+   verified once per request at most;
 3. a body without ``Content-Length`` (chunked) is read by the guard, counting, and answered 413 as
    soon as it passes the limit; below it, the buffered body is replayed to the application.
 """
@@ -17,10 +19,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from starlette.concurrency import run_in_threadpool
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from service.api.deps import verify
+from service.api.deps import authenticate
 from service.domain import Principal
 
 API_PREFIX = "/api/v1"
@@ -49,7 +50,7 @@ class RequestGuard:
                 return
         path: str = scope["path"]
         if path == self.api_prefix or path.startswith(self.api_prefix + "/"):
-            principal, reason = await run_in_threadpool(_authenticate, scope, headers.get("authorization"))
+            principal, reason = await _authenticate(scope, headers.get("authorization"))
             if principal is None:
                 await _answer(send, 401, reason, {"www-authenticate": "Bearer"})
                 return
@@ -83,11 +84,11 @@ class RequestGuard:
         await _answer(send, 413, f"request body is larger than {self.max_body_bytes} bytes")
 
 
-def _authenticate(scope: Scope, authorization: str | None) -> tuple[Principal | None, str]:
+async def _authenticate(scope: Scope, authorization: str | None) -> tuple[Principal | None, str]:
     scheme, _, secret = (authorization or "").partition(" ")
     if scheme.lower() != "bearer" or not secret.strip():
         return None, "missing bearer token"
-    principal = verify(scope["app"].state.auth_sessions, secret.strip())
+    principal = await authenticate(scope["app"].state, secret.strip())
     return (principal, "") if principal is not None else (None, "invalid or revoked token")
 
 

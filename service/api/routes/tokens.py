@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Depends, status
+from fastapi import APIRouter, Depends, Request, status
 
 from service.api.deps import AdminDep, SessionDep, get_principal
 from service.api.paging import DEFAULT_LIMIT, CursorQuery, LimitQuery, fetch, page
@@ -40,6 +40,9 @@ def list_tokens(
 
 
 @router.post("/tokens/{token_id}/revoke", response_model=TokenPublic)
-def revoke_token(token_id: IdPath, session: SessionDep, admin: AdminDep) -> TokenPublic:
-    """Revoke a token; it stops authenticating at once."""
-    return TokenPublic.model_validate(repo.revoke_token(session, token_id=token_id))
+def revoke_token(token_id: IdPath, request: Request, session: SessionDep, admin: AdminDep) -> TokenPublic:
+    """Revoke a token; it stops authenticating at once (in every API process within
+    ``token_cache_s``: `service.api.deps.PrincipalCache`)."""
+    info = repo.revoke_token(session, token_id=token_id)
+    request.app.state.principals.forget(token_id)
+    return TokenPublic.model_validate(info)
