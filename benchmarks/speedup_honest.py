@@ -45,7 +45,7 @@ from search.baselines import family_of
 from search.space import space_of
 from search.speedup import bootstrap_ratio
 from simulator import zoo
-from simulator.spec import Strategy
+from simulator.spec import Strategy, split_domain
 from simulator.spec.records import load_records
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -185,7 +185,7 @@ def _accuracy(domain: str, winner: Run, tuned: list[Run], steps: int) -> str:
     from runtime.accuracy import time_to_accuracy
     from runtime.executor.reference import two_by_two
 
-    cluster = zoo.cluster(domain.split("__", 1)[1])
+    cluster = zoo.cluster(split_domain(domain)[1])
     where = cluster.name
     if cluster.num_gpus > MAX_ACCURACY_WORKERS:
         cluster, where = two_by_two(), f"2x2 (not {cluster.name}: too many processes for real compute here)"

@@ -33,7 +33,7 @@ from runtime.executor import ExecutorConfig, ExecutorSession
 from runtime.testbed import Testbed, dilated_scales
 from simulator import zoo
 from simulator.analytical import baseline
-from simulator.spec import ClusterSpec, ModelSpec
+from simulator.spec import ClusterSpec, ModelSpec, split_domain
 from simulator.spec.measurement import Measurement
 
 DEFAULT_DOMAINS = "BERT-3L__B5,NCF-sparse__A2,BERT-3L__A2,ResNet50__B1"
@@ -76,7 +76,7 @@ def main() -> None:
     args = ap.parse_args()
     rows = []
     for domain in args.domains.split(","):
-        model_name, cluster_name = domain.split("__")
+        model_name, cluster_name = split_domain(domain)
         model, cluster = zoo.model(model_name), zoo.cluster(cluster_name)
         scale, d = dilated_scales(cluster, None if args.dilation == "auto" else float(args.dilation))
         cfg = ExecutorConfig(scale=scale, dilation=d, warmup=3, iterations=10, batch_size=1, timeout_s=900,

@@ -1,7 +1,7 @@
 """The vocabulary every stage speaks: models, clusters, strategies, plans, and their errors."""
 
 from simulator.spec.cluster import GBPS, ClusterSpec, Device, DeviceType, Node
-from simulator.spec.domain import domain_name
+from simulator.spec.domain import domain_name, domain_splits, split_domain
 from simulator.spec.errors import Issue, SpecError
 from simulator.spec.hybrid import (
     Annotation,
@@ -67,6 +67,7 @@ __all__ = [
     "VariableStrategy",
     "VirtualDevice",
     "domain_name",
+    "domain_splits",
     "dump_json",
     "hybrid_issues",
     "load_spec",
@@ -74,6 +75,7 @@ __all__ = [
     "plan_from_annotations",
     "replicate",
     "split",
+    "split_domain",
     "strategy_key",
     "trace_scopes",
 ]

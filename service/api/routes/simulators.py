@@ -20,7 +20,7 @@ from service.api.schemas.runtimes import (
 )
 from service.db import repository as repo
 from service.domain import NotFound, Principal
-from simulator.spec import domain_name
+from simulator.spec import domain_name, domain_splits
 from simulator.spec.limits import NAME_PATTERN
 
 router = APIRouter(prefix="/simulators", tags=["simulators"])
@@ -66,17 +66,16 @@ def request_retrain(
 def _known_domain(session: Session, domain: str, user: Principal) -> str:
     """The canonical '<model>__<cluster>' of a domain the caller may retrain; 422 otherwise.
 
-    Names may themselves contain '__', so every split is tried, leftmost first.
+    Names may themselves contain '__', so every reading is tried, leftmost first
+    (``simulator.spec.domain_splits``).
     """
-    at = domain.find("__")
-    while at > 0:
-        model_ref, cluster_ref = domain[:at], domain[at + 2 :]
+    for model_ref, cluster_ref in domain_splits(domain):
         try:
             model = repo.resolve_spec(session, kind="model", ref=model_ref, owner_id=user.user_id)
             cluster = repo.resolve_spec(session, kind="cluster", ref=cluster_ref, owner_id=user.user_id)
             return domain_name(model.name, cluster.name)
         except NotFound:
-            at = domain.find("__", at + 1)
+            continue
     if user.role == "admin" and repo.count_runtimes(session, domain=domain) > 0:
         return domain
     raise field_error(
