@@ -309,6 +309,13 @@ def make_sampled_batch(
     call_op = uniq % 3
     repeats = np.where(call_op == OP_ALLGATHER, 1.0, plain + comm.POWERSGD_ALLREDUCES * lowrank)
     j = len(ca.gpus)
+    # code (2·server + I_p, or 2·J + op) in the narrowest type that holds 2·J + 2, widened once
+    narrow = np.int16 if 2 * j + 3 < 2**15 else np.int64
+    code = np.where(
+        is_ps,
+        np.add(np.multiply(server, 2, dtype=narrow), local_replication, dtype=narrow),
+        np.add(op_cc, 2 * j, dtype=narrow),
+    ).astype(np.int64)
     out = object.__new__(_SampledBatch)
     eager: dict[str, Any] = dict(
         offsets=offsets,
@@ -320,9 +327,7 @@ def make_sampled_batch(
         call_op=call_op,
         call_repeats=repeats.astype(np.float64),
         geo=geo,
-        code=np.where(
-            is_ps, 2 * server.astype(np.int64) + local_replication, np.add(op_cc, 2 * j, dtype=np.int64)
-        ),
+        code=code,
         bin=np.where(is_ps, strategy * j + server, n * j + call),
     )
     for k, v in eager.items():
