@@ -131,7 +131,11 @@ class Stack:
         else:
             self._server = uvicorn.Server(
                 uvicorn.Config(
-                    app, log_level=self.config.log_level, lifespan="on", timeout_keep_alive=KEEP_ALIVE_S
+                    app,
+                    log_level=self.config.log_level,
+                    lifespan="on",
+                    timeout_keep_alive=KEEP_ALIVE_S,
+                    access_log=False,  # as the --api-workers processes: a log call per request
                 )
             )
             api = threading.Thread(
