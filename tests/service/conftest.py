@@ -411,3 +411,52 @@ def heterps_zoo(zoo_dir: Path) -> Path:
     zoo.model.cache_clear()
     zoo.cluster.cache_clear()
     return zoo_dir
+
+
+#: Debian's chromium, which the browser tests drive with Playwright (scripts/install.sh installs it).
+CHROMIUM = os.environ.get("STRATEGIST_CHROMIUM", "/usr/bin/chromium")
+#: Where the browser tests leave their screenshots.
+ARTIFACTS = Path(
+    os.environ.get("STRATEGIST_ARTIFACTS", Path(__file__).resolve().parents[2] / "test-artifacts")
+)
+
+
+def require_chromium() -> None:
+    """Skip the calling test module when chromium is missing; under CI that is an error instead.
+
+    Called at a browser test module's top, so that its module-scoped fixtures never start.
+    """
+    if not Path(CHROMIUM).is_file():
+        if os.environ.get("CI"):
+            raise RuntimeError(f"{CHROMIUM} is missing: scripts/install.sh installs Debian's chromium")
+        pytest.skip(f"no chromium at {CHROMIUM} (apt-get install chromium)", allow_module_level=True)
+
+
+@pytest.fixture
+def browser_page() -> Iterator[tuple[Any, list[str]]]:
+    """A page of a fresh headless chromium (1280x900) and the list every console error and
+    uncaught page error is appended to (``console: ...``, ``pageerror: ...``); closed afterwards."""
+    require_chromium()
+    from playwright.sync_api import ConsoleMessage, sync_playwright
+
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    errors: list[str] = []
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(
+            executable_path=CHROMIUM,
+            headless=True,
+            args=["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                  "--disable-background-networking", "--disable-component-update", "--disable-sync"],
+        )  # fmt: skip
+        page = browser.new_page(viewport={"width": 1280, "height": 900})
+
+        def on_console(msg: ConsoleMessage) -> None:
+            if msg.type == "error":
+                errors.append(f"console: {msg.text}")
+
+        page.on("console", on_console)
+        page.on("pageerror", lambda exc: errors.append(f"pageerror: {exc}"))
+        try:
+            yield page, errors
+        finally:
+            browser.close()

@@ -10,7 +10,6 @@ JavaScript error or console error.
 from __future__ import annotations
 
 import json
-import os
 import re
 import shutil
 import time
@@ -26,20 +25,13 @@ from service.loop.stack import Stack, StackConfig
 from service.settings import Settings
 from simulator import zoo
 from simulator.spec import domain_name
-
-CHROMIUM = os.environ.get("STRATEGIST_CHROMIUM", "/usr/bin/chromium")
-ARTIFACTS = Path(
-    os.environ.get("STRATEGIST_ARTIFACTS", Path(__file__).resolve().parents[2] / "test-artifacts")
-)
+from tests.service.conftest import ARTIFACTS, CHROMIUM, require_chromium  # type: ignore[import-not-found]
 
 pytestmark = pytest.mark.browser
 
-if not Path(CHROMIUM).is_file():
-    if os.environ.get("CI"):
-        raise RuntimeError(f"{CHROMIUM} is missing: scripts/install.sh installs Debian's chromium")
-    pytest.skip(f"no chromium at {CHROMIUM} (apt-get install chromium)", allow_module_level=True)
+require_chromium()
 
-from playwright.sync_api import ConsoleMessage, Page, expect, sync_playwright  # noqa: E402
+from playwright.sync_api import Page, expect  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -104,28 +96,9 @@ def seeded(stack: Stack, specs_module: Any) -> dict[str, Any]:
 
 
 @pytest.fixture
-def page(stack: Stack) -> Iterator[tuple[Page, list[str]]]:
-    ARTIFACTS.mkdir(parents=True, exist_ok=True)
-    errors: list[str] = []
-    with sync_playwright() as pw:
-        browser = pw.chromium.launch(
-            executable_path=CHROMIUM,
-            headless=True,
-            args=["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                  "--disable-background-networking", "--disable-component-update", "--disable-sync"],
-        )  # fmt: skip
-        pg = browser.new_page(viewport={"width": 1280, "height": 900})
-
-        def on_console(msg: ConsoleMessage) -> None:
-            if msg.type == "error":
-                errors.append(f"console: {msg.text}")
-
-        pg.on("console", on_console)
-        pg.on("pageerror", lambda exc: errors.append(f"pageerror: {exc}"))
-        try:
-            yield pg, errors
-        finally:
-            browser.close()
+def page(stack: Stack, browser_page: tuple[Page, list[str]]) -> tuple[Page, list[str]]:
+    """The conftest's chromium page, once the module's stack serves."""
+    return browser_page
 
 
 def _login(pg: Page, stack: Stack, token: str) -> None:

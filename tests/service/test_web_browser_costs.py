@@ -8,7 +8,6 @@ draw, and no JavaScript or console error may occur. Screenshots go to ``test-art
 
 from __future__ import annotations
 
-import os
 import re
 import shutil
 import time
@@ -23,21 +22,15 @@ from service.loop.stack import Stack, StackConfig
 from service.settings import Settings
 from simulator import zoo
 from simulator.spec.measurement import Measurement
+from tests.service.conftest import ARTIFACTS, require_chromium  # type: ignore[import-not-found]
 
-CHROMIUM = os.environ.get("STRATEGIST_CHROMIUM", "/usr/bin/chromium")
-ARTIFACTS = Path(
-    os.environ.get("STRATEGIST_ARTIFACTS", Path(__file__).resolve().parents[2] / "test-artifacts")
-)
 DATASETS = Path(__file__).resolve().parents[2] / "datasets"
 
 pytestmark = pytest.mark.browser
 
-if not Path(CHROMIUM).is_file():
-    if os.environ.get("CI"):
-        raise RuntimeError(f"{CHROMIUM} is missing: scripts/install.sh installs Debian's chromium")
-    pytest.skip(f"no chromium at {CHROMIUM} (apt-get install chromium)", allow_module_level=True)
+require_chromium()
 
-from playwright.sync_api import ConsoleMessage, expect, sync_playwright  # noqa: E402
+from playwright.sync_api import Page, expect  # noqa: E402
 
 
 @pytest.fixture
@@ -79,7 +72,8 @@ def measure_queued(stack: Stack) -> int:
     return n
 
 
-def test_the_front_chart_draws_in_a_browser(stack: Stack) -> None:
+def test_the_front_chart_draws_in_a_browser(stack: Stack, browser_page: tuple[Page, list[str]]) -> None:
+    pg, errors = browser_page
     with stack.sessions() as session:
         secret = repo.create_token(session, name="alice", role="user").secret
     api = StrategistClient(stack.url, secret)
@@ -98,39 +92,17 @@ def test_the_front_chart_draws_in_a_browser(stack: Stack) -> None:
     best = api.costs(sid).best
     assert best is not None and best.trial_id is not None
 
-    ARTIFACTS.mkdir(parents=True, exist_ok=True)
-    errors: list[str] = []
-    with sync_playwright() as pw:
-        browser = pw.chromium.launch(
-            executable_path=CHROMIUM,
-            headless=True,
-            args=["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                  "--disable-background-networking", "--disable-component-update", "--disable-sync"],
-        )  # fmt: skip
-        pg = browser.new_page(viewport={"width": 1280, "height": 900})
-
-        def on_console(msg: ConsoleMessage) -> None:
-            if msg.type == "error":
-                errors.append(f"console: {msg.text}")
-
-        pg.on("console", on_console)
-        pg.on("pageerror", lambda exc: errors.append(f"pageerror: {exc}"))
-        try:
-            pg.goto(stack.url + "/ui/searches")
-            pg.fill("[data-testid=token]", secret)
-            pg.click("[data-testid=login]")
-            pg.wait_for_url("**/ui/searches")
-            pg.click("[data-testid=search-link]")
-            expect(pg.locator("[data-testid=front-chart] .main-svg").first).to_be_visible()  # plotly drew it
-            expect(pg.locator("[data-testid=front-chart] .scatterlayer .point")).to_have_count(10)  # 5 + 5
-            expect(pg.locator("[data-testid=plan-row]")).to_have_count(5)
-            expect(pg.locator("[data-testid=best-money]")).to_have_text(
-                re.compile(rf"{best.measured_money:.2f} USD")
-            )
-            pg.screenshot(path=str(ARTIFACTS / "11-cost-search.png"), full_page=True)
-            pg.goto(stack.url + f"/ui/trials/{best.trial_id}")
-            expect(pg.locator("[data-testid=plan-stages] tr")).to_have_count(1 + len(best.stages))
-            pg.screenshot(path=str(ARTIFACTS / "12-cost-trial.png"), full_page=True)
-        finally:
-            browser.close()
+    pg.goto(stack.url + "/ui/searches")
+    pg.fill("[data-testid=token]", secret)
+    pg.click("[data-testid=login]")
+    pg.wait_for_url("**/ui/searches")
+    pg.click("[data-testid=search-link]")
+    expect(pg.locator("[data-testid=front-chart] .main-svg").first).to_be_visible()  # plotly drew it
+    expect(pg.locator("[data-testid=front-chart] .scatterlayer .point")).to_have_count(10)  # 5 + 5
+    expect(pg.locator("[data-testid=plan-row]")).to_have_count(5)
+    expect(pg.locator("[data-testid=best-money]")).to_have_text(re.compile(rf"{best.measured_money:.2f} USD"))
+    pg.screenshot(path=str(ARTIFACTS / "11-cost-search.png"), full_page=True)
+    pg.goto(stack.url + f"/ui/trials/{best.trial_id}")
+    expect(pg.locator("[data-testid=plan-stages] tr")).to_have_count(1 + len(best.stages))
+    pg.screenshot(path=str(ARTIFACTS / "12-cost-trial.png"), full_page=True)
     assert errors == []
