@@ -85,9 +85,13 @@ class PlanKind(ABC):
     ) -> dict[str, Any]:
         """The stored form of ``options`` for this model and cluster; OptionsInvalid otherwise."""
 
-    @abstractmethod
+    #: The baseline plans every search of this kind measures, queued at its start (the default
+    #: ``due_baselines``; a kind whose baselines depend on the search's options overrides that).
+    BASELINES: ClassVar[tuple[str, ...]] = ()
+
     def due_baselines(self, search: Search, trials: Sequence[Trial]) -> tuple[str, ...]:
-        """Names of the baseline plans the search must have queued by now."""
+        """Names of the baseline plans the search must have queued by now: ``BASELINES``."""
+        return self.BASELINES
 
     @abstractmethod
     def baselines(

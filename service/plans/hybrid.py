@@ -29,13 +29,11 @@ share (a decision; the cost model ranks, nothing samples).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any, ClassVar
 
 from pydantic import ValidationError
 
 from search.feasibility import MemoryConfig, MemoryModel
-from service.domain import Search, Trial
 from service.plans.base import (
     Loc,
     OptionsInvalid,
@@ -148,9 +146,6 @@ class HybridPlans(PlanKind):
                     ]
                 ) from None
         return out
-
-    def due_baselines(self, search: Search, trials: Sequence[Trial]) -> tuple[str, ...]:
-        return self.BASELINES
 
     def baselines(
         self, model: ModelSpec, cluster: ClusterSpec, options: dict[str, Any], names: tuple[str, ...]

@@ -29,13 +29,11 @@ fraction of (stage count, k, b) they share — a decision; the cost model ranks,
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
 from typing import Any, ClassVar
 
 from search.feasibility import MemoryConfig, MemoryModel
 from search.pipeline import memory_curve, plan_memory
 from search.pipeline.candidates import with_kb
-from service.domain import Search, Trial
 from service.plans.base import OptionsInvalid, PlanKind, RoundAsk, RoundPlan, known_options, ranked_round
 from simulator.spec import ClusterSpec, ModelSpec, Plan
 from simulator.spec.limits import LIMITS
@@ -118,9 +116,6 @@ class PipelinePlans(PlanKind):
                 f"{out['global_batch']} does not split evenly over the pipeline replicas of {n} devices with {counts}",
             )
         return out
-
-    def due_baselines(self, search: Search, trials: Sequence[Trial]) -> tuple[str, ...]:
-        return self.BASELINES
 
     def baselines(
         self, model: ModelSpec, cluster: ClusterSpec, options: dict[str, Any], names: tuple[str, ...]
