@@ -15,7 +15,8 @@ from sqlalchemy.orm import Session
 
 from service import domain as d
 from service.db.convert import aware, maybe_aware
-from service.db.models import ProfileJobRow, ProfileRow, utcnow
+from service.db.models import ProfileJobRow, utcnow
+from service.db.repo_profiles import add_profile
 from simulator.spec import ModelSpec
 from simulator.spec.io import parse_as
 from simulator.spec.profile import Profile
@@ -127,16 +128,7 @@ def finish_profile_job(
             got = (profile.model, profile.dtype, profile.batch)
             if got != want:
                 raise d.Conflict(f"profile job {job_id}: the profile is for {got}, the job for {want}")
-            prof = ProfileRow(
-                model=profile.model,
-                device=profile.device,
-                dtype=profile.dtype,
-                batch=profile.batch,
-                owner_id=owner_id,
-                body=profile.model_dump(mode="json"),
-            )
-            session.add(prof)
-            session.flush()
+            prof = add_profile(session, profile=profile, owner_id=owner_id)
             row.profile_id, row.state = prof.id, "done"
         else:
             row.state, row.error = "failed", error or "failed without a reason"

@@ -27,20 +27,26 @@ def _record(row: ProfileRow) -> d.ProfileRecord:
     )
 
 
+def add_profile(session: Session, *, profile: Profile, owner_id: int | None) -> ProfileRow:
+    """Add ``profile``'s row in the caller's unit of work (flushed: it has its id); the one place a
+    profile row is made, for an upload and for a finished profile job alike."""
+    row = ProfileRow(
+        model=profile.model,
+        device=profile.device,
+        dtype=profile.dtype,
+        batch=profile.batch,
+        owner_id=owner_id,
+        body=profile.model_dump(mode="json"),
+    )
+    session.add(row)
+    session.flush()
+    return row
+
+
 def store_profile(session: Session, *, profile: Profile, owner_id: int | None) -> d.ProfileRecord:
     """Store ``profile`` (validated) as the newest for its key."""
     with session.begin():
-        row = ProfileRow(
-            model=profile.model,
-            device=profile.device,
-            dtype=profile.dtype,
-            batch=profile.batch,
-            owner_id=owner_id,
-            body=profile.model_dump(mode="json"),
-        )
-        session.add(row)
-        session.flush()
-        return _record(row)
+        return _record(add_profile(session, profile=profile, owner_id=owner_id))
 
 
 def get_profile(session: Session, *, profile_id: int) -> d.ProfileRecord:

@@ -7,15 +7,14 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Body, Request, Response, status
 
 from service.api.deps import SessionDep, UserDep, ZooDep, owner_filter
-from service.api.errors import SpecInvalid
+from service.api.errors import parse_request
 from service.api.paging import DEFAULT_LIMIT, CursorQuery, LimitQuery, fetch, page
 from service.api.params import IdPath
 from service.api.schemas.specs import ClusterPublic, ClustersPublic, ZooPublic
 from service.db import repository as repo
 from service.domain import NotFound
 from simulator import zoo
-from simulator.spec import ClusterSpec, SpecError
-from simulator.spec.io import parse_as
+from simulator.spec import ClusterSpec
 
 router = APIRouter(prefix="/clusters", tags=["clusters"])
 
@@ -40,10 +39,7 @@ def upload_cluster(
     body: Annotated[dict[str, Any], Body(openapi_examples={"two-node": {"value": _EXAMPLE}})],
 ) -> ClusterPublic:
     """Upload a ClusterSpec; 422 with the field path of every problem, and nothing stored."""
-    try:
-        spec = parse_as(ClusterSpec, body)
-    except SpecError as e:
-        raise SpecInvalid(e, ["body"]) from None
+    spec = parse_request(ClusterSpec, body)
     return ClusterPublic.of(repo.store_spec(session, spec=spec, owner_id=user.user_id), spec)
 
 

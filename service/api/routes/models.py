@@ -7,15 +7,14 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Body, Request, Response, status
 
 from service.api.deps import SessionDep, UserDep, ZooDep, owner_filter
-from service.api.errors import SpecInvalid
+from service.api.errors import parse_request
 from service.api.paging import DEFAULT_LIMIT, CursorQuery, LimitQuery, fetch, page
 from service.api.params import IdPath
 from service.api.schemas.specs import ModelPublic, ModelsPublic, ZooPublic
 from service.db import repository as repo
 from service.domain import NotFound
 from simulator import zoo
-from simulator.spec import ModelSpec, SpecError
-from simulator.spec.io import parse_as
+from simulator.spec import ModelSpec
 
 router = APIRouter(prefix="/models", tags=["models"])
 
@@ -42,10 +41,7 @@ def upload_model(
     body: Annotated[dict[str, Any], Body(openapi_examples={"tiny": {"value": _EXAMPLE}})],
 ) -> ModelPublic:
     """Upload a ModelSpec; 422 with the field path of every problem, and nothing stored."""
-    try:
-        spec = parse_as(ModelSpec, body)
-    except SpecError as e:
-        raise SpecInvalid(e, ["body"]) from None
+    spec = parse_request(ModelSpec, body)
     return ModelPublic.of(repo.store_spec(session, spec=spec, owner_id=user.user_id), spec)
 
 

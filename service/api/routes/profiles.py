@@ -8,7 +8,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Body, Depends, Query, Response, status
 
 from service.api.deps import SessionDep, require
-from service.api.errors import SpecInvalid
+from service.api.errors import parse_request
 from service.api.params import IdPath
 from service.api.schemas.profiles import (
     ComputePublic,
@@ -20,8 +20,6 @@ from service.api.schemas.profiles import (
 from service.compute import estimate_compute
 from service.db import repository as repo
 from service.domain import Principal
-from simulator.spec import SpecError
-from simulator.spec.io import parse_as
 from simulator.spec.limits import LIMITS, NAME_PATTERN
 from simulator.spec.profile import Profile, ProfileJob, ProfileJobResult
 
@@ -50,10 +48,7 @@ def upload_profile(
     body: Annotated[dict[str, Any], Body(openapi_examples={"one-layer": {"value": _EXAMPLE}})],
 ) -> ProfilePublic:
     """Store a Profile as the newest for its (model, device, dtype, batch); 422 names every bad field."""
-    try:
-        profile = parse_as(Profile, body)
-    except SpecError as e:
-        raise SpecInvalid(e, ["body"]) from None
+    profile = parse_request(Profile, body)
     return ProfilePublic.of(repo.store_profile(session, profile=profile, owner_id=caller.user_id))
 
 
@@ -133,10 +128,7 @@ def report_job(
     422 names every bad field of the profile (``body.profile.layers.0.fwd_s``); 409 when the job is
     not running for this worker or the profile is not of the job's model, dtype and batch.
     """
-    try:
-        result = parse_as(ProfileJobResult, body)
-    except SpecError as e:
-        raise SpecInvalid(e, ["body"]) from None
+    result = parse_request(ProfileJobResult, body)
     rec = repo.finish_profile_job(
         session,
         job_id=job_id,
