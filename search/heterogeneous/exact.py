@@ -88,9 +88,14 @@ class ExactScheduler(Scheduler):
             levels += 1
             real = seg.real_units(theta)
             k = seg.units(real, theta)
-            rate = np.where(k <= count, price * k, np.inf)
-            value, h, plan = _relaxed(rate, k, n, nt)
-            if plan is None:  # no schedule reaches θ, nor any higher θ (units only grow)
+            rates = np.empty((2, *k.shape))  # the integer units' rate and the real-valued bound's
+            np.multiply(price, k, out=rates[0])
+            rates[0][k > count] = np.inf
+            np.multiply(price, real, out=rates[1])
+            rate = rates[0]
+            value, h, plan, lower = _relaxed(rates, k, n, nt)
+            if plan is None or lower / theta >= best_ratio:
+                # no schedule reaches θ, nor any higher θ (units only grow); or none can beat r*
                 proven = True
                 break
             if _over(plan, counts):
@@ -113,8 +118,7 @@ class ExactScheduler(Scheduler):
             if ratio < best_ratio * (1 - 1e-12):
                 best_ratio = ratio
                 best = tuple(t for (a, b, t, _, _) in stages for _ in range(a, b))
-            lower = float(np.min(_suffix(price * real, n, nt, choices=False)[0][0, :nt, nt]))
-            if lower / theta >= best_ratio or math.isinf(realised):
+            if lower / theta >= best_ratio or math.isinf(realised):  # checked again with the new r*
                 proven = True
                 break
             theta = max(value / best_ratio, realised) * (1 + EPS)
@@ -206,38 +210,43 @@ class _Prepared:
         return math.inf if m <= 0 else 1.0 / float(m)
 
 
-def _suffix(rate: np.ndarray, n: int, nt: int, choices: bool = True) -> tuple[np.ndarray, np.ndarray]:
-    """The plain DP (each stage only obeys k_i <= N_t): suffix values and choices.
+def _suffix(rates: np.ndarray, n: int, nt: int) -> tuple[np.ndarray, np.ndarray]:
+    """The plain DP (each stage only obeys k_i <= N_t) for S rate arrays at once: suffix values and choices.
 
-    ``rate`` has shape (L+1, T, L+1, T+1, T+1) = (first layer, type, end layer, next type,
-    previous type; T = none); stages are maximal (the next type differs). Returns f (L+1, T+1,
-    T+1): f[e, u, p] = least rate to cover layers e..n-1 with a stage of type u starting at e
-    after a stage of type p (p = T: none; u = T: done, only at e = L), and the argmin choices
-    (left zero when ``choices`` is False).
+    ``rates`` has shape (S, L+1, T, L+1, T+1, T+1) = (array, first layer, type, end layer, next
+    type, previous type; T = none); stages are maximal (the next type differs). Returns f (S,
+    L+1, T+1, T+1): f[s, e, u, p] = least rate to cover layers e..n-1 with a stage of type u
+    starting at e after a stage of type p (p = T: none; u = T: done, only at e = L), and the
+    argmin choices of the first array (L+1, T, T+1). One pass serves several arrays because the
+    per-layer numpy calls, not the arithmetic, set the time at these sizes.
     """
-    f = np.full((n + 1, nt + 1, nt + 1), np.inf)
-    f[n, nt, :] = 0.0
+    ns = rates.shape[0]
+    f = np.full((ns, n + 1, nt + 1, nt + 1), np.inf)
+    f[:, n, nt, :] = 0.0
     choice = np.zeros((n + 1, nt, nt + 1), dtype=np.int64)
     # A next stage of the same type would not be maximal: its rate is made infinite.
     same = np.where(np.eye(nt, nt + 1, dtype=bool), np.inf, 0.0)[:, None, :, None]  # (T, 1, T+1, 1)
     for j in range(n - 1, -1, -1):
-        # after[t, e, u] = f[e, u, t]: the rest, given that this stage (type t) precedes it.
-        after = f[j + 1 :, :, :nt].transpose(2, 0, 1)[..., None]  # (T, E, T+1, 1)
-        total = rate[j, :, j + 1 :, :, :] + after + same  # (T, E, T+1, P=T+1)
-        flat = total.reshape(nt, -1, nt + 1)
-        f[j, :nt, :] = flat.min(axis=1)
-        if choices:
-            choice[j] = flat.argmin(axis=1)  # (T, P)
+        # after[s, t, e, u] = f[s, e, u, t]: the rest, given that this stage (type t) precedes it.
+        after = f[:, j + 1 :, :, :nt].transpose(0, 3, 1, 2)[..., None]  # (S, T, E, T+1, 1)
+        total = rates[:, j, :, j + 1 :, :, :] + after + same  # (S, T, E, T+1, P=T+1)
+        flat = total.reshape(ns, nt, -1, nt + 1)
+        f[:, j, :nt, :] = flat.min(axis=2)
+        choice[j] = flat[0].argmin(axis=1)  # (T, P)
     return f, choice
 
 
-def _relaxed(rate: np.ndarray, units: np.ndarray, n: int, nt: int) -> tuple[float, np.ndarray, Plan | None]:
-    """The plain DP's value, its suffix table and its plan (None: no schedule reaches θ)."""
-    f, choice = _suffix(rate, n, nt)
-    start = int(np.argmin(f[0, :nt, nt]))
-    value = float(f[0, start, nt])
+def _relaxed(
+    rates: np.ndarray, units: np.ndarray, n: int, nt: int
+) -> tuple[float, np.ndarray, Plan | None, float]:
+    """The plain DP on ``rates[0]`` (value, suffix table, plan; None: no schedule reaches θ) and
+    the least total of ``rates[1]`` (the real-valued lower bound's rate)."""
+    f, choice = _suffix(rates, n, nt)
+    lower = float(np.min(f[1, 0, :nt, nt]))
+    start = int(np.argmin(f[0, 0, :nt, nt]))
+    value = float(f[0, 0, start, nt])
     if not math.isfinite(value):
-        return value, f, None
+        return value, f[0], None, lower
     stages: list[Stage] = []
     ks: list[int] = []
     j, t, p = 0, start, nt
@@ -247,7 +256,7 @@ def _relaxed(rate: np.ndarray, units: np.ndarray, n: int, nt: int) -> tuple[floa
         stages.append((j, e, t, u, p))
         ks.append(int(units[j, t, e, u, p]))
         j, t, p = e, u, t
-    return value, f, (stages, ks)
+    return value, f[0], (stages, ks), lower
 
 
 def _constrained(

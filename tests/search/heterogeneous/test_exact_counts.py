@@ -113,7 +113,7 @@ def test_astar_returns_a_lower_bound_not_infeasible_when_the_bound_prunes_every_
     rate[1, b, 3, none, a] = 20.0  # B on layers 1-2 after A
     units = np.where(np.isfinite(rate), 1.0, np.inf)
     counts = np.array([1, 5])
-    h, _ = exact_module._suffix(rate, n, nt)
+    h = exact_module._suffix(rate[None], n, nt)[0][0]
     assert h[0, a, none] == 12.0  # the plain DP ignores the sum over A's two stages
     value, plan, _ = exact_module._constrained(rate, units, h, counts, 15.0)
     assert plan is None and value == 21.0
