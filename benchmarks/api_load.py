@@ -1,7 +1,8 @@
 """API throughput: requests/s, p50/p99 latency, errors and server memory per endpoint class and client count.
 
-Run: python benchmarks/api_load.py [--clients 10,50,200] [--duration 30] [--api-workers 1]
-         [--classes healthz,zoo,status,trials,create] [--server-cpus 0] [--client-cpus 1]
+Run: python benchmarks/api_load.py [--clients 10,50,200] [--rates 0,500] [--duration 30] [--api-workers 1]
+         [--classes healthz,zoo,zoo304,status,trials,create] [--server-cpus 0] [--client-cpus 1]
+         [--procs 2] [--driver raw|httpx]
          [--baseline DIR [--baseline-env KEY=VALUE ...]]
 
 Before and after in the same run conditions: ``--baseline DIR`` (a checkout of the code to compare
@@ -18,18 +19,27 @@ A fresh PostgreSQL database is created on ``--pg`` (default: the tests' server),
 with ``--searches`` searches of 10 measured trials each, and dropped at the end.
 
 The load comes from ``--procs`` separate driver processes (pinned to ``--client-cpus``; the
-server is pinned to ``--server-cpus``), each an asyncio loop of httpx.AsyncClient tasks: every
-client task sends its next request as soon as the previous answer arrived (closed loop), for
-``--duration`` seconds per (class, clients) cell. Latency is from send to the last byte. An error
-is a transport failure or any status other than the class's expected one. Server memory is the
-resident set of the server and its children, sampled every 0.5 s; "RSS MiB" gives start → end
-(max) of the cell. "server CPU ms/req" is the server's user+system CPU time over the cell divided by
-the requests answered: the per-request cost, which other jobs sharing the machine inflate far less
-than they inflate wall-clock rates and latencies (a shared 2-core host is not a quiet one).
+server is pinned to ``--server-cpus``), each a uvloop loop of raw HTTP/1.1 keep-alive connections
+(``--driver raw``, ~0.05 ms of driver CPU per request; ``--driver httpx`` is the earlier
+httpx.AsyncClient driver, which cost 0.7-2 ms per request and was the bottleneck at 50 clients).
+Per ``--rates`` entry a cell is either closed loop (0, the default: every client sends its next
+request as soon as the previous answer arrived) or open loop (R > 0: R requests/s on a fixed
+schedule over at most ``--clients`` connections, latency counted from the scheduled send time, so a
+request that waits for a free connection or a late driver is charged to the server; "late" counts
+sends the driver made more than 5 ms behind schedule). Each cell runs for ``--duration`` seconds.
+Latency is from send to the last byte. An error is a transport failure or any status other than the
+class's expected one. Server memory is the resident set of the server and its children, sampled
+every 0.5 s; "RSS MiB" gives start → end (max) of the cell. "server CPU ms/req" is the server's
+user+system CPU time over the cell divided by the requests answered: the per-request cost, which
+other jobs sharing the machine inflate far less than they inflate wall-clock rates and latencies (a
+shared 2-core host is not a quiet one). "server CPU %" and "driver CPU %" are the server's and all
+drivers' CPU time over the cell's wall time (100 = one core): a driver near 100 % x its cores, not
+the server, is what limits the cell.
 
 Endpoint classes:
     healthz  GET /healthz: the floor (no database)
     zoo      GET /api/v1/models/zoo/{name}: a zoo model as stored (the "cached read")
+    zoo304   the same with If-None-Match of the ETag the first answer gave (304 expected)
     status   GET /api/v1/searches/{id}: progress, best trial, baselines and speed-up intervals
     trials   GET /api/v1/searches/{id}/trials: a search's trials with measurements
     create   POST /api/v1/searches (NCF-dense on B9): store and enqueue a search
