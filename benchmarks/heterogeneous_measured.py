@@ -23,7 +23,7 @@ cluster); ``local-tables`` flips ``--local-tables`` (a CPU stage's sparse lookup
 its compute side, where the cost model counts them, instead of on its communication thread);
 ``dilation=<x>`` runs with x times the dilation the base run chose (real time that is
 not dilated, i.e. the host's per-call and serving overheads, then weighs x times less). The
-one-factor table also gives the bottleneck stage's median communication and, of it, the sparse
+one-factor table also gives every stage's median period, communication and, of it, the sparse
 lookups and pushes (real-cluster ms per iteration). ``--extra`` adds fixed plans (e.g. the earlier 2EMB AIBox plan, 128 cores into one V100).
 
 Targets (issue 18): every plan's measured throughput within +-20 % of the cost model; the RL plan
@@ -291,8 +291,9 @@ def one_factor(args: argparse.Namespace, console: Console) -> None:
             )
     t = Table(title=f"One factor: {args.factor} on {args.pool}, {args.repeats} interleaved repeats")
     label = "no backward gradients" if args.factor == "backward" else args.factor
-    cols = ("model", "plan", "pred. samples/s", "as built", "ratio", "comm / sparse ms", label, "ratio")
-    for col in (*cols, "comm / sparse ms"):
+    stage_cols = "period / comm / sparse ms"
+    cols = ("model", "plan", "pred. samples/s", "as built", "ratio", stage_cols, label, "ratio")
+    for col in (*cols, stage_cols):
         t.add_column(col, justify="right")
     for m, name in pairs:
         pred = chosen[m][name].throughput
@@ -306,13 +307,15 @@ def one_factor(args: argparse.Namespace, console: Console) -> None:
 
 
 def comm_sparse(runs: list[HeterogeneousRun]) -> str:
-    """The measured bottleneck stage's median communication and sparse time, ms per iteration."""
-    slow = max(
-        range(len(runs[0].stages)), key=lambda i: statistics.median(x.stages[i].period_s for x in runs)
-    )
-    comm = statistics.median(x.stages[slow].comm_s for x in runs)
-    sparse = statistics.median(x.stages[slow].sparse_s for x in runs)
-    return f"s{slow}: {comm * 1e3:.3g} / {sparse * 1e3:.3g}"
+    """Every stage's median period / communication / sparse time, ms per iteration (real cluster)."""
+    out = []
+    for i in range(len(runs[0].stages)):
+        period, comm, sparse = (
+            statistics.median(getattr(x.stages[i], f) for x in runs) * 1e3
+            for f in ("period_s", "comm_s", "sparse_s")
+        )
+        out.append(f"s{i}: {period:.3g} / {comm:.3g} / {sparse:.3g}")
+    return "; ".join(out)
 
 
 if __name__ == "__main__":
