@@ -21,6 +21,8 @@ set the rate?); ``nic:<type>=<x>`` multiplies the NIC share of the resource type
 contains <type> by x in the emulation only (the cost model's prediction is kept from the original
 cluster); ``local-tables`` flips ``--local-tables`` (a CPU stage's sparse lookups and pushes on
 its compute side, where the cost model counts them, instead of on its communication thread);
+``scale=<x>`` runs with x times the base run's byte scale (messages x times smaller, link rates
+scaled alike: the same transfer times, but what the kernel's socket buffers absorb grows);
 ``dilation=<x>`` runs with x times the dilation the base run chose (real time that is
 not dilated, i.e. the host's per-call and serving overheads, then weighs x times less). The
 one-factor table also gives every stage's median period, communication and, of it, the sparse
@@ -110,7 +112,7 @@ def main() -> None:
     ap.add_argument(
         "--factor",
         default="",
-        help="'backward', 'local-tables', 'nic:<type>=<x>' or 'dilation=<x>' (with --only)",
+        help="'backward', 'local-tables', 'nic:<type>=<x>', 'dilation=<x>' or 'scale=<x>' (with --only)",
     )
     ap.add_argument("--only", default="", help="model:plan pairs for --factor, e.g. 2EMB:aibox")
     ap.add_argument(
@@ -225,12 +227,13 @@ def config(
     backward: bool = True,
     dilation: float | None = None,
     local_tables: bool | None = None,
+    scale: float | None = None,
 ) -> MeasureConfig:
     return MeasureConfig(
         Workload(args.limit, batch_size=zoo.model(model).batch_size),
         iterations=args.iterations,
         warmup=args.warmup,
-        scale=args.scale,
+        scale=scale or args.scale,
         dilation=dilation or args.dilation,
         max_groups=args.max_groups,
         testbed=not args.loopback,
@@ -255,12 +258,16 @@ def varied_cluster(pool: str, factor: str) -> ClusterSpec:
 
 def one_factor(args: argparse.Namespace, console: Console) -> None:
     pairs = [tuple(p.split(":")) for p in args.only.split(",") if p]
-    known = args.factor in ("backward", "local-tables") or args.factor.startswith(("nic:", "dilation="))
+    known = args.factor in ("backward", "local-tables") or args.factor.startswith(
+        ("nic:", "dilation=", "scale=")
+    )
     if not pairs or not known:
         raise SystemExit(
-            "--factor: 'backward', 'local-tables', 'nic:<type>=<x>' or 'dilation=<x>', with --only model:plan[,...]"
+            "--factor: 'backward', 'local-tables', 'nic:<type>=<x>', 'dilation=<x>' or 'scale=<x>', "
+            "with --only model:plan[,...]"
         )
     stretch = float(args.factor.partition("=")[2]) if args.factor.startswith("dilation=") else 1.0
+    shrink = float(args.factor.partition("=")[2]) if args.factor.startswith("scale=") else 1.0
     chosen = {m: plans(m, args.pool, args.limit, args.rl_seconds, args.extra) for m in {m for m, _ in pairs}}
     base: dict[tuple[str, ...], list[HeterogeneousRun]] = {p: [] for p in pairs}
     varied: dict[tuple[str, ...], list[HeterogeneousRun]] = {p: [] for p in pairs}
@@ -281,6 +288,7 @@ def one_factor(args: argparse.Namespace, console: Console) -> None:
                 backward=args.factor != "backward",
                 dilation=first.dilation * stretch if stretch != 1.0 else None,
                 local_tables=not args.local_tables if args.factor == "local-tables" else None,
+                scale=first.scale * shrink if shrink != 1.0 else None,
             )
             run = measure_plan(zoo.model(m), other, plan, None, config=cfg)
             varied[(m, name)].append(run)
