@@ -36,6 +36,16 @@ measurements), layer by layer, then summed over the stage:
   one time per direction of a full-duplex link; parallel work. The first stage has no cut before
   it, the last none after it.
 
+**Not yet the one compute function (issue 15; a known gap, 2026-11-25).** The per-layer
+computation above is this module's own roofline on ``ResourceType`` figures, not
+``simulator.analytical.compute.layer_times`` (which takes a ``DeviceType`` and ``CostParams``:
+op-class efficiencies, backward by op class, kernel launches, profiles). On HeterPS-2GPU's T4 and
+V100 (which exist as device types), ``layer_times`` gives 0.72-0.73x this OCT for CTRDNN and
+2EMB, 0.86-0.87x for MATCHNET, 0.88-0.98x for NCE (batch 512-2048, default CostParams). Routing
+OCT through ``layer_times`` needs a device type per resource type (a CPU core has none), its
+kernel-launch time as the serial part (1 - α), and re-running every HeterPS benchmark; Formulas
+2-8 would not change, every money figure would.
+
 **Decision: the boundary is charged on both sides, per direction (ours, measured).** The paper's
 Formula 3 counts ODT_i "to the next stage" only, i.e. the sender pays for the transfer and the
 receiver nothing. On the testbed (``benchmarks/results/heterogeneous_measured-2026-11-25.txt``,
