@@ -367,8 +367,9 @@ class _Appended:
     touched) and grow by half when a draw runs over.
     """
 
-    def __init__(self, strategies: int) -> None:
+    def __init__(self, strategies: int, dtypes: dict[str, type[np.signedinteger]] | None = None) -> None:
         self.want = max(strategies, 1)
+        self.dtypes = dtypes or {}  # narrower column types than the parts' (values must fit)
         self.n = 0  # strategies so far
         self.t = 0  # rows so far
         self.cols: dict[str, np.ndarray] = {}
@@ -383,7 +384,7 @@ class _Appended:
         if not self.cols:
             cap = int(1.5 * rows / part.size * max(self.want, part.size)) + rows
             names = (*COLUMNS, "entry") if part.entry is not None else COLUMNS
-            self.cols = {k: np.empty(cap, dtype=getattr(part, k).dtype) for k in names}
+            self.cols = {k: np.empty(cap, dtype=self.dtypes.get(k, getattr(part, k).dtype)) for k in names}
         end = self.t + rows
         cap = len(self.cols["variable"])
         if end > cap:
@@ -453,13 +454,26 @@ class ArraySampler:
         self._buffer: ChoiceArrays | None = None
         self._t = _tables(space)
         self._algorithms = np.array([ALGORITHMS.index(a) for a in space.config.algorithms], dtype=np.int64)
+        # The narrowest signed type of the kept columns (a 10,000-strategy BERT-large draw keeps
+        # ~10 M rows: each byte per row is ~10 MB to write, page in and read back). Only the kept
+        # copy is narrowed (``_Appended``): the draws' own temporaries keep their types, whose
+        # sizes glibc's allocator reuses well (narrowing them too doubled the page faults).
+        cfg = space.config
+        self._dtypes: dict[str, type[np.signedinteger]] = {
+            "variable": _int_type(len(space.variables)),
+            "num_shards": _int_type(int(self._t.lay_k.max())),
+            "shard_index": _int_type(int(self._t.lay_k.max())),
+            "server": _int_type(len(space.servers)),
+            "group": _int_type(cfg.max_groups),
+            "rank": _int_type(max(cfg.powersgd_ranks, default=0)),
+        }
 
     # ------------------------------------------------------------------ public
     def sample_arrays(self, n: int) -> ChoiceArrays:
         """The next ``n`` strategies (feasible ones when a memory model is set), as arrays."""
         if n < 0:
             raise ValueError(f"n must be >= 0, got {n}")
-        parts = _Appended(n)
+        parts = _Appended(n, self._dtypes)
         if self._buffer is not None:
             parts.add(self._buffer)
         have = 0 if self._buffer is None else self._buffer.size
@@ -739,6 +753,11 @@ class ArraySampler:
         t = self._t
         nbytes = t.param[_layout_entry(t, chunk.variable, chunk.axis, chunk.num_shards) + chunk.shard_index]
         return self._fits_rows(n, draw, nbytes, chunk.is_ps, chunk.server.astype(np.int64), chunk.compressor)
+
+
+def _int_type(top: int) -> type[np.signedinteger]:
+    """The narrowest signed integer type holding -1..top."""
+    return np.int8 if top < 2**7 else np.int16 if top < 2**15 else np.int32
 
 
 def _layout_entry(t: _Tables, variable: np.ndarray, axis: np.ndarray, k: np.ndarray) -> np.ndarray:
