@@ -29,7 +29,8 @@ request that waits for a free connection or a late driver is charged to the serv
 sends the driver made more than 5 ms behind schedule). Each cell runs for ``--duration`` seconds.
 Latency is from send to the last byte. An error is a transport failure or any status other than the
 class's expected one. Server memory is the resident set of the server and its children, sampled
-every 0.5 s; "RSS MiB" gives start → end (max) of the cell. "server CPU ms/req" is the server's
+every 0.5 s; "RSS MiB" gives start → end (max) of the cell, and from 10 s into it to its end (the
+growth once connections are open and caches filled: flat memory means this one). "server CPU ms/req" is the server's
 user+system CPU time over the cell divided by the requests answered: the per-request cost, which
 other jobs sharing the machine inflate far less than they inflate wall-clock rates and latencies (a
 shared 2-core host is not a quiet one). "server CPU %" and "driver CPU %" are the server's and all
@@ -461,6 +462,7 @@ def run_cell(t: Target, clients: int, rate: float, args: argparse.Namespace, ser
         f"{100 * driver_cpu / elapsed:.0f}",
         f"{errors}" + (f" ({why})" if why else ""),
         f"{mem.values[0]:.0f} → {mem.values[-1]:.0f} ({max(mem.values):.0f})",
+        f"{mem.values[min(len(mem.values) - 1, 20)]:.0f} → {mem.values[-1]:.0f}",
     ]
 
 
@@ -477,9 +479,10 @@ HEAD = [
     "driver CPU %",
     "errors",
     "server RSS MiB start → end (max)",
+    "RSS MiB at 10 s → end",
 ]
 #: Left-aligned columns of ``HEAD``.
-LEFT = {0, 2, 10, 11}
+LEFT = {0, 2, 10, 11, 12}
 
 
 @contextlib.contextmanager
