@@ -56,6 +56,7 @@ from search.heterogeneous.base import Assignment, Objective, Scheduler
 
 STAY_INIT = 2.0  # initial κ: P(same type as the previous layer) ≈ 0.65 with 5 types
 PENALTY = 3.0  # reward of a schedule that cannot meet the throughput limit within the counts
+RESERVE = 0.98  # training may use this share of time_limit; the rest is for the greedy rollout and jitter
 KINDS = ("embedding", "linear", "conv1d", "conv2d", "matmul", "cat")  # + "other"
 
 
@@ -220,8 +221,9 @@ class RLScheduler(Scheduler):
             opt.step()
             baseline = (1 - cfg.gamma) * baseline + cfg.gamma * reward.mean(1)  # Algorithm 1, line 8
             now = time.perf_counter()
-            # stop before a round like the last one would run past the limit
-            if stale >= cfg.patience or now - start + (now - last) > cfg.time_limit:
+            # stop before a round like the last one would run past the limit, keeping 2 % of it for
+            # the greedy rollout after the loop and for rounds that vary on a shared host
+            if stale >= cfg.patience or now - start + (now - last) > RESERVE * cfg.time_limit:
                 break
             last = now
         with torch.no_grad():
