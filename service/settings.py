@@ -79,6 +79,9 @@ class Settings(BaseSettings):
     round_memory_mb: int = Field(4096, ge=16)
     # Rounds computed at once (each in its own process, one busy core); other searches wait a tick.
     round_workers: int = Field(2, ge=1, le=64)
+    # PostgreSQL connections each API process opens at most and keeps open (service.db.engine.make_engine).
+    # Several API processes and the loop share the server's max_connections (100 by default).
+    db_pool_size: int = Field(30, ge=1, le=60)
     # Seconds a verified API token is remembered by an API process (service.api.deps.PrincipalCache):
     # the longest a revocation made elsewhere (another API process, the CLI) takes to be seen there;
     # 0: every request is checked against the database.

@@ -94,7 +94,7 @@ def create_app(settings: Settings | None = None, *, orchestrator: Orchestrator |
         settings.ensure_dirs()
     if settings.migrate_on_start:
         upgrade(settings.database_url)
-    engine = make_engine(settings.database_url, echo=settings.echo_sql)
+    engine = make_engine(settings.database_url, echo=settings.echo_sql, pool_size=settings.db_pool_size)
     sessions = session_factory(engine)
     if settings.admin_token:
         with sessions() as session:

@@ -68,3 +68,25 @@ def test_a_busy_connection_killed_by_the_server_fails_once(pg: Engine, _postgres
     assert e.value.connection_invalidated
     assert _backend_pid(pg) != pid
     pg.dispose()
+
+
+def _pids_of_concurrent(engine: Engine, n: int) -> set[int]:
+    """Backend pids of ``n`` connections held at once (then all returned)."""
+    held = [engine.connect() for _ in range(n)]
+    pids = {int(c.execute(text("SELECT pg_backend_pid()")).scalar_one()) for c in held}
+    for c in held:
+        c.close()
+    return pids
+
+
+def test_a_sized_pool_keeps_every_connection_it_opens(_postgres_database: str) -> None:
+    """The API's pool (``pool_size``): every connection opened is kept, so a second burst reuses
+    them; the default pool closes what it opened past its 5 on return (new sessions next time)."""
+    sized = make_engine(_postgres_database, pool_size=8)
+    first = _pids_of_concurrent(sized, 8)
+    assert len(first) == 8 and _pids_of_concurrent(sized, 8) == first and sized.pool.size() == 8  # type: ignore[attr-defined]
+    sized.dispose()
+    default = make_engine(_postgres_database)
+    first = _pids_of_concurrent(default, 8)
+    assert len(first) == 8 and len(_pids_of_concurrent(default, 8) - first) == 3
+    default.dispose()
