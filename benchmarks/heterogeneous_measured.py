@@ -23,6 +23,7 @@ cluster); ``local-tables`` flips ``--local-tables`` (a CPU stage's sparse lookup
 its compute side, where the cost model counts them, instead of on its communication thread);
 ``scale=<x>`` runs with x times the base run's byte scale (messages x times smaller, link rates
 scaled alike: the same transfer times, but what the kernel's socket buffers absorb grows);
+``queue=<KiB>`` sets the data links' tbf queue (the testbed's default is max(50 ms, 256 KiB));
 ``dilation=<x>`` runs with x times the dilation the base run chose (real time that is
 not dilated, i.e. the host's per-call and serving overheads, then weighs x times less). The
 one-factor table also gives every stage's median period, communication and, of it, the sparse
@@ -112,7 +113,8 @@ def main() -> None:
     ap.add_argument(
         "--factor",
         default="",
-        help="'backward', 'local-tables', 'nic:<type>=<x>', 'dilation=<x>' or 'scale=<x>' (with --only)",
+        help="'backward', 'local-tables', 'nic:<type>=<x>', 'dilation=<x>', 'scale=<x>' or 'queue=<KiB>' "
+        "(with --only)",
     )
     ap.add_argument("--only", default="", help="model:plan pairs for --factor, e.g. 2EMB:aibox")
     ap.add_argument(
@@ -228,12 +230,14 @@ def config(
     dilation: float | None = None,
     local_tables: bool | None = None,
     scale: float | None = None,
+    queue: int | None = None,
 ) -> MeasureConfig:
     return MeasureConfig(
         Workload(args.limit, batch_size=zoo.model(model).batch_size),
         iterations=args.iterations,
         warmup=args.warmup,
         scale=scale or args.scale,
+        data_queue_kib=queue,
         dilation=dilation or args.dilation,
         max_groups=args.max_groups,
         testbed=not args.loopback,
@@ -259,11 +263,12 @@ def varied_cluster(pool: str, factor: str) -> ClusterSpec:
 def one_factor(args: argparse.Namespace, console: Console) -> None:
     pairs = [tuple(p.split(":")) for p in args.only.split(",") if p]
     known = args.factor in ("backward", "local-tables") or args.factor.startswith(
-        ("nic:", "dilation=", "scale=")
+        ("nic:", "dilation=", "scale=", "queue=")
     )
     if not pairs or not known:
         raise SystemExit(
-            "--factor: 'backward', 'local-tables', 'nic:<type>=<x>', 'dilation=<x>' or 'scale=<x>', "
+            "--factor: 'backward', 'local-tables', 'nic:<type>=<x>', 'dilation=<x>', 'scale=<x>' or "
+            "'queue=<KiB>', "
             "with --only model:plan[,...]"
         )
     stretch = float(args.factor.partition("=")[2]) if args.factor.startswith("dilation=") else 1.0
@@ -289,6 +294,7 @@ def one_factor(args: argparse.Namespace, console: Console) -> None:
                 dilation=first.dilation * stretch if stretch != 1.0 else None,
                 local_tables=not args.local_tables if args.factor == "local-tables" else None,
                 scale=first.scale * shrink if shrink != 1.0 else None,
+                queue=int(args.factor.partition("=")[2]) if args.factor.startswith("queue=") else None,
             )
             run = measure_plan(zoo.model(m), other, plan, None, config=cfg)
             varied[(m, name)].append(run)

@@ -102,6 +102,7 @@ class MeasureConfig:
     testbed: bool = True  # False: loopback, unshaped (logic tests only)
     backward: bool = True  # False: no gradients to the previous stage (a diagnostic: one direction only)
     local_tables: bool = False  # True: a CPU stage's lookups and pushes run inside its compute replay
+    data_queue_kib: int | None = None  # the data links' tbf queue (None: the testbed's default); diagnostic
     target_iteration_s: float = 0.3
     target_mb_per_s: float = 40.0
     timeout_s: float = 120.0
@@ -278,7 +279,8 @@ def _measure(
         "throughput_limit": cfg.workload.throughput_limit,
         "groups": [len(gs) for gs in groups],
     }
-    net: NamespaceNet | LoopbackNet = NamespaceNet(nodes) if cfg.testbed else LoopbackNet(nodes)
+    queue = cfg.data_queue_kib * 1024 if cfg.data_queue_kib else None
+    net: NamespaceNet | LoopbackNet = NamespaceNet(nodes, queue) if cfg.testbed else LoopbackNet(nodes)
     start = time.perf_counter()
     with net:
         env.update(net.environment)

@@ -56,7 +56,9 @@ class NodeSpec:
 class NamespaceNet:
     """The namespaces, bridges and shaped interfaces of ``nodes``; a context manager."""
 
-    def __init__(self, nodes: Sequence[NodeSpec]) -> None:
+    def __init__(self, nodes: Sequence[NodeSpec], data_queue_bytes: int | None = None) -> None:
+        """``data_queue_bytes``: the tbf queue limit of the data network's links (None: the testbed's
+        default, max(50 ms of traffic, 256 KiB)); a diagnostic of the reverse traffic's effect."""
         if len(nodes) > 250:
             raise ValueError(f"nodes: at most 250 fit a /24, got {len(nodes)}")
         for n in nodes:
@@ -64,6 +66,7 @@ class NamespaceNet:
             if bad:
                 raise ValueError(f"nodes.{n.name}.rates: unknown networks {sorted(bad)}")
         self.nodes = tuple(nodes)
+        self.data_queue_bytes = data_queue_bytes
         self.id = secrets.token_hex(3)
         base = int(self.id, 16) % 170 * 3  # three consecutive /24s of the 512 in 198.18.0.0/15
         self._subnet = {
@@ -134,9 +137,16 @@ class NamespaceNet:
                 netns.run(["ip", "-n", ns, "link", "set", dev, "up"])
                 if rate is not None:
                     for cmd in tc_commands(dev, Shape(rate), netem=False):
-                        netns.run(netns.in_ns(ns, cmd))
+                        netns.run(netns.in_ns(ns, self._queue(net, cmd)))
                     for cmd in tc_commands(port, Shape(rate), netem=False):
-                        netns.run(netns.in_ns(self.switch_ns, cmd))
+                        netns.run(netns.in_ns(self.switch_ns, self._queue(net, cmd)))
+
+    def _queue(self, net: str, cmd: list[str]) -> list[str]:
+        """The tc command with the data network's queue limit replaced, when one is set."""
+        if net != "data" or self.data_queue_bytes is None or "limit" not in cmd:
+            return cmd
+        i = cmd.index("limit")
+        return [*cmd[: i + 1], str(self.data_queue_bytes), *cmd[i + 2 :]]
 
     def spawn(self, node: int, argv: Sequence[str], **kw: object) -> subprocess.Popen[bytes]:
         if not self._built:
