@@ -1,6 +1,6 @@
 """Hardware-aware load balancing on heterogeneous GPUs (Whale §3.3, §5.2): predicted and measured.
 
-``python benchmarks/heterogeneous_balance.py [--repeats 5] [--iterations 4] [--dilation D] [--no-measure]``
+``python benchmarks/heterogeneous_balance.py [--repeats 5] [--iterations 4] [--dilation D] [--dtypes fp32,float16] [--no-measure]``
 (measuring needs root for the testbed's network namespaces).
 
 1. PREDICTED, at the paper's scale (cost model ``simulator.hybrid.predict``, memory from
@@ -21,17 +21,44 @@
    the median over repeats with a 95 % bootstrap interval, and the prediction's error.
 
 Precision. Whale §5.2 names none for its 1.3-1.4x (8 V100 + 8 P100, 50 Gbit/s, TensorFlow 1.12);
-its Algorithm 1 balances by single-precision FLOP/s (DF_i, §3.3), and AMP appears only as an
-optional optimization (§4), stated as enabled for M6-MoE alone (§5.3.2). The figures fit FP32:
-with equal counts of two types the best speed-up of any shares over the even split is
+its Algorithm 1 balances by single-precision FLOP/s (DF_i, §3.3); automatic mixed precision is one
+of the optimizations Whale integrates (§4, citing Micikevicius et al.), stated as enabled only for
+M6-MoE (§5.3.2). Both are measured here (``--dtypes fp32,float16``, the two interleaved per case).
+With equal counts of two types the best speed-up of any shares over the even split is
 (1 + r) / 2, r = the slower type's compute time / the faster's; 1.3-1.4x means r = 1.6-1.8, the
-FP32 ratio (15.7 / 9.3 = 1.69 by peaks), and the V100 utilization gain it reports (1.39-1.96x) is
-about r. With tensor cores r would be 3-4 (this compute model: 3.2 ResNet50, 3.9 BERT-large) and the
-bound 2-2.4x. FP32 rows are the paper's setting; float16 rows (mixed precision: V100 tensor cores,
-none on P100) are labelled as such. The compute model's FP32 r is 1.56 (ResNet50) and 1.61
+FP32 ratio (15.7 / 9.3 = 1.69 by peaks). The compute model's FP32 r is 1.56 (ResNet50) and 1.61
 (BERT-large), below the peak ratio because bandwidth-bound layers scale with 900 / 732 GB/s, so
-its FP32 bound is 1.28x / 1.30x before any communication ("BOUND" below); the executor all-reduces
-after the backward (no overlap), which lowers it further where the sync is large (BERT-large).
+its FP32 bound is 1.28x / 1.30x before any communication ("BOUND" below).
+
+Mixed precision ("float16" rows) is modelled as PyTorch AMP (``torch.autocast`` + GradScaler):
+- compute: matrix layers (conv, linear, attention) at the FP16 peak (V100 tensor cores 125 TFLOPS;
+  P100 has no tensor cores, its FP16 rate is 2x FP32 via half2: 18.7 TFLOPS), the other layers at
+  the FP32 vector rate; every layer's bytes at 2 per element, so bandwidth-bound layers scale with
+  900 / 732 GB/s (``simulator.analytical.compute.roofline``: the replay and the cost model alike);
+- data-parallel gradients stay FP32: autocast keeps FP32 master parameters, so the gradients DDP
+  all-reduces are FP32 (4 bytes per parameter, ``Variable.grad_bytes``); FP16 gradient compression
+  (DDP's fp16_compress_hook) is an opt-in a user must add and is not assumed;
+- memory: parameters, gradients and Adam's state stay FP32; stored activations shrink by
+  ``search.hybrid.autocast_activation_factor`` (autocast's per-op dtypes: ResNet50 0.50, BERT-large
+  0.64, its residual stream and LayerNorms staying FP32), applied through
+  ``MemoryConfig.activation_factor`` to the planner and to the testbed's device ledgers alike.
+  Autocast's cached FP16 weight copies (BERT-large 0.67 GB) are not counted (inside the 10 % margin).
+The testbed replays the compute model's per-type layer times, so a measured speed-up checks the
+shares, the overlap and the communication, not the compute model's FP16 ratio r itself.
+
+Batch sizes (decided from the paper and published limits, before any float16 or new-batch figure
+was computed or measured). Whale §5.2 gives no batch ("the same batch size for all model replicas
+as the baseline"): the even baseline's per-replica batch must fit the smallest GPU, a 16 GB P100.
+ResNet50: the zoo's 32 per GPU (AutoSync's Table 1). BERT-large: 8 per GPU at sequence length 128
+(the zoo's, AutoSync's Table 1), for FP32 and mixed precision alike. Reason: google-research/bert's
+README ("Out-of-memory issues", TensorFlow 1.11, Adam, FP32) measures the largest BERT-Large batch
+at sequence length 128 on a 12 GB Titan X as 6; with ~6 GB fixed (FP32 parameters, gradients, Adam
+moments, CUDA context) that is ~1 GB of activations per sample, so a 16 GB P100 holds ~10 in FP32
+and, with AMP's ~0.64 activation bytes and autocast's 0.67 GB weight cache, ~15: the largest power
+of two a user sets for the even baseline is 8 in both precisions. (This memory model's BERT-large
+activations are the traced layer outputs, 0.2 GB per sample, which under-count the real footprint;
+the published limit decides the batch, not this model.) At 8 per GPU BERT-large's DP step is bound
+by its 331 ms all-reduce at 50 Gbit/s, in both plans: that is what a user running it gets.
 
 Device figures are the published ones (docs/architecture.md, NVIDIA datasheets): V100-SXM2-32GB 15.7
 FP32 / 125 FP16 TFLOPS, 900 GB/s; P100-PCIe-16GB 9.3 / 18.7 TFLOPS, 732 GB/s; A100-40GB 19.5 / 312,
@@ -62,8 +89,9 @@ from collections.abc import Callable, Sequence
 from typing import Literal
 
 from runtime.hybrid.config import HybridConfig, replay_cost_params
-from search.feasibility import MemoryModel
+from search.feasibility import MemoryConfig, MemoryModel
 from search.hybrid import (
+    autocast_activation_factor,
     balanced_data_parallel,
     balanced_pipeline,
     device_slots,
@@ -104,9 +132,23 @@ NIC_GBPS = 50.0  # Whale §5: "Nodes are connected by 50Gb/s ethernet"
 PCIE_GBPS = 126.0  # PCIe 3.0 x16 inside a node
 
 
+# Per-GPU batch of the DP cases (see "Batch sizes" above): the zoo's, for both precisions.
+DP_BATCH_PER_GPU = {"ResNet50": 32, "BERT-large": 8}
+
+
 def model_params(model: ModelSpec, dtype: Dtype) -> CostParams:
     """The CostParams the testbed's replay uses for ``model`` in ``dtype`` (one compute model)."""
     return replay_cost_params(HybridConfig(compute_dtype=dtype), model.name)
+
+
+def activation_factor(model: ModelSpec, dtype: Dtype) -> float:
+    """Stored activation bytes / traced bytes: 1 in FP32, autocast's dtypes under mixed precision."""
+    return autocast_activation_factor(model) if dtype == "float16" else 1.0
+
+
+def memory_model(model: ModelSpec, cluster: ClusterSpec, dtype: Dtype) -> MemoryModel:
+    """The one memory model, with the precision's activation factor (Adam, 90 % usable)."""
+    return MemoryModel(model, cluster, MemoryConfig(activation_factor=activation_factor(model, dtype)))
 
 
 def two_types(a: DeviceType, na: int, b: DeviceType, nb: int, name: str) -> ClusterSpec:
@@ -135,7 +177,7 @@ def shares_text(plan: HybridPlan) -> str:
 
 
 def predicted_dp(model: ModelSpec, cluster: ClusterSpec, batch: int, params: CostParams) -> tuple[float, str]:
-    mem = MemoryModel(model, cluster)
+    mem = memory_model(model, cluster, params.compute_dtype)
     hw, _ = balanced_data_parallel(model, cluster, mem, batch, params=params)
     ev = even_data_parallel(model, cluster, batch)
     tb, te = predict(model, cluster, hw, params), predict(model, cluster, ev, params)
@@ -150,7 +192,7 @@ def predicted_dp(model: ModelSpec, cluster: ClusterSpec, batch: int, params: Cos
 def predicted_pipeline(
     model: ModelSpec, cluster: ClusterSpec, batch: int, mb: int, params: CostParams
 ) -> tuple[float, str]:
-    mem = MemoryModel(model, cluster)
+    mem = memory_model(model, cluster, params.compute_dtype)
     devs = devices(cluster)
     hw = balanced_pipeline(model, cluster, mem, devs, 4, batch, mb, params=params)
     ev = even_pipeline(model, cluster, mem, devs, 4, batch, mb, params=params)
@@ -171,7 +213,7 @@ Shares = dict[str, tuple[int, ...]]
 
 def memory_case(model: ModelSpec, cluster: ClusterSpec, params: CostParams, batches: range) -> Shares | None:
     """The global batches where only Algorithm 1's shares fit; the first one in detail (returned)."""
-    mem = MemoryModel(model, cluster)
+    mem = memory_model(model, cluster, params.compute_dtype)
     devs = devices(cluster)
     slots = device_slots(model, cluster, devs, mem, batch=model.batch_size, params=params)
     print(
@@ -239,14 +281,16 @@ def bound_line(model: ModelSpec, cluster: ClusterSpec, params: CostParams) -> st
     all-reduce S added to both: (t_P + S) / (2 t_P / (1 + r) + S). With the overlapped buckets:
     the cost model's even step over its step for Algorithm 1's shares (same global batch).
     """
-    batch = model.batch_size * len(devices(cluster))
+    batch = DP_BATCH_PER_GPU[model.name] * len(devices(cluster))
     ev = even_data_parallel(model, cluster, batch)
     cost = predict(model, cluster, ev, params, overlap=False)
     tv = min(cost.busy.values())
     tp = max(cost.busy.values())
     r = tp / tv
     fused = (tp + cost.sync) / (2 * tp / (1 + r) + cost.sync)
-    hw, _ = balanced_data_parallel(model, cluster, MemoryModel(model, cluster), batch, params=params)
+    hw, _ = balanced_data_parallel(
+        model, cluster, memory_model(model, cluster, params.compute_dtype), batch, params=params
+    )
     overlapped = predict(model, cluster, ev, params).seconds / predict(model, cluster, hw, params).seconds
     return (
         f"{model.name:<11} {params.compute_dtype or 'fp32':<8} r = P100/V100 compute time {r:.2f}: "
@@ -294,7 +338,7 @@ def measure(args: argparse.Namespace) -> None:
                 run = measure_plan(
                     model, cluster, plan, iterations=args.iterations, warmup=1, scale=scale,
                     dilation=dilation, memory_fraction=0.9, optimizer_state_factor=2.0, timeout_s=900,
-                    launcher=launcher, compute_dtype=dtype,
+                    launcher=launcher, compute_dtype=dtype, activation_factor=activation_factor(model, dtype),
                 )  # fmt: skip
                 if run.status != "ok" or run.iteration_s is None:
                     raise RuntimeError(f"{plan.name}: {run.status}: {run.reason}")
@@ -304,12 +348,14 @@ def measure(args: argparse.Namespace) -> None:
             return go
 
         cases: list[tuple[str, ModelSpec, HybridPlan, HybridPlan, Dtype]] = []
-        for dtype in args.dtypes:
-            for name in ("ResNet50", "BERT-large"):
+        for name in ("ResNet50", "BERT-large"):
+            for dtype in args.dtypes:  # one model's precisions back to back
                 model = zoo.model(name)
-                batch = model.batch_size * 4
+                batch = DP_BATCH_PER_GPU[name] * 4
                 p = model_params(model, dtype)
-                hw, _ = balanced_data_parallel(model, cluster, MemoryModel(model, cluster), batch, params=p)
+                hw, _ = balanced_data_parallel(
+                    model, cluster, memory_model(model, cluster, dtype), batch, params=p
+                )
                 ev = even_data_parallel(model, cluster, batch)
                 label = f"DP {name} {dtype or 'fp32'} batch {batch}"
                 cases.append((label, model, ev, hw, dtype))
@@ -371,13 +417,13 @@ def measure(args: argparse.Namespace) -> None:
             "\n-- Memory on the testbed: each device's ledger against its type's capacity (90 % usable, Adam) --"
         )
         f16 = model_params(bert, "float16")
-        case = memory_case(bert, cluster, f16, range(8, 513, 8))
+        case = memory_case(bert, cluster, f16, range(8, 1025, 8))
         for label, shares in (case or {}).items():
             plan = data_parallel(bert, cluster, devs, list(shares))
             run = measure_plan(
                 bert, cluster, plan, iterations=2, warmup=0, scale=scale, dilation=dilation,
                 memory_fraction=0.9, optimizer_state_factor=2.0, timeout_s=900, launcher=launcher,
-                compute_dtype="float16",
+                compute_dtype="float16", activation_factor=activation_factor(bert, "float16"),
             )  # fmt: skip
             peak = max(run.peak_memory_bytes.values(), default=0.0) / 1e9
             what = run.reason if run.status != "ok" else f"ran, fullest device {peak:.1f} GB"
@@ -392,8 +438,8 @@ def main() -> None:
     ap.add_argument("--no-measure", action="store_true", help="print the predictions only")
     ap.add_argument(
         "--dtypes",
-        default="fp32",
-        help="measured DP rows: fp32 and/or float16 (mixed precision), comma-separated",
+        default="fp32,float16",
+        help="measured DP rows: fp32 and/or float16 (mixed precision, AMP), comma-separated",
     )
     args = ap.parse_args()
     args.dtypes = [None if d == "fp32" else d for d in args.dtypes.split(",")]
@@ -405,7 +451,7 @@ def main() -> None:
     for dtype in DTYPES:
         for name in ("ResNet50", "BERT-large"):
             model = zoo.model(name)
-            _, line = predicted_dp(model, cl16, model.batch_size * 16, model_params(model, dtype))
+            _, line = predicted_dp(model, cl16, DP_BATCH_PER_GPU[name] * 16, model_params(model, dtype))
             print(("  [mixed precision] " if dtype else "  ") + line)
     print("\n== BOUND: best speed-up of hardware-aware DP shares over even (equal V100 and P100 counts) ==")
     for cl in (cl16, two_types(V100, 2, P100, 2, "V100x2+P100x2")):
@@ -428,12 +474,12 @@ def main() -> None:
     print(
         "\n== Memory: where only Algorithm 1's plan fits (the even and the capacity-proportional shares OOM) =="
     )
-    memory_case(bert, cl16, model_params(bert, "float16"), range(16, 2049, 16))
+    memory_case(bert, cl16, model_params(bert, "float16"), range(16, 4097, 16))
     memory_case(
         bert,
         two_types(A100_40, 2, T4, 2, "A100-40GBx2+T4x2"),
         model_params(bert, "float16"),
-        range(8, 1025, 8),
+        range(8, 2049, 8),
     )
     if args.no_measure:
         print("\n(measurement skipped: --no-measure; the speed-ups above are PREDICTIONS)")

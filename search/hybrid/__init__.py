@@ -28,7 +28,7 @@ from search.hybrid.balance import (
     memory_constrained_balance,
     proportional_shares,
 )
-from search.hybrid.memory import device_slots, replicate_profile, split_profile
+from search.hybrid.memory import autocast_activation_factor, device_slots, replicate_profile, split_profile
 from search.hybrid.placement import (
     InfeasiblePartition,
     Partition,
@@ -62,6 +62,7 @@ __all__ = [
     "StageSlot",
     "TaskGraphProfile",
     "auto_partition",
+    "autocast_activation_factor",
     "balanced_data_parallel",
     "balanced_partition",
     "balanced_pipeline",

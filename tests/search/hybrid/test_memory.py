@@ -82,3 +82,51 @@ def test_device_slots_read_capacity_and_speed() -> None:
     assert 0 < achieved[1].flops < achieved[0].flops < 15.7e12
     with pytest.raises(ValueError, match="'b0' is not 'node:gpu_index'"):
         device_slots(model, cluster, ["b0"], mem)
+
+
+def _amp_model(dtype: str = "float32") -> ModelSpec:
+    """embedding -> linear -> add(linear, embedding) -> layernorm -> linear -> relu: autocast's dtypes
+    float32, float16, float32 (promotion), float32, float16, float16 (follows its input)."""
+
+    def lay(name: str, kind: str, inputs: tuple[str, ...], var: bool = True) -> Layer:
+        return Layer(
+            name=name,
+            kind=kind,
+            fwd_flops=1e6,
+            activation_bytes=1000.0,
+            variables=(Variable(name=f"{name}.w", shape=(10, 10), dtype=dtype),) if var else (),
+            inputs=inputs,
+        )
+
+    return ModelSpec(
+        name="amp",
+        batch_size=4,
+        layers=(
+            lay("emb", "embedding", ()),
+            lay("fc1", "linear", ("emb",)),
+            lay("res", "add", ("fc1", "emb"), var=False),
+            lay("ln", "layernorm", ("res",)),
+            lay("fc2", "linear", ("ln",)),
+            lay("act", "relu", ("fc2",), var=False),
+        ),
+    )
+
+
+def test_autocast_activation_factor_follows_autocasts_dtype_rules() -> None:
+    from search.hybrid import autocast_activation_factor
+
+    m = _amp_model()
+    # float32 4 bytes: emb, res, ln; float16 2 bytes: fc1, fc2, act -> (3 * 4 + 3 * 2) / (6 * 4)
+    assert autocast_activation_factor(m) == pytest.approx(18 / 24)
+    assert autocast_activation_factor(m, 4, 6) == pytest.approx(0.5)  # fc2, relu after it
+    assert autocast_activation_factor(m, 2, 4) == pytest.approx(1.0)  # the float32 residual + norm
+    # a model traced in float16 already stores 2-byte activations
+    assert autocast_activation_factor(_amp_model("float16")) == 1.0
+    # the planner applies it through MemoryConfig.activation_factor: activations scale, the rest not
+    cluster = _cluster()
+    full = MemoryModel(m, cluster).stage_bytes(0, 6, 4, 0)
+    amp = MemoryModel(m, cluster, MemoryConfig(activation_factor=autocast_activation_factor(m))).stage_bytes(
+        0, 6, 4, 0
+    )
+    assert amp.activations == pytest.approx(full.activations * 18 / 24)
+    assert (amp.params, amp.grads, amp.optimizer) == (full.params, full.grads, full.optimizer)
