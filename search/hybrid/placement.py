@@ -13,7 +13,7 @@ least FLOP load is ill-defined for *contiguous* layer ranges (a valley two stage
 be reached by moving every boundary in between), so ``balanced_partition`` solves the same goal
 exactly: it minimises the largest stage time t_r = Σ_{l in stage r} (fwd_l + bwd_l) on stage r's
 device type (ties: the least total), subject to every stage's bytes (``MemoryModel.stage_bytes``
-with the schedule's stash and buffers, the rule ``search.pipeline.plan_memory`` checks) fitting
+with the schedule's stash and buffers, ``search.pipeline.candidates.schedule_samples``) fitting
 its smallest device. Balancing FLOP shares ∝ DF_r and equalising t_r are the same thing when time
 is FLOPs / DF; the compute model's per-layer times also see bandwidth-bound layers. A dynamic
 programme over cut points, O(P·L²) with prefix sums.
@@ -35,10 +35,9 @@ import numpy as np
 
 from search.feasibility import MemoryModel
 from search.hybrid.memory import device_type_of, node_of
-from search.pipeline.candidates import BUFFER_GROUPS
+from search.pipeline.candidates import schedule_samples as schedule_samples  # the one stage memory rule
 from simulator.analytical.compute import layer_times
 from simulator.analytical.params import CostParams
-from simulator.pipeline.schedule import expected_peak_stashed
 from simulator.spec import ClusterSpec, DeviceType, ModelSpec
 
 Order = Literal["memory", "sequential"]
@@ -175,17 +174,6 @@ def _tables(
         for b in range(a + 1, n + 1):
             boundary[a, b] = memory.boundary_bytes(a, b)
     return _Tables(seconds, static, act, boundary)
-
-
-def schedule_samples(
-    num_stages: int, stage: int, micro_batch: int, micro_batches: int, k: int
-) -> tuple[int, int]:
-    """(stashed samples, buffer samples) of ``stage`` under kFkB: the rule ``plan_memory`` applies."""
-    kk = min(k, micro_batches)
-    return (
-        expected_peak_stashed(num_stages, micro_batches, kk, stage) * micro_batch,
-        BUFFER_GROUPS * kk * micro_batch,
-    )
 
 
 def evaluate_partition(

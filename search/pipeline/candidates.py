@@ -2,9 +2,12 @@
 
 A pipeline replica trains B samples per step (its batch share) as n = B / b micro-batches of b,
 in groups of k (kFkB). Stage r (0-based) of P stashes min(n, (P - r)·k) micro-batches of
-activations and holds point-to-point buffers for ``BUFFER_GROUPS`` groups of k micro-batches (the
-planner posts a group's receives one group ahead, and a group of sends may still be in flight:
-3 groups, a decision). Memory per stage comes from the sampler's memory model
+activations and holds the point-to-point buffers its action lists can have live at once
+(``simulator.pipeline.buffers.peak_buffered``: receives from their post until consumed, input
+gradients until their transfer surely completed; e.g. 2k / 4k / 3k / 3k for P = 4 and GPipe n on
+every stage). ``schedule_samples`` is that rule, the one the hybrid planner's partition applies
+too. Until 2026-11-25d the buffers were 3 groups of k micro-batches on every stage, which counted
+3n for GPipe where at most n can exist. Memory per stage comes from the sampler's memory model
 (``MemoryModel.stage_bytes``: parameters, gradients, optimizer state, stashed activations, buffers)
 against the usable memory of the smallest GPU among the stage's devices.
 
@@ -20,10 +23,22 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from search.feasibility import MemoryModel, StageMemory
+from simulator.pipeline.buffers import peak_buffered
 from simulator.pipeline.schedule import expected_peak_stashed
 from simulator.spec import Plan
 
-BUFFER_GROUPS = 3
+
+def schedule_samples(
+    num_stages: int, stage: int, micro_batch: int, micro_batches: int, k: int
+) -> tuple[int, int]:
+    """(stashed samples, buffered samples) of ``stage`` (0-based) under kFkB with ``micro_batches``
+    micro-batches of ``micro_batch`` in groups of k (capped at the micro-batch count): the memory
+    rule of a pipeline stage, for ``MemoryModel.stage_bytes``."""
+    kk = min(k, micro_batches)
+    return (
+        expected_peak_stashed(num_stages, micro_batches, kk, stage) * micro_batch,
+        peak_buffered(num_stages, micro_batches, kk, stage) * micro_batch,
+    )
 
 
 @dataclass(frozen=True)
@@ -63,8 +78,8 @@ def plan_memory(plan: Plan, memory: MemoryModel) -> tuple[StageVerdict, ...]:
     b = plan.micro_batch_size
     out = []
     for r, st in enumerate(plan.stages):
-        stashed = expected_peak_stashed(P, n, k, r) * b
-        mem = memory.stage_bytes(st.first_layer, st.last_layer, stashed, BUFFER_GROUPS * k * b)
+        stashed, buffered = schedule_samples(P, r, b, n, k)
+        mem = memory.stage_bytes(st.first_layer, st.last_layer, stashed, buffered)
         cap = min(memory.device_capacity_of(dev.rpartition(":")[0]) for dev in st.devices)
         out.append(StageVerdict(r, mem, cap))
     return tuple(out)

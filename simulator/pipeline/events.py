@@ -43,6 +43,8 @@ class Timeline:
 
     spans: tuple[tuple[tuple[Action, float, float], ...], ...]  # per stage: (action, start, end)
     stage_end: tuple[float, ...]
+    # when every send's transfer completed (the send's buffer can be freed), by its action
+    send_done: dict[Action, float] = field(default_factory=dict)
 
     @property
     def length(self) -> float:
@@ -175,4 +177,5 @@ def simulate(
     for r in range(P):
         done = [links[k].arrivals[i] for (s, _, _), (k, i) in send_slot.items() if s == r]
         ends.append(max([clock[r], *done]))
-    return Timeline(tuple(tuple(s) for s in spans), tuple(ends))
+    send_done = {Action(s, op, mb): links[k].arrivals[i] for (s, op, mb), (k, i) in send_slot.items()}
+    return Timeline(tuple(tuple(s) for s in spans), tuple(ends), send_done)

@@ -55,22 +55,25 @@ def mem(memory_gb: float) -> MemoryModel:
 
 def test_stage_bytes_hand_worked() -> None:
     # stage 0 of a 2-stage 1F1B plan with b = 8: stashes 2 micro-batches = 16 samples x 20 MB,
-    # buffers 3 x 1 x 8 samples x (10 MB out, no input) ; params 2 x 80 B, grads the same
+    # buffers 2 micro-batches (the gradient being consumed, the next one posted) x 8 samples x
+    # (10 MB out, no input); params 2 x 80 B, grads the same
     v = plan_memory(with_kb(template(), 1, 8), mem(1.0))
     assert v[0].memory.activations == pytest.approx(16 * 20 * MB)
-    assert v[0].memory.buffers == pytest.approx(24 * 10 * MB)
+    assert v[0].memory.buffers == pytest.approx(16 * 10 * MB)
     assert v[0].memory.params == v[0].memory.grads == 160.0
     assert v[0].memory.optimizer == 0.0
-    # stage 1 stashes 1 micro-batch; its buffers carry its input and output activation
+    # stage 1 stashes 1 micro-batch; its buffers (3 micro-batches on the input side: the activation
+    # being consumed, the next one posted, an input gradient in flight) are costed at its input
+    # and output activation
     assert v[1].memory.activations == pytest.approx(8 * 20 * MB)
     assert v[1].memory.buffers == pytest.approx(24 * 20 * MB)
     assert v[0].capacity == pytest.approx(0.9e9)
 
 
 def test_memory_curve_hand_worked() -> None:
-    # 900 MB usable. Stage 0 needs min(n, 2k)·b·20 + 3kb·10 MB, stage 1 min(n, k)·b·20 + 3kb·20 MB:
-    # k=1: b=8 (stage 0 560, stage 1 640; b=16 needs 1280 on stage 1); k=2: b=4; k=4: b=2; k=8: b=1;
-    # k=16 needs 1120 MB on stage 0 even at b=1; k=3, 5, 6, 7 divide no n = 32/b.
+    # 900 MB usable. Stage 0 needs min(n, 2k)·b·20 + min(n, 2k)·b·10 MB, stage 1 min(n, k)·b·20 +
+    # min(n, 3k)·b·20 MB: k=1: b=8 (stage 0 480, stage 1 640; b=16 needs 960 on stage 1); k=2: b=4;
+    # k=4: b=2; k=8: b=1; k=16 needs 960 MB on stage 0 even at b=1; k=3, 5, 6, 7 divide no n = 32/b.
     curve = memory_curve(template(), mem(1.0))
     assert [(c.k, c.micro_batch_size) for c in curve] == [(1, 8), (2, 4), (4, 2), (8, 1)]
     assert [c.plan.schedule for c in curve] == ["1f1b", "kfkb", "kfkb", "kfkb"]
@@ -103,6 +106,26 @@ def test_gpipe_point_and_reasons() -> None:
     assert curve[-1].plan.schedule == "gpipe"
     reasons = plan_memory_reasons(with_kb(template(), 32, 1), mem(1.0))
     assert reasons and reasons[0].startswith("plan.stages.0:") and "stashed activations 0.640" in reasons[0]
+
+
+def test_gpipe_buffers_one_batch_not_three_groups() -> None:
+    """GPipe (k = n) can hold at most the n micro-batches of each direction, never 3 groups of k = n."""
+    for b in (1, 4):
+        v = plan_memory(with_kb(template(), 32 // b, b), mem(100.0))
+        assert v[0].memory.buffers == pytest.approx(32 * 10 * MB)  # n·b samples x its output
+        assert v[1].memory.buffers == pytest.approx(32 * 20 * MB)  # n·b samples x input + output
+
+
+def test_hybrid_partition_applies_the_same_rule() -> None:
+    from search.hybrid import placement
+    from search.pipeline import candidates
+
+    assert placement.schedule_samples is candidates.schedule_samples
+    P, n, k, b = 2, 8, 2, 4
+    v = plan_memory(with_kb(template(), k, b), mem(1.0))
+    for r in range(P):
+        stash, buf = candidates.schedule_samples(P, r, b, n, k)
+        assert mem(1.0).stage_bytes(2 * r, 2 * r + 2, stash, buf).total == pytest.approx(v[r].memory.total)
 
 
 def test_unequal_shares_are_refused_by_name() -> None:

@@ -114,7 +114,7 @@ def specs(model: str, cluster: str) -> tuple[Any, Any]:
 def test_pipeline_round_proposes_memory_curve_points_fastest_first_and_never_twice(plan_zoo: Path) -> None:
     model, cluster = specs("pp-chain", "pp-2")
     kind = PipelinePlans()
-    options = kind.validate({"memory_per_device_gb": 0.005}, objective="time", model=model, cluster=cluster)
+    options = kind.validate({"memory_per_device_gb": 0.0039}, objective="time", model=model, cluster=cluster)
     memory = memory_model(model, cluster, options)
     first = kind.plan_round(model, cluster, options, RoundAsk(index=1, k=2, seed=0, tried=()))
     assert first.scorer == "pipeline-cost-model" and [d.rank for d in first.drafts] == [1, 2]
@@ -130,7 +130,7 @@ def test_pipeline_round_proposes_memory_curve_points_fastest_first_and_never_twi
     second = kind.plan_round(model, cluster, options, RoundAsk(index=2, k=5, seed=1, tried=tried))
     keys = {json.dumps(d.strategy, sort_keys=True) for d in second.drafts}
     assert not keys & {json.dumps(t, sort_keys=True) for t in tried}
-    assert len(first.drafts) + len(second.drafts) == 3  # the 5 MB curve has three points
+    assert len(first.drafts) + len(second.drafts) == 3  # the 3.9 MB curve has three points
     everything = tried + tuple(d.strategy for d in second.drafts)
     assert kind.plan_round(model, cluster, options, RoundAsk(3, 1, 2, everything)).drafts == ()
 
@@ -138,7 +138,7 @@ def test_pipeline_round_proposes_memory_curve_points_fastest_first_and_never_twi
 def test_pipeline_baseline_is_1f1b_with_the_largest_micro_batch_that_fits(plan_zoo: Path) -> None:
     model, cluster = specs("pp-chain", "pp-2")
     kind = PipelinePlans()
-    options = kind.validate({"memory_per_device_gb": 0.004}, objective="time", model=model, cluster=cluster)
+    options = kind.validate({"memory_per_device_gb": 0.0034}, objective="time", model=model, cluster=cluster)
     memory = memory_model(model, cluster, options)
     doc = PipelineTrial.model_validate(kind.baselines(model, cluster, options, ("1f1b",))["1f1b"])
     plan = doc.plan
@@ -191,7 +191,7 @@ def records(steps: list[tuple[int, float, float]], events: list[list[Any]]) -> d
 def test_pipeline_details_follow_the_tuner_log_and_keep_the_last_steps_compute(plan_zoo: Path) -> None:
     model, cluster = specs("pp-chain", "pp-2")
     options = PipelinePlans().validate(
-        {"memory_per_device_gb": 0.004}, objective="time", model=model, cluster=cluster
+        {"memory_per_device_gb": 0.0034}, objective="time", model=model, cluster=cluster
     )
     doc = PipelineTrial.model_validate(
         PipelinePlans().plan_round(model, cluster, options, RoundAsk(1, 1, 0, ())).drafts[0].strategy
@@ -239,7 +239,7 @@ def test_trial_page_shows_the_gantt_switches_and_task_graph_table(
     """A measured pipeline trial and a measured hybrid trial, stored through the worker's API path."""
     model, cluster = specs("pp-chain", "pp-2")
     options = PipelinePlans().validate(
-        {"memory_per_device_gb": 0.004}, objective="time", model=model, cluster=cluster
+        {"memory_per_device_gb": 0.0034}, objective="time", model=model, cluster=cluster
     )
     doc = PipelinePlans().plan_round(model, cluster, options, RoundAsk(1, 1, 0, ())).drafts[0].strategy
     trial_doc = PipelineTrial.model_validate(doc)
@@ -320,7 +320,7 @@ def test_status_reports_each_baselines_median_over_the_best_candidates(
     """Pipeline: 1F1B's median / the best candidate's (Ada-Grouper's comparison), through GET /searches/{id}."""
     model, cluster = specs("pp-chain", "pp-2")
     kind = PipelinePlans()
-    options = kind.validate({"memory_per_device_gb": 0.005}, objective="time", model=model, cluster=cluster)
+    options = kind.validate({"memory_per_device_gb": 0.0039}, objective="time", model=model, cluster=cluster)
     user = repo.create_token(session, name="carol", role="user")
     search = repo.create_search(
         session,
