@@ -307,9 +307,14 @@ def run_one(name: str, net: str, a: argparse.Namespace) -> None:
                             for i, t in e["predicted_s"].items()
                         )
                         ran = " ".join(f"{1000 * t / d:.0f}" for t in e["measured_s"])
+                        stale = ", ".join(
+                            f"{label(plans[int(i)]).split(' ', 1)[1]} ({age} old)"
+                            for i, age in e.get("rederived", {}).items()
+                        )
                         evaluations.append(
                             f"  repeat {rep} step {e['step']}: ran {label(plans[e['current']])} "
                             f"[{ran}] ms; predicted {pred} ms"
+                            + (f"; transfers re-derived from the latest samples for {stale}" if stale else "")
                         )
                 steps_ms = " ".join(f"{1000 * t:.0f}" for t in tm.iteration_times)
                 evaluations.append(f"  repeat {rep} adaptive steps after warm-up: [{steps_ms}] ms")

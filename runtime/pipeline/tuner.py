@@ -10,9 +10,19 @@ The estimate for candidate c (a decision where the paper is vague; it profiles e
 - stage compute per micro-batch: the median measured for c's micro-batch size b_c if c has run
   before, else the current plan's median scaled by b_c / b (compute is linear in the batch);
 - transfer per link: the moving average of the samples measured while running plans with b_c if
-  any, else the current plan's average scaled by b_c / b (bytes are linear in b; the paper notes
-  this is only approximate, which is why measured samples win as soon as they exist); links with no
-  sample at all use 0, i.e. no delay was observed;
+  those are fresh, else the freshest samples (those of the plan that ran last) scaled by b_c / b
+  (bytes are linear in b; the paper notes this is only approximate, which is why fresh measured
+  samples win); links with no sample at all use 0, i.e. no delay was observed. Samples of b_c are
+  *fresh* while their last observation is fewer than ``max_age`` observations older than the
+  freshest samples' (default 1: only the sizes of the interval that ran last); stale samples are
+  dropped when b_c runs again, so a window never mixes two stretches of the network. (Until
+  2026-11-25d a candidate kept the samples of whenever it last ran: under the preemption trace
+  (1.5 s of background flows every 3 s, ~3 steps; evaluations every 2 steps) U-Net's tuner, after
+  two k=8 steps inside a burst (1347, 1408 ms), switched back to 1F1B, whose estimate (1485 ms)
+  was its own step measured 4 steps earlier in a lull: a fresh plan in a burst against a stale
+  plan in a lull. Re-derived from the current samples, 1F1B pays the burst too. Each evaluation
+  logs ``rederived``: the candidates whose transfers were re-derived and how many observations
+  old their own samples were; a switch to such a candidate says so in its reason.)
 - pipeline length of c's action lists by event simulation (``simulator.pipeline.cost``);
 - plus the plan's *residual*: what its measured steps took beyond its simulated length (the
   runtime's per-action cost, host scheduling, anything the event simulation does not model). The
@@ -73,6 +83,10 @@ class TunerConfig:
     window: int = 16
     # Switch only when the best candidate is predicted this fraction faster than the current one.
     margin: float = 0.03
+    # A micro-batch size's own transfer samples are used while their last observation is fewer
+    # than this many observations older than the freshest samples'; older ones are stale (the
+    # network has moved on): re-derived from the freshest samples (module docstring).
+    max_age: int = 1
 
     def __post_init__(self) -> None:
         if self.interval < 1:
@@ -81,6 +95,8 @@ class TunerConfig:
             raise ValueError(f"TunerConfig.window: must be >= 1, got {self.window}")
         if not 0 <= self.margin < 1:
             raise ValueError(f"TunerConfig.margin: must be in [0, 1), got {self.margin}")
+        if self.max_age < 1:
+            raise ValueError(f"TunerConfig.max_age: must be >= 1, got {self.max_age}")
 
 
 @dataclass
@@ -96,6 +112,8 @@ class AutoTuner:
     _overhead_per_mb: float = 0.0  # the latest residual per micro-batch of the plan that ran (>= 0)
     _residuals: dict[int, list[float]] = field(default_factory=dict)  # by candidate: measured - model
     _measured: list[float] = field(default_factory=list)  # the latest interval's step times
+    _observations: int = 0  # observe() calls so far
+    _fed: dict[int, int] = field(default_factory=dict)  # by micro-batch size: observation of its last samples
 
     def __post_init__(self) -> None:
         if not self.candidates:
@@ -107,6 +125,11 @@ class AutoTuner:
         """Add what the current plan measured since the last observation (and its step times)."""
         plan = self.candidates[self.current]
         b = plan.micro_batch_size
+        self._observations += 1
+        if any(profile.transfers.values()):
+            if b in self._fed and self._observations - self._fed[b] > self.config.max_age:
+                self._windows.pop(b, None)  # stale samples: not averaged with the fresh ones
+            self._fed[b] = self._observations
         window = self._windows.setdefault(b, TransferWindow(self.config.window))
         profile.feed(window)
         if any(profile.fwd):
@@ -133,6 +156,23 @@ class AutoTuner:
             return None
         return length + self.residual(index)
 
+    def _freshest(self) -> int | None:
+        """The micro-batch size whose transfer samples are the most recent (ties: the current's)."""
+        if not self._fed:
+            return None
+        cur_b = self.candidates[self.current].micro_batch_size
+        return max(self._fed, key=lambda b: (self._fed[b], b == cur_b))
+
+    def stale_age(self, index: int) -> int | None:
+        """How many observations older than the freshest samples candidate ``index``'s own transfer
+        samples are, when that makes them stale (its transfers are then re-derived); else None."""
+        b = self.candidates[index].micro_batch_size
+        ref = self._freshest()
+        if ref is None or b not in self._fed:
+            return None
+        age = self._fed[ref] - self._fed[b]
+        return age if age >= self.config.max_age else None
+
     def _length(self, index: int) -> float | None:
         """The event-simulated step of candidate ``index`` from the profiles (no overhead term)."""
         cur_b = self.candidates[self.current].micro_batch_size
@@ -145,10 +185,11 @@ class AutoTuner:
             fwd, bwd = [t * b / cur_b for t in f0], [t * b / cur_b for t in b0]
         else:
             return None
+        ref = self._freshest()
+        base = self._windows.get(ref) if ref is not None else None
+        transfers = {k: v * b / ref for k, v in base.means().items()} if base and ref else {}
         own = self._windows.get(b)
-        base = self._windows.get(cur_b)
-        transfers = {k: v * b / cur_b for k, v in base.means().items()} if base else {}
-        if own:
+        if own and self.stale_age(index) is None:
             transfers.update(own.means())
         return pipeline_length(plan, fwd, bwd, transfers)
 
@@ -164,6 +205,9 @@ class AutoTuner:
             "measured_s": self._measured,
             "residual_s": {str(i): statistics.median(r) for i, r in self._residuals.items() if r},
         }
+        stale = {i: a for i in known if (a := self.stale_age(i)) is not None}
+        if stale:
+            entry["rederived"] = {str(i): a for i, a in stale.items()}
         if self.current not in known:
             entry["reason"] = "no profile of the current plan yet"
             self.log.append(entry)
@@ -178,6 +222,11 @@ class AutoTuner:
                 f"{known[best]:.4f} s < {cur:.4f} s of (k={p.group_size(p.replica_micro_batches(0))}, "
                 f"b={p.micro_batch_size}) by more than {self.config.margin:.0%}"
             )
+            if best in stale:
+                entry["reason"] += (
+                    f"; its transfers re-derived from the latest samples (b={self._freshest()}), its own "
+                    f"being {stale[best]} observations old"
+                )
             self.current = best
         else:
             entry["reason"] = "current plan within margin of the best"

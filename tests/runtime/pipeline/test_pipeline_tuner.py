@@ -148,3 +148,56 @@ def test_measured_excess_is_charged_per_micro_batch() -> None:
     # a faster-than-simulated step charges nothing
     t.observe(profile(transfer=0.0, fwd=4.0), step_seconds=[0.0])
     assert t.estimate(1) == pytest.approx(bare_1)
+
+
+def _burst_scenario(max_age: int) -> AutoTuner:
+    """1F1B b=2 measured in a lull, then k=4 b=1 in a burst: U-Net's 2026-11-25b
+    repeat 1, where 1F1B's estimate was its own step of 4 steps before (10x slower links here)."""
+    cands = [plan(1, 2), plan(4, 1)]
+    t = AutoTuner(cands, current=0, config=TunerConfig(margin=0.03, max_age=max_age))
+    lull = profile(transfer=0.4, fwd=2.0)  # at b = 2
+    l0 = pipeline_length(cands[0], [2.0] * 4, [4.0] * 4, {k: 0.4 for k in lull.transfers})
+    t.observe(lull, [l0 + 0.1])
+    assert t.decide(2) == 1  # grouping hides the transfers
+    burst = profile(transfer=2.0, fwd=1.0)  # at b = 1: 0.2 s in the lull, 10x in the burst
+    l1 = pipeline_length(cands[1], [1.0] * 4, [2.0] * 4, {k: 2.0 for k in burst.transfers})
+    t.observe(burst, [l1 + 0.2, l1 + 0.2])
+    return t
+
+
+def test_a_stale_candidate_pays_the_current_network_not_the_one_it_ran_on() -> None:
+    t = _burst_scenario(max_age=1)
+    # 1F1B's transfers re-derived from the burst samples (x2 for b = 2): it is slower there too
+    assert t.stale_age(0) == 1 and t.stale_age(1) is None
+    burst_at_b2 = pipeline_length(
+        t.candidates[0], [2.0] * 4, [4.0] * 4, {k: 4.0 for k in profile(0).transfers}
+    )
+    assert t.estimate(0) == pytest.approx(burst_at_b2 + 0.1)  # + its own residual
+    assert t.decide(4) == 1
+    entry = t.log[-1]
+    assert "switch_to" not in entry and entry["rederived"] == {"0": 1}
+
+
+def test_stale_estimates_switched_back_before_the_fix() -> None:
+    """With samples that never age (the behaviour until 2026-11-25d), the lull's 1F1B wins."""
+    t = _burst_scenario(max_age=100)
+    assert t.stale_age(0) is None
+    assert t.decide(4) == 0
+    assert "rederived" not in t.log[-1]
+
+
+def test_a_size_running_again_drops_its_stale_samples_and_says_why_it_switched() -> None:
+    t = _burst_scenario(max_age=1)
+    # the network recovers; suppose the tuner is sent back to 1F1B: its old lull samples are dropped
+    t.current = 0
+    fresh = profile(transfer=3.0, fwd=2.0)
+    t.observe(fresh, [10.0])
+    assert t._windows[2].means() == {k: pytest.approx(3.0) for k in fresh.transfers}
+    assert t.stale_age(1) == 1  # now k=4 b=1's samples are the stale ones
+    # a switch to a candidate whose transfers were re-derived names it in the reason
+    t2 = _burst_scenario(max_age=1)
+    t2.current = 0
+    t2.observe(profile(transfer=0.0, fwd=2.0), [100.0])  # 1F1B is now terrible
+    t2.decide(6)
+    e = t2.log[-1]
+    assert e["switch_to"] == 1 and "re-derived from the latest samples (b=2)" in e["reason"]
