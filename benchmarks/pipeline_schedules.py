@@ -50,6 +50,7 @@ from __future__ import annotations
 
 import argparse
 import itertools
+import json
 import math
 import random
 import statistics
@@ -263,6 +264,7 @@ def run_one(name: str, net: str, a: argparse.Namespace) -> None:
     switches: list[str] = []
     evaluations: list[str] = []
     failures: list[str] = []
+    dump: list[dict[str, Any]] = []  # --dump: every fixed phase's measured steps and event records
     t_start = time.monotonic()
     with Testbed(cl, scale=ex.link_scale) as tb:
         bg = Background(trace(), tb, time_scale=d) if net == "preempted" else None
@@ -279,7 +281,12 @@ def run_one(name: str, net: str, a: argparse.Namespace) -> None:
                         continue
                     times[i].extend(m.iteration_times)
                     overhead.append(m.environment["per_call_overhead_s"])
-                    prof = profile_records(phase_records(fixed.records, j, ex.warmup))
+                    recs = phase_records(fixed.records, j, ex.warmup)
+                    prof = profile_records(recs)
+                    if a.dump:
+                        dump.append({"repeat": rep, "plan": label(p), "index": i, "dilation": d,
+                                     "iteration_times": list(m.iteration_times),
+                                     "environment": m.environment, "records": recs})  # fmt: skip
                     window = prof.feed(TransferWindow(window=64))
                     transfers = {
                         **prior_transfers(model, cl, p),
@@ -401,6 +408,10 @@ def run_one(name: str, net: str, a: argparse.Namespace) -> None:
             sep, n_sep = pairwise(m_ok, vals, c_ok)
             cells.append(f"{src} {strict:.2f} of {n} pairs, {sep:.2f} of the {n_sep} separated")
         print(f"cost model pairwise ranking, {what}: " + "; ".join(cells))
+    if a.dump:
+        with open(a.dump, "w") as fh:
+            json.dump({"model": name, "network": net, "prior_s": dict(zip(map(label, runs), prior, strict=True)),
+                       "phases": dump}, fh)  # fmt: skip
     print(f"every plan run within its memory limit (search.pipeline.plan_memory_reasons): yes, largest "
           f"{max(max(v.memory.total / v.capacity for v in plan_memory(p, mem)) for p in runs):.1%}")  # fmt: skip
 
@@ -419,6 +430,9 @@ def main() -> None:
         "--adaptive-steps", type=int, default=0, help="adaptive steady steps per repeat (0: iterations + 1)"
     )
     ap.add_argument("--activation-factor", type=float, default=16.0, help="stored activations / layer output")
+    ap.add_argument(
+        "--dump", default="", help="write every fixed phase's steps and event records to this JSON file"
+    )
     a = ap.parse_args()
     for name in ["gpt", "unet"] if a.model == "both" else [a.model]:
         for net in ["steady", "preempted"] if a.network == "both" else [a.network]:
