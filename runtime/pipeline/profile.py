@@ -24,13 +24,19 @@ preemption at D = 8, load ~13, profiled 2053 ms by the gap rule, 862 ms by the w
 
 Compute samples are the F / B event durations per stage (the paper profiles them once; devices are
 not preempted). Samples feed a ``simulator.pipeline.cost.TransferWindow`` (moving average).
+
+Host samples (2026-11-25d): the runtime's own time between two compute actions of a stage that is
+neither compute nor the wait for an input: dispatching the next action, posting receives and
+sends, the Python of torch's schedule loop, the process's own descheduling on a crowded host.
+Per stage, the median over compute actions (the first of each step has no predecessor and is not
+sampled); the event simulation adds it before each compute (``simulate(host=...)``).
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from statistics import median
 from typing import Any
 
@@ -44,6 +50,7 @@ class Profile:
     transfers: dict[tuple[int, int], list[float]]
     fwd: list[float]
     bwd: list[float]
+    host: list[float] = field(default_factory=list)  # per stage; empty: not measured
 
     def feed(self, window: TransferWindow) -> TransferWindow:
         for link, samples in self.transfers.items():
@@ -66,9 +73,11 @@ def profile_records(records: Mapping[int, Mapping[str, Any]], min_wait_s: float 
     transfers: dict[tuple[int, int], list[float]] = defaultdict(list)
     fwd: dict[int, list[float]] = defaultdict(list)
     bwd: dict[int, list[float]] = defaultdict(list)
+    host: dict[int, list[float]] = defaultdict(list)
     for (d, s), rec in sorted(by_pos.items()):
         seen: dict[tuple[str, int], int] = defaultdict(int)
         prev_end = None
+        compute_end = None  # the end of the stage's previous compute in this step
         wait: tuple[float, float] | None = None  # the runtime's wait for the next compute's input
         link_free: dict[str, float] = {}  # per direction: when the previous message had arrived (estimate)
         for kind, mb, t0, t1 in rec["events"]:
@@ -77,6 +86,10 @@ def profile_records(records: Mapping[int, Mapping[str, Any]], min_wait_s: float 
                 continue
             if kind in ("F", "B"):
                 (fwd if kind == "F" else bwd)[s].append(t1 - t0)
+                if compute_end is not None:
+                    waited_s = wait[1] - wait[0] if wait is not None else 0.0
+                    host[s].append(max(0.0, t0 - compute_end - waited_s))
+                compute_end = t1
                 nth = seen[(kind, mb)]
                 seen[(kind, mb)] += 1
                 src = s - 1 if kind == "F" else s + 1
@@ -98,10 +111,13 @@ def profile_records(records: Mapping[int, Mapping[str, Any]], min_wait_s: float 
                         link_free[kind] = arrived if waited else min(posted, arrived)
             wait = None
             prev_end = None if kind == "REDUCE" else t1
+            if kind == "REDUCE":
+                compute_end = None
     return Profile(
         dict(transfers),
         [median(fwd[s]) if fwd[s] else 0.0 for s in range(P)],
         [median(bwd[s]) if bwd[s] else 0.0 for s in range(P)],
+        [median(host[s]) if host[s] else 0.0 for s in range(P)],
     )
 
 

@@ -118,10 +118,12 @@ def pipeline_length(
     transfers: Mapping[tuple[int, int], float],
     dp_sync: Sequence[float] | None = None,
     replica: int = 0,
+    host: Sequence[float] | None = None,
 ) -> float:
-    """Predicted seconds of one step of ``plan``'s pipeline replica ``replica``."""
+    """Predicted seconds of one step of ``plan``'s pipeline replica ``replica`` (``host``: the
+    runtime's per-action host seconds per stage, ``simulator.pipeline.events.simulate``)."""
     n = plan.replica_micro_batches(replica)
-    timeline = simulate(kfkb(len(plan.stages), n, plan.group_size(n)), fwd, bwd, transfers)
+    timeline = simulate(kfkb(len(plan.stages), n, plan.group_size(n)), fwd, bwd, transfers, host=host)
     sync = dp_sync or [0.0] * len(plan.stages)
     return max(end + s for end, s in zip(timeline.stage_end, sync, strict=True))
 

@@ -18,7 +18,13 @@ transfer completed); a schedule free of deadlock under it is free of deadlock un
 Pipeline length (Ada-Grouper §4.3) = the latest stage end. With all durations 0 the simulation
 still checks that every stage finishes (``Deadlock`` otherwise) and that sends and receives pair.
 
-Shapes: ``fwd``, ``bwd``: [P] seconds per micro-batch; ``transfer``: {(r, r±1): seconds per message}.
+``host`` (optional, [P] seconds): the runtime's own work on the stage's process before each compute
+action (dispatching the action, posting its receives and sends: host time that is neither compute
+nor waiting, ``runtime.pipeline.profile.Profile.host``); it overlaps a wait for the input, so a
+compute starts at max(stage free + host, input arrived). Without it the runtime costs nothing.
+
+Shapes: ``fwd``, ``bwd``, ``host``: [P] seconds per micro-batch; ``transfer``: {(r, r±1): seconds per
+message}.
 """
 
 from __future__ import annotations
@@ -66,6 +72,7 @@ def simulate(
     *,
     rendezvous: bool = True,
     blocking_sends: bool = False,
+    host: Sequence[float] | None = None,
 ) -> Timeline:
     """Run ``schedule`` with the given durations (default 0); raise Deadlock or PairingError."""
     P = schedule.num_stages
@@ -74,6 +81,9 @@ def simulate(
     if len(fwd) != P or len(bwd) != P:
         raise ValueError(f"fwd and bwd need {P} stage times, got {len(fwd)} and {len(bwd)}")
     transfer = transfer or {}
+    host = list(host) if host is not None else [0.0] * P
+    if len(host) != P:
+        raise ValueError(f"host needs {P} stage times, got {len(host)}")
     links: dict[tuple[int, int], _Link] = {}
     recv_slot: dict[tuple[int, Op, int], tuple[tuple[int, int], int]] = {}
     send_slot: dict[tuple[int, Op, int], tuple[tuple[int, int], int]] = {}
@@ -148,12 +158,12 @@ def simulate(
             if a.op is Op.B and r < P - 1
             else None
         )
-        ready = t
+        ready = t + host[r]
         if needs is not None:
             got = arrival(*needs)
             if got is None:
                 return False
-            ready = max(t, got)
+            ready = max(ready, got)
         end = ready + (fwd[r] if a.op is Op.F else bwd[r])
         spans[r].append((a, ready, end))
         clock[r] = end

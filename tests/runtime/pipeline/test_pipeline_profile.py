@@ -92,3 +92,27 @@ def test_the_runtime_wait_decides_what_is_a_transfer_sample() -> None:
         r: {**v, "events": [e for e in v["events"] if not e[0].startswith("WAIT")]} for r, v in recs.items()
     }
     assert len(profile_records(old).transfers[(0, 1)]) == 2
+
+
+def test_host_time_is_the_gap_between_computes_less_the_input_wait() -> None:
+    # stage 1: F0 (first of the step: no sample); posts, then a 0.5 s wait for F1's input within a
+    # 0.7 s gap -> 0.2 s of host time; B1 right after F1 plus 0.1 s of posting -> 0.1; after REDUCE a
+    # new step: its first F is not sampled
+    s1 = [
+        ["F", 0, 0.0, 1.0],
+        ["SEND_F", 0, 1.0, 1.0],
+        ["RECV_F", 1, 1.1, 1.1],
+        ["WAIT_F", 1, 1.15, 1.65],
+        ["F", 1, 1.7, 2.7],
+        ["RECV_B", 1, 2.75, 2.75],
+        ["WAIT_B", 1, 2.8, 2.8],
+        ["B", 1, 2.8, 3.8],
+        ["REDUCE", -1, 3.8, 3.9],
+        ["F", 2, 5.0, 6.0],
+    ]
+    recs = {
+        0: {"replica": 0, "stage": 0, "events": [["F", 0, 0.0, 1.0]], "steps": [[0, 0.0, 1.0]]},
+        1: {"replica": 0, "stage": 1, "events": s1, "steps": [[0, 0.0, 6.0]]},
+    }
+    prof = profile_records(recs)
+    assert prof.host == pytest.approx([0.0, 0.15])  # median of 0.2 and 0.1; stage 0: no sample

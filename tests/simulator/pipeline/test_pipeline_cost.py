@@ -151,3 +151,14 @@ def test_cut_bytes_counts_the_skip_tensors_that_cross_the_cut() -> None:
         update={"layers": tuple(la.model_copy(update={"inputs": ()}) for la in unet.layers)}
     )
     assert [cut_bytes(chain, c) for c in (1, 2, 3, 4)] == [100.0, 10.0, 1.0, 20.0]
+
+
+def test_host_time_runs_before_each_compute_and_hides_in_a_wait() -> None:
+    # as above without transfers, stage 0 spends 0.25 s of runtime before each compute: its F's run
+    # 0.25-1.25, 1.5-2.5, 2.75-3.75, 4-5; stage 1 (no host time) F's 1.25-2.25 .. 5-6, B's 6..14;
+    # stage 0's B0 waits for its gradient until 8 (the host time hides in the wait): 8-10, then
+    # 10.25-12.25, 12.5-14.5, 14.75-16.75
+    assert pipeline_length(plan("gpipe"), [1, 1], [2, 2], {}, host=[0.25, 0.0]) == pytest.approx(16.75)
+    assert pipeline_length(plan("gpipe"), [1, 1], [2, 2], {}, host=[0.0, 0.0]) == pytest.approx(15.0)
+    with pytest.raises(ValueError, match="host"):
+        pipeline_length(plan("gpipe"), [1, 1], [2, 2], {}, host=[0.1])
