@@ -16,7 +16,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from search.heterogeneous.provisioning import Provisioning, provision
+from search.heterogeneous.provisioning import Provisioning, provision, provision_many
 from simulator.analytical.heterogeneous import HeterogeneousCostModel, StageProfile
 from simulator.spec import ResourcePlan
 from simulator.spec.resources import stage_bounds
@@ -79,6 +79,15 @@ class Objective:
     def money(self, assignment: Sequence[int]) -> float:
         """Money of the schedule; inf when no provisioning meets the limit."""
         return self(assignment).money
+
+    def money_many(self, assignments: Sequence[Assignment]) -> list[float]:
+        """``money`` of every assignment; the ones not memoised yet are provisioned in one batch
+        (``provision_many``: the same numbers as one at a time)."""
+        new = list(dict.fromkeys(a for a in assignments if a not in self.memo))
+        if new:
+            for a, got in zip(new, provision_many(self.cm, [self.stages(a) for a in new]), strict=True):
+                self.memo[a] = got
+        return [self.memo[a].money for a in assignments]
 
     def types_of(self, kind: str) -> list[int]:
         """Indices of the resource types of ``kind`` ('cpu' or 'gpu')."""

@@ -41,6 +41,8 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import numpy as np
+
 from simulator.analytical.heterogeneous import HeterogeneousCostModel, StageProfile
 
 EPS = 1e-9  # relative step past a realised throughput (θ must strictly increase)
@@ -211,3 +213,122 @@ def _infeasible(cm: HeterogeneousCostModel, i: int, s: StageProfile, theta: floa
         best = max(s.throughput(1e12), 0.0)
         why = f"no number of units reaches {theta:g} samples/s (its serial part caps it at {best:.4g})"
     return Provisioning((), 0.0, math.inf, f"stage {i} ({_describe(cm, s)}): {why}", i)
+
+
+def provision_many(
+    cm: HeterogeneousCostModel, schedules: Sequence[Sequence[StageProfile]]
+) -> list[Provisioning]:
+    """``provision`` of many schedules at once, the same numbers to the last bit.
+
+    The level search of ``provision`` runs in lock step for all schedules, one numpy pass per
+    level over an array (schedule, stage) padded with empty stages; every value is computed with
+    the same operations in the same order as the scalar code (sums left to right over the stages),
+    so units, money and throughput are identical. A schedule that turns out infeasible is handed
+    to ``provision`` for its reason (it stops at its first level, so this is cheap).
+    """
+    n = len(schedules)
+    if n == 0:
+        return []
+    lengths = np.array([len(s) for s in schedules])
+    width = int(lengths.max())
+    shape = (n, width)
+    b_o = float(cm.workload.b_o)
+    if any(s.b_o != cm.workload.b_o for stages in schedules for s in stages):
+        raise ValueError(f"schedules: a stage's b_o differs from the workload's {b_o:g}")
+    flat = np.array(
+        [
+            (s.oct, s.alpha, s.odt, s.beta, s.min_units, s.fits, s.rtype)
+            for stages in schedules
+            for s in stages
+        ],
+        dtype=float,
+    ).reshape(-1, 7)
+    valid = np.arange(width)[None, :] < lengths[:, None]  # row-major order: the stages' order above
+    cols = [np.zeros(shape) for _ in range(4)] + [np.ones(shape), np.ones(shape), np.zeros(shape)]
+    for c, col in enumerate(cols):
+        col[valid] = flat[:, c]
+    oct_, alpha, odt, beta, min_units = cols[:5]
+    fits = cols[5] > 0
+    rtype = cols[6].astype(np.int64)
+    price = cm.price_per_s[rtype] * valid  # 0 for padding
+    counts = cm.count
+    onehot = (rtype[:, :, None] == np.arange(len(counts))[None, None, :]) & valid[:, :, None]
+    samples = cm.workload.samples
+    theta = np.full(n, float(cm.workload.throughput_limit))
+    best_ratio = np.full(n, np.inf)
+    best_units = np.zeros(shape)
+    best_thr = np.zeros(n)
+    has_best = np.zeros(n, dtype=bool)
+    infeasible = np.zeros(n, dtype=bool)
+    active = np.arange(n)
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        while active.size:
+            th = theta[active]
+            o, a, d, b = oct_[active], alpha[active], odt[active], beta[active]
+            ok, pa = valid[active], price[active]
+            real = np.maximum(_bound_many(o, a, th[:, None], b_o), _bound_many(d, b, th[:, None], b_o))
+            real[~ok] = 0.0
+            reach = (np.isfinite(real) & fits[active]) | ~ok
+            k = np.maximum(
+                np.maximum(min_units[active], 1.0), np.ceil(np.where(reach, real, 0.0) * (1 - 1e-12))
+            )
+            k[~ok] = 1.0
+            thr_k = _throughput_many(o, a, d, b, k, b_o)
+            pending = reach & ok & ~(thr_k >= th[:, None])
+            for _ in range(7):  # units_needed's last-bit agreement with Formula 5: up to 8 tries
+                if not pending.any():
+                    break
+                k = np.where(pending, k + 1, k)
+                thr_k = _throughput_many(o, a, d, b, k, b_o)
+                pending &= ~(thr_k >= th[:, None])
+            reached = (reach & ~pending).all(axis=1)
+            used = (np.where(ok, k, 0.0)[:, :, None] * onehot[active]).sum(axis=1)  # small integers: exact
+            over = (used > counts[None, :]).any(axis=1)
+            stop = ~reached | over
+            # a stop without a best schedule is infeasible (its reason comes from provision)
+            infeasible[active[stop & ~has_best[active]]] = True
+            # sums left to right, as Python's sum (accumulate is sequential; padding adds 0.0)
+            cost = np.cumsum(pa * k, axis=1)[:, -1]
+            lower = np.cumsum(pa * real, axis=1)[:, -1] / th
+            realised = np.where(ok, thr_k, np.inf).min(axis=1)
+            ratio = cost / realised
+            go = ~stop
+            idx = active[go]
+            ratio, realised, cost, lower, k = ratio[go], realised[go], cost[go], lower[go], k[go]
+            better = ~has_best[idx] | (ratio < best_ratio[idx] * (1 - 1e-12))
+            upd = idx[better]
+            best_ratio[upd] = ratio[better]
+            best_units[upd] = k[better]
+            best_thr[upd] = realised[better]
+            has_best[upd] = True
+            more = ~((lower >= best_ratio[idx]) | np.isinf(realised))
+            active = idx[more]
+            theta[active] = np.maximum(cost[more] / best_ratio[active], realised[more]) * (1 + EPS)
+    out: list[Provisioning] = []
+    for i, stages in enumerate(schedules):
+        if infeasible[i]:
+            out.append(provision(cm, stages))
+        else:
+            units = tuple(int(u) for u in best_units[i, : len(stages)])
+            out.append(Provisioning(units, float(best_thr[i]), float(best_ratio[i]) * samples))
+    return out
+
+
+def _bound_many(work: np.ndarray, frac: np.ndarray, theta: np.ndarray, b_o: float) -> np.ndarray:
+    """``_bound`` elementwise."""
+    budget = b_o / theta
+    serial = (1 - frac) * work
+    trivial = (work <= 0) | (frac <= 0)
+    denom = budget - serial
+    general = np.where(denom > 0, frac * work / denom, np.inf)
+    return np.where(trivial, np.where(serial <= budget, 0.0, np.inf), general)
+
+
+def _throughput_many(
+    oct_: np.ndarray, alpha: np.ndarray, odt: np.ndarray, beta: np.ndarray, k: np.ndarray, b_o: float
+) -> np.ndarray:
+    """``StageProfile.throughput`` elementwise."""
+    ct = oct_ / b_o * (1 - alpha + alpha / k)
+    dt = odt / b_o * (1 - beta + beta / k)
+    t = np.maximum(ct, dt)
+    return np.where(t <= 0, np.inf, 1.0 / t)

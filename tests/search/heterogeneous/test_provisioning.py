@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import itertools
 import math
+import random
 
 import pytest
 
+from search.heterogeneous.base import Objective
 from search.heterogeneous.provisioning import (
     balanced_units,
     max_throughput,
     provision,
+    provision_many,
     real_units,
     units_needed,
 )
@@ -87,3 +90,21 @@ def test_an_unreachable_limit_names_the_stage() -> None:
     got = provision(cm, cm.stages((0, 1, 1, 1, 1)))
     assert not got.feasible and got.stage is not None
     assert got.reason.startswith(f"stage {got.stage} (layers ")
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_provision_many_gives_provisions_numbers_to_the_last_bit(seed: int) -> None:
+    """The batched level search: the same units, throughput, money and reasons as one at a time,
+    on schedules of 1-8 stages, feasible or not (the padding of short schedules must not leak)."""
+    rng = random.Random(seed)
+    for limit_scale in (0.3, 1.0, 3.0):
+        cm = random_problem(seed, layers=8, gpu_types=3, limit_scale=limit_scale)
+        schedules = [tuple(rng.randrange(cm.num_types) for _ in range(cm.num_layers)) for _ in range(60)]
+        schedules += [(0,) * cm.num_layers, tuple(i % cm.num_types for i in range(cm.num_layers))]
+        stages = [cm.stages(a) for a in schedules]
+        one = [provision(cm, s) for s in stages]
+        assert provision_many(cm, stages) == one
+        assert sum(p.feasible for p in one) > 0 or limit_scale > 1
+        objective = Objective(cm)
+        assert objective.money_many(schedules) == [p.money for p in one]
+        assert objective.evaluations == len(set(schedules))
