@@ -46,8 +46,8 @@ proven optimal (``exact=True``); the only exception is the iteration cap (10^5 l
 reached in the benchmarks), after which the result says ``exact=False`` with a note.
 
 Shapes:
-    segment arrays (L+1, L+1, T, T+1, T+1) laid out as (first, type, end, next type, previous
-    type); DP table (L+1, T+1, T+1) = (layer, type, previous type)
+    segment arrays (L+1, L+1, T, T+1, T+1) packed as (span (first, end > first), type, next type,
+    previous type); DP table (L+1, T+1, T+1) = (layer, type, previous type)
 """
 
 from __future__ import annotations
@@ -77,8 +77,8 @@ class ExactScheduler(Scheduler):
         seg = _Prepared(cm.segment_arrays())
         n, nt = cm.num_layers, cm.num_types
         counts = cm.count
-        price = cm.price_per_s[None, :, None, None, None]
-        count = counts[None, :, None, None, None]
+        price = cm.price_per_s[None, :, None, None]
+        count = counts[None, :, None, None]
         theta = cm.workload.throughput_limit
         best_ratio = math.inf
         best: Assignment | None = None
@@ -93,7 +93,7 @@ class ExactScheduler(Scheduler):
             rates[0][k > count] = np.inf
             np.multiply(price, real, out=rates[1])
             rate = rates[0]
-            value, h, plan, lower = _relaxed(rates, k, n, nt)
+            value, h, plan, lower = _relaxed(rates, k, seg.offs, n, nt)
             if plan is None or lower / theta >= best_ratio:
                 # no schedule reaches θ, nor any higher θ (units only grow); or none can beat r*
                 proven = True
@@ -104,7 +104,7 @@ class ExactScheduler(Scheduler):
                     theta = value / best_ratio * (1 + EPS)
                     continue
                 searches += 1
-                value, plan, nodes = _constrained(rate, k, h, counts, best_ratio * theta)
+                value, plan, nodes = _constrained(rate, k, h, seg.offs, counts, best_ratio * theta)
                 expanded += nodes
                 if plan is None:
                     if math.isinf(value):  # no schedule reaches θ within the counts
@@ -147,25 +147,35 @@ def _over(plan: Plan, counts: np.ndarray) -> bool:
 
 
 class _Prepared:
-    """The segment arrays laid out as (first layer, type, end layer, next type, previous type), with Amdahl's parts.
+    """The segment arrays packed as (stage span, type, next type, previous type), with Amdahl's parts.
 
+    A span is a pair (first layer j, end layer e > j); the spans are ordered by j, then e, so the
+    spans starting at j are the contiguous block ``offs[j] : offs[j] + L - j`` (the (L+1)^2 grid
+    of the segment arrays would compute the e <= j half for nothing at every level).
     Computation (OCT, α), the memory floor and the fit do not depend on the neighbours' types:
     they are kept with size-1 next / previous axes and broadcast, which halves the work per level.
     """
 
     def __init__(self, seg: SegmentArrays) -> None:
-        order = (0, 2, 1, 3, 4)
         self.b_o = seg.b_o
+        n = seg.odt.shape[0] - 1
+        first, end = np.triu_indices(n + 1, k=1)  # row-major: by first layer, then end layer
+        self.offs = np.concatenate([[0], np.cumsum(np.arange(n, 0, -1))]).astype(np.int64)
 
         def lay(a: np.ndarray, full: bool) -> np.ndarray:
-            a = a.transpose(order)
+            a = a[first, end]  # (spans, T, T+1, T+1)
             return np.ascontiguousarray(a if full else a[..., :1, :1])
 
         self.par = [lay(seg.alpha * seg.oct, False), lay(seg.beta * seg.odt, True)]
         self.ser = [lay((1 - seg.alpha) * seg.oct, False), lay((1 - seg.beta) * seg.odt, True)]
+        # A next stage of the same type would not be maximal: an infinite serial part makes such a
+        # stage unreachable at every θ (its units and both rates inf), once here instead of per layer
+        # of every DP pass.
+        nt = self.ser[1].shape[1]
+        for t in range(nt):
+            self.ser[1][:, t, t, :] = np.inf
         self.fits = lay(seg.fits, False)
         self.min_units = lay(seg.min_units, False).astype(float)
-        self.shape = seg.odt.transpose(order).shape
 
     def real_units(self, theta: float) -> np.ndarray:
         """Formula 14 (corrected), real-valued, for every stage at once; inf where unreachable."""
@@ -180,82 +190,92 @@ class _Prepared:
 
     def units(self, real: np.ndarray, theta: float) -> np.ndarray:
         """Least integer units per stage for θ (with the memory floor); inf where unreachable."""
-        finite = np.isfinite(real)
-        k = np.maximum(np.ceil(np.where(finite, real, 0) * (1 - 1e-12)), self.min_units)
-        # Agree with Formula 5 in the last bit: only a k within rounding of the real root can fall
-        # short of θ (the throughput grows with k), so only those are checked, one more unit each.
-        near = np.nonzero(finite & (k <= real * (1 + 1e-9)))
+        with np.errstate(invalid="ignore"):
+            k = np.maximum(np.ceil(real * (1 - 1e-12)), self.min_units)  # inf where real is inf
+            # Agree with Formula 5 in the last bit: only a k within rounding of the real root can
+            # fall short of θ (the throughput grows with k), so only those are checked, one more
+            # unit each; one still short is unreachable.
+            near = np.nonzero((k <= real * (1 + 1e-9)) & (real < np.inf))
         if near[0].size:
             kn = k[near]
             short = self._thr(kn, near) < theta
             if short.any():
                 kn = np.where(short, kn + 1, kn)
+                kn[self._thr(kn, near) < theta] = np.inf
                 k[near] = kn
-                finite[near] &= self._thr(kn, near) >= theta
-        return np.where(finite, k, np.inf)
+        return k
 
     def _thr(self, k: np.ndarray, at: tuple[np.ndarray, ...]) -> np.ndarray:
         """Formula 5 for the stages at the indices ``at`` with units ``k`` (one per index)."""
         zero = np.zeros_like(at[0])
-        c = (at[0], at[1], at[2], zero, zero)  # computation: the size-1 neighbour axes
+        c = (at[0], at[1], zero, zero)  # computation: the size-1 neighbour axes
         with np.errstate(divide="ignore", invalid="ignore"):
             t = np.maximum(self.ser[0][c] + self.par[0][c] / k, self.ser[1][at] + self.par[1][at] / k)
             t = t / self.b_o
             return np.where(t > 0, 1.0 / t, np.inf)
 
+    def span(self, first: int, end: int) -> int:
+        return int(self.offs[first]) + end - first - 1
+
     def throughput(self, stage: Stage, k: int) -> float:
         a, b, t, u, p = stage
-        c, s = (a, t, b, 0, 0), (a, t, b, u, p)
+        i = self.span(a, b)
+        c, s = (i, t, 0, 0), (i, t, u, p)
         m = max(self.ser[0][c] + self.par[0][c] / k, self.ser[1][s] + self.par[1][s] / k) / self.b_o
         return math.inf if m <= 0 else 1.0 / float(m)
 
 
-def _suffix(rates: np.ndarray, n: int, nt: int) -> tuple[np.ndarray, np.ndarray]:
-    """The plain DP (each stage only obeys k_i <= N_t) for S rate arrays at once: suffix values and choices.
+def _suffix(rates: np.ndarray, offs: np.ndarray, n: int, nt: int) -> np.ndarray:
+    """The plain DP (each stage only obeys k_i <= N_t) for S rate arrays at once: suffix values.
 
-    ``rates`` has shape (S, L+1, T, L+1, T+1, T+1) = (array, first layer, type, end layer, next
-    type, previous type; T = none); stages are maximal (the next type differs). Returns f (S,
-    L+1, T+1, T+1): f[s, e, u, p] = least rate to cover layers e..n-1 with a stage of type u
-    starting at e after a stage of type p (p = T: none; u = T: done, only at e = L), and the
-    argmin choices of the first array (L+1, T, T+1). One pass serves several arrays because the
-    per-layer numpy calls, not the arithmetic, set the time at these sizes.
+    ``rates`` has shape (S, spans, T, T+1, T+1) = (array, span (j, e) as ``_Prepared`` packs it,
+    type, next type, previous type; T = none); stages are maximal (the next type differs; ``_Prepared`` gives
+    the others infinite rates). Returns f (S, L+1, T+1, T+1): f[s, e, u, p] = least rate to cover
+    layers e..n-1 with a stage of type u starting at e after a stage of type p (p = T: none; u = T:
+    done, only at e = L). One pass serves several arrays because the per-layer numpy calls, not
+    the arithmetic, set the time at these sizes; the choices are recovered along the one plan
+    wanted (``_walk``) instead of being stored at every layer.
     """
     ns = rates.shape[0]
     f = np.full((ns, n + 1, nt + 1, nt + 1), np.inf)
     f[:, n, nt, :] = 0.0
-    choice = np.zeros((n + 1, nt, nt + 1), dtype=np.int64)
-    # A next stage of the same type would not be maximal: its rate is made infinite.
-    same = np.where(np.eye(nt, nt + 1, dtype=bool), np.inf, 0.0)[:, None, :, None]  # (T, 1, T+1, 1)
     for j in range(n - 1, -1, -1):
         # after[s, t, e, u] = f[s, e, u, t]: the rest, given that this stage (type t) precedes it.
         after = f[:, j + 1 :, :, :nt].transpose(0, 3, 1, 2)[..., None]  # (S, T, E, T+1, 1)
-        total = rates[:, j, :, j + 1 :, :, :] + after + same  # (S, T, E, T+1, P=T+1)
-        flat = total.reshape(ns, nt, -1, nt + 1)
-        f[:, j, :nt, :] = flat.min(axis=2)
-        choice[j] = flat[0].argmin(axis=1)  # (T, P)
-    return f, choice
+        span = rates[:, offs[j] : offs[j] + n - j].transpose(0, 2, 1, 3, 4)  # (S, T, E, T+1, P=T+1)
+        total = span + after
+        f[:, j, :nt, :] = total.reshape(ns, nt, -1, nt + 1).min(axis=2)
+    return f
+
+
+def _walk(rate: np.ndarray, f: np.ndarray, offs: np.ndarray, start: int, n: int, nt: int) -> list[Stage]:
+    """The stages of the plain DP's plan from layer 0 with a first stage of type ``start``: at each
+    stage, the argmin of the same sums ``_suffix`` minimised (same operands, same order: the same
+    choice, first on ties)."""
+    stages: list[Stage] = []
+    j, t, p = 0, start, nt
+    while j < n:
+        total = rate[offs[j] : offs[j] + n - j, t, :, p] + f[j + 1 :, :, t]  # (E, T+1)
+        c = int(total.argmin())
+        e, u = j + 1 + c // (nt + 1), c % (nt + 1)
+        stages.append((j, e, t, u, p))
+        j, t, p = e, u, t
+    return stages
 
 
 def _relaxed(
-    rates: np.ndarray, units: np.ndarray, n: int, nt: int
+    rates: np.ndarray, units: np.ndarray, offs: np.ndarray, n: int, nt: int
 ) -> tuple[float, np.ndarray, Plan | None, float]:
     """The plain DP on ``rates[0]`` (value, suffix table, plan; None: no schedule reaches θ) and
     the least total of ``rates[1]`` (the real-valued lower bound's rate)."""
-    f, choice = _suffix(rates, n, nt)
+    f = _suffix(rates, offs, n, nt)
     lower = float(np.min(f[1, 0, :nt, nt]))
     start = int(np.argmin(f[0, 0, :nt, nt]))
     value = float(f[0, 0, start, nt])
     if not math.isfinite(value):
         return value, f[0], None, lower
-    stages: list[Stage] = []
-    ks: list[int] = []
-    j, t, p = 0, start, nt
-    while j < n:
-        c = int(choice[j, t, p])
-        e, u = j + 1 + c // (nt + 1), c % (nt + 1)
-        stages.append((j, e, t, u, p))
-        ks.append(int(units[j, t, e, u, p]))
-        j, t, p = e, u, t
+    stages = _walk(rates[0], f[0], offs, start, n, nt)
+    ks = [int(units[offs[a] + e - a - 1, t, u, p]) for (a, e, t, u, p) in stages]
     return value, f[0], (stages, ks), lower
 
 
@@ -263,6 +283,7 @@ def _constrained(
     rate: np.ndarray,
     units: np.ndarray,
     h: np.ndarray,
+    offs: np.ndarray,
     counts: np.ndarray,
     bound: float,
 ) -> tuple[float, Plan | None, int]:
@@ -312,8 +333,9 @@ def _constrained(
         closed.add(state)
         expanded += 1
         # children: this stage ends at e (> j) and the next has type u
-        k = units[j, t, j + 1 :, :, p]  # (E, T+1)
-        child_g = g + rate[j, t, j + 1 :, :, p]
+        block = slice(offs[j], offs[j] + n - j)  # the spans (j, e) for e = j+1..n
+        k = units[block, t, :, p]  # (E, T+1)
+        child_g = g + rate[block, t, :, p]
         child_key = child_g + h[j + 1 :, :, t]
         fits = k <= cap[t] - used[t]
         fits[:, t] = False  # the next stage of the same type would not be maximal

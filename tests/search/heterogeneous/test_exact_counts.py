@@ -111,11 +111,15 @@ def test_astar_returns_a_lower_bound_not_infeasible_when_the_bound_prunes_every_
     rate[1, b, 2, a, a] = 10.0  # B on layer 1, between two A stages
     rate[2, a, 3, none, b] = 1.0  # A on layer 2 after B
     rate[1, b, 3, none, a] = 20.0  # B on layers 1-2 after A
+    # packed as the solver lays it out: (span (first, end > first), type, next type, previous type)
+    first, end = np.triu_indices(n + 1, k=1)
+    rate = rate.transpose(0, 2, 1, 3, 4)[first, end]
+    offs = np.array([0, 3, 5, 6])  # the spans starting at layer j: offs[j] .. offs[j] + n - j
     units = np.where(np.isfinite(rate), 1.0, np.inf)
     counts = np.array([1, 5])
-    h = exact_module._suffix(rate[None], n, nt)[0][0]
+    h = exact_module._suffix(rate[None], offs, n, nt)[0]
     assert h[0, a, none] == 12.0  # the plain DP ignores the sum over A's two stages
-    value, plan, _ = exact_module._constrained(rate, units, h, counts, 15.0)
+    value, plan, _ = exact_module._constrained(rate, units, h, offs, counts, 15.0)
     assert plan is None and value == 21.0
-    value, plan, _ = exact_module._constrained(rate, units, h, counts, np.inf)
+    value, plan, _ = exact_module._constrained(rate, units, h, offs, counts, np.inf)
     assert value == 21.0 and plan == ([(0, 1, a, b, none), (1, 3, b, none, a)], [1, 1])
