@@ -4,6 +4,11 @@ File name: ``{model}__{device}__{dtype}__b{batch}.json`` (characters outside [A-
 become '_'); the content is a ``Profile`` (format in datasets/README.md, "Profiles"). The folder
 is $STRATEGIST_PROFILES if set, else ``datasets/profiles``. A bad file is an error naming the file
 and the line, never skipped silently.
+
+``model_profiles`` / ``store_cost_params`` are the one lookup of a model's stored profiles: what a
+replay computes with when it is given none (``runtime.executor.ExecutorSession``,
+``runtime.pipeline.PipelineConfig.cost_params``) and what a search ranking plans for that replay
+predicts with (``service.plans.pipeline``), so the two agree on compute by construction (issue 15).
 """
 
 from __future__ import annotations
@@ -12,6 +17,7 @@ import os
 import re
 from pathlib import Path
 
+from simulator.analytical.params import CostParams
 from simulator.spec import dump_json
 from simulator.spec.profile import Profile, load_profile
 from simulator.zoo import datasets_dir
@@ -52,3 +58,19 @@ class ProfileStore:
     def get(self, model: str, device: str, dtype: str, batch: int) -> Profile | None:
         key = (model, device, dtype, batch)
         return next((p for p in self.load_all() if p.key == key), None)
+
+
+def model_profiles(model: str, folder: Path | None = None) -> tuple[Profile, ...]:
+    """Every stored profile of ``model`` (any device, dtype, batch), in ``load_all``'s order."""
+    return tuple(p for p in ProfileStore(folder).load_all() if p.model == model)
+
+
+def store_cost_params(
+    model: str, efficiency: float = 1.0, profiles: tuple[Profile, ...] | None = None
+) -> CostParams:
+    """The replay's CostParams for ``model``: ``CostParams(efficiency=efficiency)`` with
+    ``profiles`` (None: ``model_profiles(model)``, the store's); op efficiencies and per-type
+    corrections are CostParams' defaults, as in ``runtime.executor.worker.layer_seconds``."""
+    if profiles is None:
+        profiles = model_profiles(model)
+    return CostParams(efficiency=efficiency).with_profiles(profiles)

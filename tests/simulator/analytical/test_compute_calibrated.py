@@ -7,7 +7,16 @@ import pytest
 from simulator.analytical import CostParams
 from simulator.analytical import compute as c
 from simulator.analytical.compute import FRESH_TENSOR_BYTES, OpEfficiency
-from simulator.profile.calibrate import Calibration, ClassFit, ModelScales, efficiency_of, micro_layers
+from simulator.profile.calibrate import (
+    CLASS_KEYS,
+    Calibration,
+    ClassFit,
+    ModelScales,
+    calibration_from,
+    efficiency_of,
+    merge_times,
+    micro_layers,
+)
 from simulator.spec import DeviceType, Layer, ModelSpec, Variable
 
 CPU = DeviceType(name="cpu", fp32_tflops=0.1, fp16_tflops=0.1, memory_gb=64, memory_bw_gbs=40.0,
@@ -102,11 +111,64 @@ def test_model_scales_multiply_the_matrix_shares_capped_at_one() -> None:
 
 
 def test_every_micro_layer_is_its_class() -> None:
+    seen = set()
     for key, spec in micro_layers().items():
         work = c.layer_work(spec, 2)
         last = len(spec.layers) - 1
         cls = work.op_class[last]
-        assert (cls if key in ("gemm", "conv", "attention") else work.memory_key[last]) == key
+        want = key.split(":")[0]
+        assert (cls if want in ("gemm", "conv", "attention") else work.memory_key[last]) == want
+        seen.add(want)
+    assert seen == set(CLASS_KEYS)
+    # the roofline runs 1x1 convolutions at the GEMM share, so the GEMM share is measured on some
+    assert any(k.startswith("gemm:conv1x1") for k in micro_layers())
+
+
+def test_a_class_share_is_the_geometric_mean_of_its_micro_layers() -> None:
+    fits = [*_fits(), ClassFit("gemm:other", (1.0, 1.0), (0.5, 0.5), (0.4, 0.2))]
+    eff = efficiency_of(fits)
+    assert eff.gemm == pytest.approx((0.1 * 0.4) ** 0.5)
+    assert eff.backward is not None and eff.backward.gemm == pytest.approx((0.05 * 0.2) ** 0.5)
+    with pytest.raises(ValueError, match="conv"):
+        efficiency_of([f for f in fits if f.cls != "conv"])
+
+
+def _times(scale: float = 1.0) -> dict[str, float]:
+    """Seconds for every key calibration_times gives: 100 GFLOP/s on the peak benchmarks, 25 GB/s
+    copy, 2.5 GB/s first touch, 4 us per op, 2 / 4 ms per micro-layer pass (times ``scale``)."""
+    out = {
+        "matmul512": 2 * 512**3 / 1e11,
+        "matmul1024": 2 * 1024**3 / 1e11,
+        "conv3x3": 2 * 2 * 64 * 64 * 9 * 56 * 56 / 1e11,
+        "copy": 2 * 16 * 2**20 * 4 / 25e9,
+        "first_touch": 2 * FRESH_TENSOR_BYTES / 2.5e9,
+        "op": 4e-6,
+    }
+    for key in micro_layers():
+        out[f"{key}/fwd"], out[f"{key}/bwd"] = 2e-3, 4e-3
+    return {k: v * scale for k, v in out.items()}
+
+
+def test_calibration_from_times_gives_the_device_and_shares() -> None:
+    cal = calibration_from(_times(), "cpu", 1)
+    dt = cal.device
+    assert dt.name == "cpu-calibrated" and "1 torch threads" in dt.source
+    assert dt.fp32_tflops == pytest.approx(0.1) and dt.memory_bw_gbs == pytest.approx(25.0)
+    assert dt.first_touch_gbs == pytest.approx(2.5) and dt.launch_overhead_us == pytest.approx(4.0)
+    spec = micro_layers()["gemm:linear-256x1024x1024"]
+    work = c.layer_work(spec, 2)
+    fit = next(f for f in cal.fits if f.key == "gemm:linear-256x1024x1024")
+    want = work.flops[0, -1] / 1e11 / (2e-3 - work.kernels[0, -1] * 4e-6)
+    assert fit.share[0] == pytest.approx(min(1.0, want))
+
+
+def test_merged_calibrations_take_the_median_key_by_key() -> None:
+    runs = [_times(1.0), _times(3.0), _times(1.2)]
+    merged = merge_times(runs)
+    assert merged == pytest.approx(_times(1.2))
+    assert calibration_from(merged, "cpu").device.fp32_tflops == pytest.approx(0.1 / 1.2)
+    with pytest.raises(ValueError, match="at least one"):
+        merge_times([])
 
 
 def test_attention_projections_take_the_gemm_share_and_the_core_the_attention_share() -> None:
