@@ -81,7 +81,9 @@ def run(document: dict[str, Any], context: TrialContext) -> Measurement:
 
     trial = PipelineTrial.model_validate(document)
     session = context.session()
-    cfg = PipelineConfig(executor=session.config)
+    # the session's measured profiles (its own, else the profile store's of the model): the replay
+    # computes with them as every executor trial does, and as the search ranked the plan (issue 15)
+    cfg = PipelineConfig(executor=session.config, profiles=session.profiles)
     tuner = None
     if trial.adaptive and len(trial.candidates) > 1:
         steps = cfg.executor.warmup + cfg.executor.iterations

@@ -18,7 +18,9 @@ of that partition are ``search.pipeline.memory_curve``'s under the memory above.
 each curve is a candidate document (``runtime.worker.plan_pipeline.PipelineTrial``: the whole
 curve, starting on that point), predicted by the hybrid cost model (``simulator.hybrid.predict``:
 the pipeline issue's event simulation of the kFkB action lists, compute model per device, bytes
-over the links, DP all-reduce across replicas); the K fastest predicted that were not tried yet
+over the links, DP all-reduce across replicas) with the CostParams the trial's replay computes
+with (``cost_params``: the profile store's measured profiles of the model, issue 15); the K
+fastest predicted that were not tried yet
 are the round's candidates. Baseline ``1f1b``: the fixed 1F1B plan with the largest micro-batch
 that fits, on the partition of the best predicted candidate (what Ada-Grouper compares against).
 
@@ -35,6 +37,8 @@ from search.feasibility import MemoryConfig, MemoryModel
 from search.pipeline import memory_curve, plan_memory
 from search.pipeline.candidates import with_kb
 from service.plans.base import OptionsInvalid, PlanKind, RoundAsk, RoundPlan, known_options, ranked_round
+from simulator.analytical.params import CostParams
+from simulator.profile.store import store_cost_params
 from simulator.spec import ClusterSpec, ModelSpec, Plan
 from simulator.spec.limits import LIMITS
 
@@ -165,16 +169,25 @@ def stage_counts(model: ModelSpec, cluster: ClusterSpec, options: dict[str, Any]
     return [p for p in wanted if n % p == 0 and options["global_batch"] % (n // p) == 0]
 
 
+def cost_params(model: ModelSpec) -> CostParams:
+    """The CostParams a pipeline trial's replay computes with (``PipelineConfig.cost_params`` with
+    the executor's default efficiency: the profile store's profiles of ``model``), so that the
+    ranking and the replay take the same compute model and the same measured profiles."""
+    return store_cost_params(model.name)
+
+
 def scored_documents(
-    model: ModelSpec, cluster: ClusterSpec, options: dict[str, Any]
+    model: ModelSpec, cluster: ClusterSpec, options: dict[str, Any], params: CostParams | None = None
 ) -> list[tuple[float, Any]]:
     """Every candidate document (each point of each partition's memory curve) with its predicted
-    seconds, fastest first (ties: fewer stages, then smaller k)."""
+    seconds, fastest first (ties: fewer stages, then smaller k); ``params``: the compute model's
+    CostParams (None: ``cost_params(model)``, the replay's)."""
     from runtime.worker.plan_pipeline import PipelineTrial
     from search.hybrid import InfeasibleBalance, InfeasiblePartition, balanced_pipeline, pipeline
     from search.hybrid.plans import all_devices
     from simulator.hybrid import predict
 
+    params = params if params is not None else cost_params(model)
     memory = memory_model(model, cluster, options)
     devices = all_devices(cluster)
     gb = int(options["global_batch"])
@@ -194,7 +207,7 @@ def scored_documents(
         for i, c in enumerate(curve):
             hp = pipeline(model, cluster, stage_devices, ranges, gb, c.micro_batch_size,
                           schedule=c.plan.schedule, k=c.plan.k)  # fmt: skip
-            seconds = predict(model, cluster, hp).seconds
+            seconds = predict(model, cluster, hp, params).seconds
             doc = PipelineTrial(
                 candidates=plans,
                 start=i,
