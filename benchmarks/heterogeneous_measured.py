@@ -24,6 +24,9 @@ its compute side, where the cost model counts them, instead of on its communicat
 ``scale=<x>`` runs with x times the base run's byte scale (messages x times smaller, link rates
 scaled alike: the same transfer times, but what the kernel's socket buffers absorb grows);
 ``queue=<KiB>`` sets the data links' tbf queue (the testbed's default is max(50 ms, 256 KiB));
+``no-pace`` runs without the data sockets' pacing cap at their NIC's rate (``MeasureConfig.pace``,
+on by default since 2026-11-25d); ``ack-priority`` lets pure TCP ACKs skip the data queued on a
+shaped link (``MeasureConfig.ack_priority``);
 ``dilation=<x>`` runs with x times the dilation the base run chose (real time that is
 not dilated, i.e. the host's per-call and serving overheads, then weighs x times less). The
 one-factor table also gives every stage's median period, communication and, of it, the sparse
@@ -113,7 +116,8 @@ def main() -> None:
     ap.add_argument(
         "--factor",
         default="",
-        help="'backward', 'local-tables', 'nic:<type>=<x>', 'dilation=<x>', 'scale=<x>' or 'queue=<KiB>' "
+        help="'backward', 'local-tables', 'no-pace', 'ack-priority', 'nic:<type>=<x>', 'dilation=<x>', "
+        "'scale=<x>' or 'queue=<KiB>' "
         "(with --only)",
     )
     ap.add_argument("--only", default="", help="model:plan pairs for --factor, e.g. 2EMB:aibox")
@@ -231,6 +235,8 @@ def config(
     local_tables: bool | None = None,
     scale: float | None = None,
     queue: int | None = None,
+    pace: bool = True,
+    ack_priority: bool = False,
 ) -> MeasureConfig:
     return MeasureConfig(
         Workload(args.limit, batch_size=zoo.model(model).batch_size),
@@ -244,6 +250,8 @@ def config(
         seed=rep,
         backward=backward,
         local_tables=args.local_tables if local_tables is None else local_tables,
+        pace=pace,
+        ack_priority=ack_priority,
     )
 
 
@@ -262,13 +270,13 @@ def varied_cluster(pool: str, factor: str) -> ClusterSpec:
 
 def one_factor(args: argparse.Namespace, console: Console) -> None:
     pairs = [tuple(p.split(":")) for p in args.only.split(",") if p]
-    known = args.factor in ("backward", "local-tables") or args.factor.startswith(
+    known = args.factor in ("backward", "local-tables", "no-pace", "ack-priority") or args.factor.startswith(
         ("nic:", "dilation=", "scale=", "queue=")
     )
     if not pairs or not known:
         raise SystemExit(
-            "--factor: 'backward', 'local-tables', 'nic:<type>=<x>', 'dilation=<x>', 'scale=<x>' or "
-            "'queue=<KiB>', "
+            "--factor: 'backward', 'local-tables', 'no-pace', 'ack-priority', 'nic:<type>=<x>', "
+            "'dilation=<x>', 'scale=<x>' or 'queue=<KiB>', "
             "with --only model:plan[,...]"
         )
     stretch = float(args.factor.partition("=")[2]) if args.factor.startswith("dilation=") else 1.0
@@ -295,6 +303,8 @@ def one_factor(args: argparse.Namespace, console: Console) -> None:
                 local_tables=not args.local_tables if args.factor == "local-tables" else None,
                 scale=first.scale * shrink if shrink != 1.0 else None,
                 queue=int(args.factor.partition("=")[2]) if args.factor.startswith("queue=") else None,
+                pace=args.factor != "no-pace",
+                ack_priority=args.factor == "ack-priority",
             )
             run = measure_plan(zoo.model(m), other, plan, None, config=cfg)
             varied[(m, name)].append(run)

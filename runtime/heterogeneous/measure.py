@@ -52,6 +52,24 @@ decided one AIBox plan (checked by changing one factor, ``--factor``):
 The cost model now charges both (``simulator.analytical.heterogeneous``, module docstring);
 ``heterogeneous_measured-2026-11-25b.txt`` has the plans measured against it.
 
+**Pacing** (since 2026-11-25d, ``pace``; ``heterogeneous_measured-2026-11-25d.txt``). A veth
+sends at memory speed; only the tbf behind it holds the emulated rate. NCE's AIBox plan (a CPU
+stage whose NIC is saturated both ways: activations out, the same bytes of gradients in) measured
+0.68-0.84 of the prediction, and 0.99 without the gradients. ``ss -tin`` in the CPU group's
+namespace during a run showed why: the gradients queued on its ingress link delay and bunch the
+ACKs of its activation flows (ACK compression), BBR (the host's congestion control) then
+estimated 1.3 Gbit/s on a 22 Mbit/s link, paced and let TCP small queues hold that much, the
+sender's own 256 KiB tbf queue overflowed, and 5-10 % of the bytes were retransmitted, with
+RTO stalls of ~200 ms (real time, not dilated, against 0.3 s iterations). Nothing of this scales
+with the emulation: the kernel's TCP runs at real time with a 20 µs RTT while the link is 750 x
+slower, a regime no real cluster is in. A real NIC cannot put bits on the wire faster than its
+line rate, so each activation/gradient socket's pacing is capped at its group's emulated NIC
+rate (``SO_MAX_PACING_RATE``; TCP's own pacing honours it, and TSQ then keeps about 1 ms of it in
+the qdisc), the sender's NIC as a physical limit rather than a queue that drops. The cost model
+is unchanged: it treats the two directions of a full-duplex link as independent, which they are
+once the sender cannot outrun its NIC. ``ack_priority`` (pure ACKs ahead of data on a shaped
+link, an htb under the tbf) and ``tcp_congestion`` are diagnostics, off by default.
+
 **Scale and dilation** (as the executor's): bytes are divided by ``scale``, links by
 ``scale x dilation``, compute sleeps ``dilation`` times longer, and every reported time is divided
 by ``dilation``. None: chosen from the cost model so that an iteration takes about
@@ -103,6 +121,9 @@ class MeasureConfig:
     backward: bool = True  # False: no gradients to the previous stage (a diagnostic: one direction only)
     local_tables: bool = False  # True: a CPU stage's lookups and pushes run inside its compute replay
     data_queue_kib: int | None = None  # the data links' tbf queue (None: the testbed's default); diagnostic
+    tcp_congestion: str | None = None  # the namespaces' TCP congestion control (None: the host's default)
+    ack_priority: bool = False  # pure TCP ACKs skip the data queued on a shaped link (diagnostic)
+    pace: bool = True  # cap each data socket's TCP pacing at its NIC's emulated rate (see "Pacing")
     target_iteration_s: float = 0.3
     target_mb_per_s: float = 40.0
     timeout_s: float = 120.0
@@ -280,7 +301,9 @@ def _measure(
         "groups": [len(gs) for gs in groups],
     }
     queue = cfg.data_queue_kib * 1024 if cfg.data_queue_kib else None
-    net: NamespaceNet | LoopbackNet = NamespaceNet(nodes, queue) if cfg.testbed else LoopbackNet(nodes)
+    net: NamespaceNet | LoopbackNet = (
+        NamespaceNet(nodes, queue, ack_priority=cfg.ack_priority) if cfg.testbed else LoopbackNet(nodes)
+    )
     start = time.perf_counter()
     with net:
         env.update(net.environment)
@@ -339,10 +362,18 @@ def _measure(
                             else None
                         ),
                         "timeout_s": cfg.timeout_s,
+                        "tcp_congestion": cfg.tcp_congestion,
+                        "pace_bytes_per_s": (
+                            mbit(g.units * cm.types[s.rtype].nic_gbps) * 1e6 / 8
+                            if cfg.pace and cfg.testbed
+                            else None
+                        ),
                         "seed": cfg.seed * 1000 + g.node,
                     }
                 )
-        records, failure = _run(net, specs, cfg)
+        records, paced, failure = _run(net, specs, cfg)
+        # each group's data sockets' pacing cap as the kernel reports it (bytes/s; -1: no cap)
+        env["paced_bytes_per_s"] = {nodes[n].name: v for n, v in paced.items()}
     wall = time.perf_counter() - start
     rate = cm.money_rate(stages, report.units)
     common = {
@@ -392,7 +423,7 @@ def _measure(
 
 def _run(
     net: NamespaceNet | LoopbackNet, specs: list[dict[str, object]], cfg: MeasureConfig
-) -> tuple[dict[int, list[dict[str, float]]], str]:
+) -> tuple[dict[int, list[dict[str, float]]], dict[int, list[int]], str]:
     """Start the servers, then the groups; release the groups together; collect their records."""
     procs: dict[int, subprocess.Popen[bytes]] = {}
     for spec in specs:
@@ -412,31 +443,34 @@ def _run(
         for node, out in outs.items():
             if out is not None and out in ready:
                 if not out.readline():
-                    return {}, _why(specs, node, procs[node])
+                    return {}, {}, _why(specs, node, procs[node])
                 waiting.discard(node)
         for node, p in procs.items():
             if p.poll() is not None and (node not in groups or node in waiting):
-                return {}, _why(specs, node, p)
+                return {}, {}, _why(specs, node, p)
         if time.monotonic() > deadline:
-            return {}, f"timeout: {_name(specs, min(waiting))} did not connect within {cfg.timeout_s:g} s"
+            return {}, {}, f"timeout: {_name(specs, min(waiting))} did not connect within {cfg.timeout_s:g} s"
     for node in groups:  # release every group at once
         stdin = procs[node].stdin
         assert stdin is not None
         stdin.write(b"go\n")
         stdin.flush()
     records: dict[int, list[dict[str, float]]] = {}
+    paced: dict[int, list[int]] = {}
     for node in groups:
         p = procs[node]
         assert p.stdout is not None
         try:
             p.wait(timeout=max(1.0, deadline - time.monotonic()))
         except subprocess.TimeoutExpired:
-            return {}, f"timeout: {_name(specs, node)} did not finish within {cfg.timeout_s:g} s"
+            return {}, {}, f"timeout: {_name(specs, node)} did not finish within {cfg.timeout_s:g} s"
         lines = p.stdout.read().decode().strip().splitlines()
         if p.returncode != 0 or not lines:
-            return {}, _why(specs, node, p)
-        records[node] = json.loads(lines[-1])["records"]
-    return records, ""
+            return {}, {}, _why(specs, node, p)
+        out = json.loads(lines[-1])
+        records[node] = out["records"]
+        paced[node] = out["paced"]
+    return records, paced, ""
 
 
 def _name(specs: list[dict[str, object]], node: int) -> str:

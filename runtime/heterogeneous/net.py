@@ -35,7 +35,7 @@ from types import TracebackType
 from typing import Any
 
 from runtime.testbed import netns
-from runtime.testbed.shaping import Shape, tc_commands
+from runtime.testbed.shaping import Shape, limit_bytes, tc_commands
 from runtime.testbed.testbed import PREFIX, TestbedUnavailable, cleanup_stale
 
 NETWORKS = ("data", "sync", "host")
@@ -56,9 +56,16 @@ class NodeSpec:
 class NamespaceNet:
     """The namespaces, bridges and shaped interfaces of ``nodes``; a context manager."""
 
-    def __init__(self, nodes: Sequence[NodeSpec], data_queue_bytes: int | None = None) -> None:
+    def __init__(
+        self,
+        nodes: Sequence[NodeSpec],
+        data_queue_bytes: int | None = None,
+        *,
+        ack_priority: bool = False,
+    ) -> None:
         """``data_queue_bytes``: the tbf queue limit of the data network's links (None: the testbed's
-        default, max(50 ms of traffic, 256 KiB)); a diagnostic of the reverse traffic's effect."""
+        default, max(50 ms of traffic, 256 KiB)); a diagnostic of the reverse traffic's effect.
+        ``ack_priority``: pure TCP ACKs skip the data queued on a shaped link (see ``_ack_band``)."""
         if len(nodes) > 250:
             raise ValueError(f"nodes: at most 250 fit a /24, got {len(nodes)}")
         for n in nodes:
@@ -67,6 +74,7 @@ class NamespaceNet:
                 raise ValueError(f"nodes.{n.name}.rates: unknown networks {sorted(bad)}")
         self.nodes = tuple(nodes)
         self.data_queue_bytes = data_queue_bytes
+        self.ack_priority = ack_priority
         self.id = secrets.token_hex(3)
         base = int(self.id, 16) % 170 * 3  # three consecutive /24s of the 512 in 198.18.0.0/15
         self._subnet = {
@@ -136,10 +144,20 @@ class NamespaceNet:
                 netns.run(["ip", "-n", ns, "addr", "add", f"{self.address(i, net)[0]}/24", "dev", dev])
                 netns.run(["ip", "-n", ns, "link", "set", dev, "up"])
                 if rate is not None:
-                    for cmd in tc_commands(dev, Shape(rate), netem=False):
-                        netns.run(netns.in_ns(ns, self._queue(net, cmd)))
-                    for cmd in tc_commands(port, Shape(rate), netem=False):
-                        netns.run(netns.in_ns(self.switch_ns, self._queue(net, cmd)))
+                    for where, d in ((ns, dev), (self.switch_ns, port)):
+                        for cmd in self._shaper(net, d, rate):
+                            netns.run(netns.in_ns(where, cmd))
+
+    def _shaper(self, net: str, dev: str, rate: float) -> list[list[str]]:
+        cmds = [self._queue(net, cmd) for cmd in tc_commands(dev, Shape(rate), netem=False)]
+        if self.ack_priority:
+            cmds += _ack_band(dev, self._limit(net, rate))
+        return cmds
+
+    def _limit(self, net: str, rate: float) -> int:
+        if net == "data" and self.data_queue_bytes is not None:
+            return self.data_queue_bytes
+        return limit_bytes(rate)
 
     def _queue(self, net: str, cmd: list[str]) -> list[str]:
         """The tc command with the data network's queue limit replaced, when one is set."""
@@ -200,6 +218,30 @@ class LoopbackNet:
 
     def close(self) -> None:
         _kill(self._procs)
+
+
+def _ack_band(dev: str, limit: int) -> list[list[str]]:
+    """Under the tbf of ``tc_commands`` (handle 10:, its class 10:1), an ``htb`` used only as a
+    strict-priority scheduler (both classes' rates far above the tbf's, so both stay within their
+    rate and htb serves the lower ``prio`` first): class 20:1 takes pure TCP ACKs (IPv4 without
+    options, total length < 128 bytes, flags exactly ACK), class 20:2 everything else; each a byte
+    fifo of ``limit``. The ACKs still spend the tbf's tokens (they are bytes on the wire)."""
+    fast = "100gbit"
+    return [
+        ["tc", "qdisc", "add", "dev", dev, "parent", "10:1", "handle", "20:", "htb", "default", "2"],
+        ["tc", "class", "add", "dev", dev, "parent", "20:", "classid", "20:1", "htb",
+         "rate", fast, "ceil", fast, "prio", "0"],
+        ["tc", "class", "add", "dev", dev, "parent", "20:", "classid", "20:2", "htb",
+         "rate", fast, "ceil", fast, "prio", "1"],
+        ["tc", "qdisc", "add", "dev", dev, "parent", "20:1", "handle", "21:", "bfifo", "limit", str(limit)],
+        ["tc", "qdisc", "add", "dev", dev, "parent", "20:2", "handle", "22:", "bfifo", "limit", str(limit)],
+        ["tc", "filter", "add", "dev", dev, "parent", "20:", "protocol", "ip", "prio", "1", "u32",
+         "match", "ip", "protocol", "6", "0xff",
+         "match", "u8", "0x05", "0x0f", "at", "0",
+         "match", "u16", "0x0000", "0xff80", "at", "2",
+         "match", "u8", "0x10", "0xff", "at", "33",
+         "flowid", "20:1"],
+    ]  # fmt: skip
 
 
 def _kill(procs: list[subprocess.Popen[bytes]]) -> None:

@@ -40,6 +40,7 @@ Respond = Callable[[socket.socket, int, int, bytearray], None]  # (connection, k
 FWD, BWD, LOOKUP, PUSH, PUSHPULL, ROWS, ACK, WEIGHTS, STOP = range(9)
 AHEAD = 2  # iterations of activations a group may hold before its receiver stops reading (backpressure)
 LR = 1e-3
+SO_MAX_PACING_RATE = getattr(socket, "SO_MAX_PACING_RATE", 47)  # Linux's value; not in every Python
 
 
 def recv_exact(sock: socket.socket, n: int) -> bytearray:
@@ -65,10 +66,18 @@ def recv_msg(sock: socket.socket) -> tuple[int, int, bytearray]:
     return kind, it, recv_exact(sock, n)
 
 
-def connect(addr: tuple[str, int], deadline: float) -> socket.socket:
+def connect(addr: tuple[str, int], deadline: float, congestion: str | None = None) -> socket.socket:
     while True:
         try:
-            s = socket.create_connection(addr, timeout=5)
+            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            if congestion:
+                s.setsockopt(socket.IPPROTO_TCP, socket.TCP_CONGESTION, congestion.encode())
+            s.settimeout(5)
+            try:
+                s.connect(addr)
+            except OSError:
+                s.close()
+                raise
             s.settimeout(None)
             s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             return s
@@ -191,11 +200,18 @@ def run_group(spec: dict[str, Any]) -> None:
     def sock(addr: list[Any]) -> socket.socket:
         key = (addr[0], addr[1])
         if key not in socks:
-            socks[key] = connect(key, deadline)
+            socks[key] = connect(key, deadline, spec.get("tcp_congestion"))
         return socks[key]
 
     for peer in [*spec["fwd"], *spec["bwd"], *spec["sparse"]] + ([spec["dense"]] if spec["dense"] else []):
         sock(peer["addr"])
+    if spec.get("pace_bytes_per_s"):
+        # the data NIC cannot send faster than its line rate: cap each activation/gradient socket's
+        # pacing there (see measure.py, "Pacing"); the kernel's TCP pacing honours it
+        for peer in [*spec["fwd"], *spec["bwd"]]:
+            sock(peer["addr"]).setsockopt(
+                socket.SOL_SOCKET, SO_MAX_PACING_RATE, int(spec["pace_bytes_per_s"])
+            )
     rng = np.random.default_rng(spec["seed"])
     buffers: dict[int, bytes] = {}
 
@@ -280,7 +296,11 @@ def run_group(spec: dict[str, Any]) -> None:
                 raise TimeoutError(f"{bwd['n']} of {want} gradient messages from the next stage arrived")
     for s in socks.values():
         send_msg(s, STOP, 0, b"")
-    sys.stdout.write(json.dumps({"records": records}) + "\n")
+    paced = [
+        sock(peer["addr"]).getsockopt(socket.SOL_SOCKET, SO_MAX_PACING_RATE)
+        for peer in [*spec["fwd"], *spec["bwd"]]
+    ]
+    sys.stdout.write(json.dumps({"records": records, "paced": paced}) + "\n")
     sys.stdout.flush()
 
 

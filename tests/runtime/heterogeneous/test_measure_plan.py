@@ -88,6 +88,21 @@ def test_two_stage_plan_on_the_shaped_testbed_tears_down() -> None:
     assert rates["s1g0"]["data"] > 0 and rates["s0ps0"]["host"] is None  # CPU tables: local, unshaped
     assert rates["s1g0"]["sync"] == pytest.approx(50_000 / (run.scale * run.dilation))  # g4dn NIC
     assert not [n for n in netns.list_namespaces() if str(env["testbed_id"]) in n]
+    # every activation / gradient socket paced at its group's data NIC rate, as the kernel reports it
+    paced = env["paced_bytes_per_s"]
+    assert isinstance(paced, dict) and set(paced) == {"s0g0", "s0g1", "s1g0", "s1g1"}
+    for name, caps in paced.items():
+        assert len(caps) == 2 and all(c == int(rates[name]["data"] * 1e6 / 8) for c in caps), (name, caps)
+
+
+@pytest.mark.netns
+@pytest.mark.skipif(netns.namespaces_usable() is not None, reason="network namespaces unavailable")
+def test_ack_priority_shaper_is_accepted_and_unpaced_sockets_report_no_cap() -> None:
+    cfg = MeasureConfig(WORKLOAD, iterations=3, warmup=1, timeout_s=90, ack_priority=True, pace=False)
+    run = measure_plan(MODEL, CLUSTER, two_stage(), None, config=cfg)
+    assert run.status == "ok", run.reason
+    paced = run.environment["paced_bytes_per_s"]
+    assert isinstance(paced, dict) and all(c == -1 for caps in paced.values() for c in caps)  # ~0: no cap
 
 
 def test_one_direction_diagnostic_runs_without_gradients() -> None:
