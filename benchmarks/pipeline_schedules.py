@@ -40,8 +40,11 @@ of bootstrap medians. The cost model's pairwise ranking is given three ways: ove
 plans, over every measured fixed plan (curve, GPipe, control), and over the pairs of those whose
 measured 95 % intervals are disjoint (a pair whose intervals overlap is a tie the measurement
 cannot order; it is counted in the strict figures, left out of the third). Predictions: ``prior`` = the cost model from the compute model and bytes /
-bandwidth only; ``profiled`` = the cost model fed with this plan's measured compute and
-moving-average transfers (the tuner's inputs). Preempted network: TCP flows in both directions of
+bandwidth only; ``+runtime`` = the prior plus the replay runtime's per-action cost measured in the
+plan's phase (each F / B as long as it measured: the modelled compute plus what the action adds,
+and the host time between a stage's actions less its input waits, ``Profile.host``), transfers
+still bytes / bandwidth; ``profiled`` = the cost model fed with this plan's measured compute, host
+time and moving-average transfers (the tuner's inputs; host time since 2026-11-25d). Preempted network: TCP flows in both directions of
 every link between adjacent stages, on for 1.5 s of every 3 s (real-cluster seconds; x D on the
 wall clock), competing with the pipeline for the shaped links.
 """
@@ -260,6 +263,7 @@ def run_one(name: str, net: str, a: argparse.Namespace) -> None:
     tuned_all: list[float] = []
     tuned: list[float] = []
     predicted_prof: list[list[float]] = [[] for _ in runs]
+    predicted_rt: list[list[float]] = [[] for _ in runs]
     overhead: list[dict[str, float]] = []
     switches: list[str] = []
     evaluations: list[str] = []
@@ -293,7 +297,13 @@ def run_one(name: str, net: str, a: argparse.Namespace) -> None:
                         **{k: v / d for k, v in window.means().items()},
                     }
                     fwd, bwd = [f / d for f in prof.fwd], [b / d for b in prof.bwd]
-                    predicted_prof[i].append(pipeline_length(p, fwd, bwd, transfers))
+                    host = [h / d for h in prof.host]
+                    predicted_prof[i].append(pipeline_length(p, fwd, bwd, transfers, host=host))
+                    # the prior plus the runtime's measured per-action cost: compute as measured
+                    # (the modelled compute + what the replay's action adds), host time, bytes/bandwidth
+                    predicted_rt[i].append(
+                        pipeline_length(p, fwd, bwd, prior_transfers(model, cl, p), host=host)
+                    )
                 tr = run_pipeline(model, cl, plans, tb, cfg,
                                   TunerRun(steps=tuner_steps, start=first,
                                            config=TunerConfig(interval=INTERVAL, margin=0.03)))  # fmt: skip
@@ -341,7 +351,8 @@ def run_one(name: str, net: str, a: argparse.Namespace) -> None:
             vals = [o[kind] for o in overhead if kind in o]
             if vals:
                 print(f"per-call overhead ({kind}, dilated): median {1000 * statistics.median(vals):.2f} ms")
-    print(f"{'plan':<40} {'memory':>6} {'measured ms [95% CI]':>24} {'prior ms':>9} {'profiled ms':>12}")
+    print(f"{'plan':<40} {'memory':>6} {'measured ms [95% CI]':>24} {'prior ms':>9} {'+runtime ms':>12} "
+          f"{'profiled ms':>12}")  # fmt: skip
     med: list[float] = []
     ci: list[tuple[float, float]] = []
     for i, p in enumerate(runs):
@@ -356,14 +367,15 @@ def run_one(name: str, net: str, a: argparse.Namespace) -> None:
             ci.append((float("nan"), float("nan")))
             cell = "failed"
         pcell = f"{1000 * statistics.median(predicted_prof[i]):.0f}" if predicted_prof[i] else "-"
-        print(f"{tag:<40} {frac:>6.0%} {cell:>24} {1000 * prior[i]:>9.0f} {pcell:>12}")
+        rcell = f"{1000 * statistics.median(predicted_rt[i]):.0f}" if predicted_rt[i] else "-"
+        print(f"{tag:<40} {frac:>6.0%} {cell:>24} {1000 * prior[i]:>9.0f} {rcell:>12} {pcell:>12}")
     if gpipe is None:
         g = gpipes[-1]
         frac = max(v.memory.total / v.capacity for v in plan_memory(g, mem))
         f, b = plan_stage_times(model, cl, g, params=cfg.cost_params(model.name))
         g_prior = pipeline_length(g, f, b, prior_transfers(model, cl, g))
         print(
-            f"{'gpipe k=n (every b: not run)':<40} {frac:>6.0%} {'over the limit':>24} {1000 * g_prior:>9.0f} {'-':>12}"
+            f"{'gpipe k=n (every b: not run)':<40} {frac:>6.0%} {'over the limit':>24} {1000 * g_prior:>9.0f} {'-':>12} {'-':>12}"
         )
         print(
             f"  GPipe stashes the whole batch on every stage at every b: {'; '.join(plan_memory_reasons(g, mem))}"
@@ -401,6 +413,8 @@ def run_one(name: str, net: str, a: argparse.Namespace) -> None:
         m_ok, c_ok = [med[i] for i in ok], [ci[i] for i in ok]
         cells = []
         preds = {"prior": [prior[i] for i in ok]}
+        if all(predicted_rt[i] for i in ok):
+            preds["+runtime"] = [statistics.median(predicted_rt[i]) for i in ok]
         if all(predicted_prof[i] for i in ok):
             preds["profiled"] = [statistics.median(predicted_prof[i]) for i in ok]
         for src, vals in preds.items():
