@@ -151,6 +151,7 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f"\n{'model':14s} {'start pred s':>12s} {'interl. pred s':>14s} {'measured s':>11s} {'log start':>9s} {'log interl.':>11s}"
     )
+    specs_ = {name: zoo.model(name) for name, _, _ in rows}
     pairs0: list[tuple[float, float]] = []
     pairs: list[tuple[float, float]] = []
     for name, m, _ in rows:
@@ -164,6 +165,20 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     summary("micro-benchmarks only, calibrated at start (no model fitted)", pairs0)
     summary("micro-benchmarks only, calibrated interleaved with the models (no model fitted)", pairs)
+    # The spread a single calibration (one moment's host load) gives: each calibration alone.
+    singles = []
+    for times in runs:
+        one = calibration_from(times, args.device, args.threads)
+        p1 = CostParams(op_efficiency=one.efficiency, compute_dtype="float32")
+        logs = [
+            abs(math.log(compute.layer_times(specs_[name], one.device, args.batch, p1).step / m))
+            for name, m, _ in rows
+        ]
+        singles.append(statistics.median(logs))
+    print(
+        f"each of the {len(runs)} calibrations alone (no model fitted): median |log ratio| "
+        f"{min(singles):.3f} to {max(singles):.3f} ({', '.join(f'{x:.3f}' for x in singles)})"
+    )
     # Leave-one-out: each model's prediction comes from ModelScales fitted on the other models.
     specs = {name: zoo.model(name) for name, *_ in rows}
     samples = [(specs[name], args.batch, m) for name, m, _ in rows]
