@@ -240,7 +240,11 @@ def scored_plans(
     """Every candidate plan with its predicted seconds: plans that fit first, each group fastest first."""
     from search.hybrid import auto_partition, memory_reasons
     from simulator.hybrid import predict
+    from simulator.profile.store import store_cost_params
 
+    # the replay's CostParams (runtime.hybrid.replay_cost_params with the default config: the
+    # profile store's profiles of the model), so ranking and replay agree on compute (issue 15)
+    params = store_cost_params(model.name)
     memory = MemoryModel(model, cluster, MemoryConfig())
     if options.get("annotations") is not None:
         even = annotated_plan(model, cluster, options)
@@ -264,6 +268,6 @@ def scored_plans(
         if key in seen:
             continue
         seen.add(key)
-        scored.append((bool(memory_reasons(p, memory)), predict(model, cluster, p).seconds, p))
+        scored.append((bool(memory_reasons(p, memory)), predict(model, cluster, p, params).seconds, p))
     scored.sort(key=lambda x: (x[0], x[1]))
     return [(s, p) for _, s, p in scored]

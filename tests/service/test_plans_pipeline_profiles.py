@@ -71,3 +71,28 @@ def test_given_params_win_over_the_store(
     given = scored_documents(model, cluster, options, CostParams().with_profiles(profiles))
     stored = scored_documents(model, cluster, options)
     assert min(s for s, _ in given) > 10 * max(s for s, _ in stored)
+
+
+def test_the_hybrid_ranking_takes_the_stored_profiles_the_replay_takes(
+    plan_zoo: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from runtime.hybrid.config import HybridConfig, replay_cost_params
+    from service.plans.hybrid import HybridPlans, scored_plans
+
+    monkeypatch.setenv("STRATEGIST_PROFILES", str(tmp_path / "profiles"))
+    model, cluster = zoo.model("mixed-net"), zoo.cluster("mixed-2")
+    options = HybridPlans().validate({}, objective="time", model=model, cluster=cluster)
+    before = scored_plans(model, cluster, options)
+    assert before
+    store = ProfileStore()
+    for dt in cluster.device_types:
+        for p in _profiles(model, dt.name, range(1, options["global_batch"] + 1)):
+            store.save(p)
+    params = replay_cost_params(HybridConfig(), model.name)
+    assert params.profiles
+    after = scored_plans(model, cluster, options)
+    key = lambda p: p.model_dump_json()  # noqa: E731
+    assert after and sorted(map(key, (p for _, p in after))) == sorted(map(key, (p for _, p in before)))
+    for seconds, plan in after:
+        assert seconds == pytest.approx(predict(model, cluster, plan, params).seconds)
+        assert seconds > 10 * predict(model, cluster, plan, CostParams()).seconds
