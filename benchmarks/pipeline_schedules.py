@@ -44,7 +44,9 @@ bandwidth only; ``+runtime`` = the prior plus the replay runtime's per-action co
 plan's phase (each F / B as long as it measured: the modelled compute plus what the action adds,
 and the host time between a stage's actions less its input waits, ``Profile.host``), transfers
 still bytes / bandwidth; ``profiled`` = the cost model fed with this plan's measured compute, host
-time and moving-average transfers (the tuner's inputs; host time since 2026-11-25d). Preempted network: TCP flows in both directions of
+time and mean transfer per link over the phase's messages, a message its receiver did not wait for
+at the unloaded link's bytes / bandwidth (the tuner's inputs; host time and the unwaited messages
+since 2026-11-25d, before which only the waited-for ones were averaged). Preempted network: TCP flows in both directions of
 every link between adjacent stages, on for 1.5 s of every 3 s (real-cluster seconds; x D on the
 wall clock), competing with the pipeline for the shaped links.
 """
@@ -291,7 +293,10 @@ def run_one(name: str, net: str, a: argparse.Namespace) -> None:
                         dump.append({"repeat": rep, "plan": label(p), "index": i, "dilation": d,
                                      "iteration_times": list(m.iteration_times),
                                      "environment": m.environment, "records": recs})  # fmt: skip
-                    window = prof.feed(TransferWindow(window=64))
+                    # every message of the phase; one its receiver did not wait for counts at the
+                    # unloaded link's bytes / bandwidth (runtime.pipeline.profile: unwaited messages)
+                    floor = {k: v * d for k, v in prior_transfers(model, cl, p).items()}
+                    window = prof.feed(TransferWindow(window=10**6), floor)
                     transfers = {
                         **prior_transfers(model, cl, p),
                         **{k: v / d for k, v in window.means().items()},

@@ -51,7 +51,8 @@ def main() -> None:
         prof = profile_records({int(r): v for r, v in ph["records"].items()})
         fm, bm = plan_stage_times(model, cl, p, params=cfg.cost_params(model.name))
         pt = prior_transfers(model, cl, p)
-        window = prof.feed(TransferWindow(window=64))
+        # every message of the phase; one not waited for at the unloaded link's bytes / bandwidth
+        window = prof.feed(TransferWindow(window=10**6), {key: v * D for key, v in pt.items()})
         measured = {**pt, **{key: v / D for key, v in window.means().items()}}
         fw, bw, host = ([x / D for x in xs] for xs in (prof.fwd, prof.bwd, prof.host))
         if lab not in rows:

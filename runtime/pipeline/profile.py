@@ -25,6 +25,15 @@ preemption at D = 8, load ~13, profiled 2053 ms by the gap rule, 862 ms by the w
 Compute samples are the F / B event durations per stage (the paper profiles them once; devices are
 not preempted). Samples feed a ``simulator.pipeline.cost.TransferWindow`` (moving average).
 
+Unwaited messages (2026-11-25d): a sample exists only for a message its receiver waited for, so
+under preemption the samples are the slow messages (GPT k=8 b=1, link 2 -> 1: mean 18-39 ms over
+the waited ones against 3.4 ms of bytes / bandwidth), and the simulation charged that mean to every
+message, serialised on the link: a step that never ran that way (profiled 1453 ms, 912 measured).
+``Profile.messages`` keeps every message in order (None: not waited for) and ``feed(window,
+floor)`` counts those at the floor, the unloaded link's bytes / bandwidth (a lower bound of their
+transfer; they delayed nothing), so the moving average is over all messages: 803 ms for that plan,
+and the curve's pairwise ranking on the three 2026-11-25d runs 1.00 (was 0.67 under preemption).
+
 Host samples (2026-11-25d): the runtime's own time between two compute actions of a stage that is
 neither compute nor the wait for an input: dispatching the next action, posting receives and
 sends, the Python of torch's schedule loop, the process's own descheduling on a crowded host.
@@ -51,11 +60,28 @@ class Profile:
     fwd: list[float]
     bwd: list[float]
     host: list[float] = field(default_factory=list)  # per stage; empty: not measured
+    # per link, every message in the order consumed: its sample, or None when the receiver did not
+    # wait (the input was there: its transfer is unknown, at most the time until it was asked for)
+    messages: dict[tuple[int, int], list[float | None]] = field(default_factory=dict)
 
-    def feed(self, window: TransferWindow) -> TransferWindow:
-        for link, samples in self.transfers.items():
-            for t in samples:
-                window.add(link, t)
+    def feed(
+        self, window: TransferWindow, floor: Mapping[tuple[int, int], float] | None = None
+    ) -> TransferWindow:
+        """Add the samples to ``window``. With ``floor`` (per link: the message's transfer on the
+        unloaded link, bytes / bandwidth, in the samples' clock) every message counts: one the
+        receiver did not wait for adds the floor (it moved no slower than needed and delayed
+        nothing), so the window's mean is over all messages, not over the late ones only."""
+        if floor is None or not self.messages:
+            for link, samples in self.transfers.items():
+                for t in samples:
+                    window.add(link, t)
+            return window
+        for link, msgs in self.messages.items():
+            for m in msgs:
+                if m is not None:
+                    window.add(link, m)
+                elif link in floor:
+                    window.add(link, floor[link])
         return window
 
 
@@ -71,6 +97,7 @@ def profile_records(records: Mapping[int, Mapping[str, Any]], min_wait_s: float 
             if kind in ("SEND_F", "SEND_B", "RECV_F", "RECV_B"):
                 posts[(d, s, kind, int(mb))].append(float(t0))
     transfers: dict[tuple[int, int], list[float]] = defaultdict(list)
+    messages: dict[tuple[int, int], list[float | None]] = defaultdict(list)
     fwd: dict[int, list[float]] = defaultdict(list)
     bwd: dict[int, list[float]] = defaultdict(list)
     host: dict[int, list[float]] = defaultdict(list)
@@ -107,6 +134,9 @@ def profile_records(records: Mapping[int, Mapping[str, Any]], min_wait_s: float 
                             waited, arrived = prev_end is not None and t0 - prev_end > min_wait_s, t0
                         if waited and start <= arrived:
                             transfers[(src, s)].append(arrived - start)
+                            messages[(src, s)].append(arrived - start)
+                        elif not waited:
+                            messages[(src, s)].append(None)
                         # arrival: when the wait ended if it blocked, else known only to be >= posted
                         link_free[kind] = arrived if waited else min(posted, arrived)
             wait = None
@@ -118,6 +148,7 @@ def profile_records(records: Mapping[int, Mapping[str, Any]], min_wait_s: float 
         [median(fwd[s]) if fwd[s] else 0.0 for s in range(P)],
         [median(bwd[s]) if bwd[s] else 0.0 for s in range(P)],
         [median(host[s]) if host[s] else 0.0 for s in range(P)],
+        dict(messages),
     )
 
 

@@ -35,7 +35,7 @@ from runtime.launch import Launcher
 from runtime.pipeline.stage_net import unsupported_layers
 from runtime.pipeline.tuner import TunerConfig
 from simulator.analytical.params import CostParams
-from simulator.pipeline.cost import cut_bytes, stage_compute_seconds
+from simulator.pipeline.cost import cut_bytes, prior_transfers, stage_compute_seconds
 from simulator.spec import ClusterSpec, ModelSpec, Plan
 from simulator.spec.measurement import Measurement
 from simulator.spec.plan import plan_issues
@@ -217,6 +217,20 @@ def run_pipeline(
         if tuner.steps < 1:
             raise ValueError(f"tuner.steps: must be >= 1, got {tuner.steps}")
         job["tuner"] = {"config": asdict(tuner.config), "start": tuner.start, "steps": tuner.steps}
+        shaped = (getattr(launcher, "environment", None) or {}).get("shaped", True)
+        if (
+            config.compute == "replay"
+            and shaped
+            and getattr(launcher, "scale", None) == config.executor.link_scale
+        ):
+            # links shaped as the replay assumes: a message takes at least bytes / bandwidth x D
+            job["tuner"]["floors"] = {
+                str(p.micro_batch_size): [
+                    [a, c, t * config.executor.dilation]
+                    for (a, c), t in prior_transfers(model, cluster, p).items()
+                ]
+                for p in phases
+            }
     if config.compute == "replay":
         job["replay"] = _replay_job(model, cluster, phases, config)
     nodes = [

@@ -9,7 +9,9 @@ coordinator dispatches the plan instead).
 The estimate for candidate c (a decision where the paper is vague; it profiles every plan):
 - stage compute per micro-batch: the median measured for c's micro-batch size b_c if c has run
   before, else the current plan's median scaled by b_c / b (compute is linear in the batch);
-- transfer per link: the moving average of the samples measured while running plans with b_c if
+- transfer per link (every message of the link, one its receiver did not wait for at the link's
+  unloaded bytes / bandwidth, ``floors``; ``runtime.pipeline.profile`` says why): the moving
+  average of the samples measured while running plans with b_c if
   those are fresh, else the freshest samples (those of the plan that ran last) scaled by b_c / b
   (bytes are linear in b; the paper notes this is only approximate, which is why fresh measured
   samples win); links with no sample at all use 0, i.e. no delay was observed. Samples of b_c are
@@ -112,6 +114,10 @@ class AutoTuner:
     _overhead_per_mb: float = 0.0  # the latest residual per micro-batch of the plan that ran (>= 0)
     _residuals: dict[int, list[float]] = field(default_factory=dict)  # by candidate: measured - model
     _measured: list[float] = field(default_factory=list)  # the latest interval's step times
+    # Per micro-batch size: each link's transfer on the unloaded link (bytes / bandwidth, wall
+    # seconds), the value a message its receiver did not wait for adds (``Profile.feed``); empty:
+    # only waited-for messages are samples (as until 2026-11-25d)
+    floors: dict[int, dict[tuple[int, int], float]] = field(default_factory=dict)
     _observations: int = 0  # observe() calls so far
     _fed: dict[int, int] = field(default_factory=dict)  # by micro-batch size: observation of its last samples
 
@@ -126,12 +132,13 @@ class AutoTuner:
         plan = self.candidates[self.current]
         b = plan.micro_batch_size
         self._observations += 1
-        if any(profile.transfers.values()):
+        floor = self.floors.get(b)
+        if any(profile.transfers.values()) or (floor and any(profile.messages.values())):
             if b in self._fed and self._observations - self._fed[b] > self.config.max_age:
                 self._windows.pop(b, None)  # stale samples: not averaged with the fresh ones
             self._fed[b] = self._observations
         window = self._windows.setdefault(b, TransferWindow(self.config.window))
-        profile.feed(window)
+        profile.feed(window, floor)
         if any(profile.fwd):
             self._compute[b] = (profile.fwd, profile.bwd)
         self._measured = list(step_seconds or [])

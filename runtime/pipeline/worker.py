@@ -151,7 +151,11 @@ def run(job: dict[str, Any], rank: int, master: str, port: int, out: Path) -> No
                 train_step(phase, phase * per_phase + i)
     else:
         tcfg = TunerConfig(**job["tuner"]["config"])
-        tuner = AutoTuner(plans, job["tuner"]["start"], tcfg)
+        floors = {
+            int(b): {(int(a), int(c)): float(t) for a, c, t in links}
+            for b, links in (job["tuner"].get("floors") or {}).items()
+        }
+        tuner = AutoTuner(plans, job["tuner"]["start"], tcfg, floors=floors)
         for index in range(len(plans)):  # every candidate's stage and runtime exist before step 0
             runner_for(index)
         seen = seen_steps = 0

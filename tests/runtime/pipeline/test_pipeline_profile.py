@@ -116,3 +116,15 @@ def test_host_time_is_the_gap_between_computes_less_the_input_wait() -> None:
     }
     prof = profile_records(recs)
     assert prof.host == pytest.approx([0.0, 0.15])  # median of 0.2 and 0.1; stage 0: no sample
+
+
+def test_unwaited_messages_count_at_the_floor() -> None:
+    # records(): link 0 -> 1 has two waited messages (0.3, 0.4); link 1 -> 0's only message (mb 0's
+    # gradient) was there when B0 asked: unknown, None in ``messages``
+    prof = profile_records(records())
+    assert prof.messages[(0, 1)] == pytest.approx([0.3, 0.4])
+    assert prof.messages[(1, 0)] == [None]
+    plain = prof.feed(TransferWindow(window=8))
+    assert (1, 0) not in plain.means()  # without a floor: only the waited-for messages
+    floored = prof.feed(TransferWindow(window=8), {(0, 1): 0.05, (1, 0): 0.02})
+    assert floored.means() == {(0, 1): pytest.approx(0.35), (1, 0): pytest.approx(0.02)}

@@ -201,3 +201,20 @@ def test_a_size_running_again_drops_its_stale_samples_and_says_why_it_switched()
     t2.decide(6)
     e = t2.log[-1]
     assert e["switch_to"] == 1 and "re-derived from the latest samples (b=2)" in e["reason"]
+
+
+def test_floors_count_the_messages_nobody_waited_for() -> None:
+    """Two of four messages per link waited 0.8 s; the other two arrived early: with the link's
+    floor (0.1 s) the estimate uses 0.45 s per message, without it 0.8 s (only the late ones)."""
+    links = [(a, a + 1) for a in range(3)] + [(a + 1, a) for a in range(3)]
+    prof = Profile(
+        {ln: [0.8, 0.8] for ln in links},
+        [1.0] * 4,
+        [2.0] * 4,
+        messages={ln: [0.8, None, 0.8, None] for ln in links},
+    )
+    for floors, per_message in (({1: {ln: 0.1 for ln in links}}, 0.45), ({}, 0.8)):
+        t = AutoTuner([plan(1, 1)], current=0, floors=floors)
+        t.observe(prof)
+        want = pipeline_length(plan(1, 1), [1.0] * 4, [2.0] * 4, {ln: per_message for ln in links})
+        assert t.estimate(0) == pytest.approx(want)
