@@ -10,9 +10,10 @@ k_i / g_i units (split as evenly as integers allow); a group stands for its unit
 parallel (two shared cores cannot host 128 processes). Per iteration of B samples a group:
 
 - replays compute at its type's speed: the units each take B / k_i samples, so the group sleeps
-  one unit's time, ``B * CT_i(k_i)`` of Formula 2, with OCT_i and α_i from the type's figures
-  (the cost model's roofline and per-layer overhead, as the executor's replay mode uses the
-  roofline of a device type);
+  one unit's time, ``B * CT_i(k_i)`` of Formula 2, with OCT_i and α_i from the cost model, whose
+  per-layer compute is ``simulator.analytical.compute.layer_times`` on the type's device
+  (``heterogeneous.resource_device``): the one compute function the search, every benchmark and
+  the executor's replay use (issue 15), so replayed and predicted compute agree by construction;
 - really transfers, on one thread so a group's communication times add up as in ODT_i:
   sparse lookups of its share of the ids from the stage's parameter server (real float32 rows,
   a real gather, and the rows' gradients pushed back and applied), its share of the activations

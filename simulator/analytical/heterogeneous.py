@@ -20,12 +20,13 @@ Formula 4 is printed as max{CT_i, DT_i}; we scale it by B so that Formula 5 is s
 the model spec and the per-unit figures of each type (a roofline stand-in for the paper's
 measurements), layer by layer, then summed over the stage:
 
-- computation of layer l on type t, one unit, B_o samples:
-  ``B_o * max(3 F_l / (peak_t * eff_t), bytes_l / bw_t)`` with F_l the forward FLOPs per sample
-  (forward + backward = 3x forward) and bytes_l the memory traffic per sample (3x the layer's
-  output, 3x the rows an embedding reads, and 3x its dense weights per iteration spread over B_o);
-  plus ``3 * overhead_t`` of fixed per-layer time, the serial part (1 - α) that more units do
-  not shorten;
+- computation of layer l on type t, one unit, B_o samples: the shared per-layer roofline,
+  ``simulator.analytical.compute.layer_times(model, device_t, B_o, params)`` forward + backward
+  (issue 15: the search, the benchmarks and the testbed replay take compute from this one
+  function). Its kernel-launch part (kernels x ``launch_overhead_us``) is the serial part
+  (1 - α) that more units do not shorten (each unit still launches every kernel); the rest,
+  the max of FLOPs and bytes terms, is the parallel part α. It is split by calling
+  ``layer_times`` a second time on the same device with launch overhead 0;
 - data communication of layer l: on a GPU type the rows of a sparse table, which live in host
   memory (HeterPS keeps tables in host memory / SSD), cross the unit's host link twice (rows in,
   gradients out): parallel work; synchronising the layer's dense weights among the stage's units
@@ -36,15 +37,23 @@ measurements), layer by layer, then summed over the stage:
   one time per direction of a full-duplex link; parallel work. The first stage has no cut before
   it, the last none after it.
 
-**Not yet the one compute function (issue 15; a known gap, 2026-11-25).** The per-layer
-computation above is this module's own roofline on ``ResourceType`` figures, not
-``simulator.analytical.compute.layer_times`` (which takes a ``DeviceType`` and ``CostParams``:
-op-class efficiencies, backward by op class, kernel launches, profiles). On HeterPS-2GPU's T4 and
-V100 (which exist as device types), ``layer_times`` gives 0.72-0.73x this OCT for CTRDNN and
-2EMB, 0.86-0.87x for MATCHNET, 0.88-0.98x for NCE (batch 512-2048, default CostParams). Routing
-OCT through ``layer_times`` needs a device type per resource type (a CPU core has none), its
-kernel-launch time as the serial part (1 - α), and re-running every HeterPS benchmark; Formulas
-2-8 would not change, every money figure would.
+**Decision: the device a resource type computes on (``resource_device``; 2026-11-25).**
+``layer_times`` needs a ``DeviceType`` (peak per dtype, memory bandwidth, launch overhead); a
+``ResourceType`` is a rentable unit. A GPU type whose name ends in a device type the cluster
+declares (the zoo's ``g4dn.12xlarge-T4`` -> ``T4-16GB``, ``p3.16xlarge-V100`` ->
+``V100-SXM2-16GB``, ...: the first '-'-separated word of the device name) computes on that
+device spec, the same object the AutoSync side uses (its figures and sources are the zoo's,
+``simulator/extract/zoo_resources.py``: NVIDIA's data sheets; launch overhead the DeviceType
+default, 5 us, not a published figure). Any other type is built from its
+own figures: peak = ``tflops`` for every dtype (a CPU core of the zoo: 2 AVX-512 FMA units x 16
+FP32 lanes x 3.0 GHz = 96 GFLOPS, Xeon Platinum 8275CL; one unit is one core, so cores x per-core
+peak = 1 x 0.096 TFLOPS; no separate half-precision path), ``memory_bw_gbs`` (the two
+sockets' 281.6 GB/s, 6 channels of DDR4-2933 each, shared by the 48 cores), and launch overhead = ``overhead_us`` (its
+per-op dispatch). ``ResourceType.efficiency`` is no longer used: the op-class efficiencies of
+``CostParams.op_efficiency`` (and ``efficiency_of(device)``) replace the blanket constant, as in
+every other cost model. ``ResourceType.overhead_us`` is used only for types without a device
+spec. Formulas 2-8 are unchanged; every money figure moved (the re-run results are in
+``benchmarks/results/heterogeneous_*-2026-11-25e.txt``).
 
 **Decision: the boundary is charged on both sides, per direction (ours, measured).** The paper's
 Formula 3 counts ODT_i "to the next stage" only, i.e. the sender pays for the transfer and the
@@ -87,11 +96,11 @@ from functools import cached_property
 
 import numpy as np
 
-from simulator.spec import GBPS, ClusterSpec, ModelSpec, ResourcePlan, ResourceType
+from simulator.analytical.compute import layer_times
+from simulator.analytical.params import CostParams
+from simulator.spec import GBPS, ClusterSpec, DeviceType, ModelSpec, ResourcePlan, ResourceType
 from simulator.spec.resources import link_gbps, resource_plan_issues, stage_bounds
 
-TRAIN_FLOPS_PER_FWD = 3.0  # forward + backward (input and weight gradients)
-MEMORY_PASSES = 3.0  # bytes of a layer touched per sample: forward read/write, backward, update
 TABLE_STATE = 2.0  # a sparse table is stored with one optimiser slot (e.g. Adagrad's accumulator)
 
 
@@ -206,13 +215,18 @@ class HeterogeneousCostModel:
     (read-only).
     """
 
-    def __init__(self, model: ModelSpec, cluster: ClusterSpec, workload: Workload) -> None:
+    def __init__(
+        self, model: ModelSpec, cluster: ClusterSpec, workload: Workload, params: CostParams | None = None
+    ) -> None:
         if not cluster.resource_types:
             raise ValueError(f"cluster: {cluster.name!r} declares no resource_types")
         self.model = model
         self.cluster = cluster
         self.workload = workload
+        self.params = params if params is not None else CostParams()
         self.types: tuple[ResourceType, ...] = cluster.resource_types
+        #: The device each type computes on (``resource_device``).
+        self.devices: tuple[DeviceType, ...] = tuple(resource_device(t, cluster) for t in self.types)
         self.type_index = {t.name: i for i, t in enumerate(self.types)}
         #: p_t in USD per unit and second.
         self.price_per_s = np.array([t.price_per_hour / 3600.0 for t in self.types])
@@ -240,16 +254,14 @@ class HeterogeneousCostModel:
             sparse_rows = layer.activation_bytes if any(v.sparse for v in layer.variables) else 0.0
             dense[li] = sum(v.bytes for v in layer.variables if not v.sparse)
             table[li] = sum(v.bytes for v in layer.variables if v.sparse)
-            traffic = MEMORY_PASSES * (layer.activation_bytes + sparse_rows + dense[li] / b_o)
             for ti, t in enumerate(self.types):
-                flops_s = TRAIN_FLOPS_PER_FWD * layer.fwd_flops / (t.tflops * 1e12 * t.efficiency)
-                mem_s = traffic / (t.memory_bw_gbs * 1e9)
-                comp_par[li, ti] = b_o * max(flops_s, mem_s)
-                comp_ser[li, ti] = 3 * t.overhead_us * 1e-6
                 if t.host_link_gbps is not None and sparse_rows:
                     comm_par[li, ti] = b_o * 2 * sparse_rows / (t.host_link_gbps * GBPS)
                 if dense[li]:
                     comm_ser[li, ti] = 2 * dense[li] / (link_gbps(self.cluster, t.name, t.name) * GBPS)
+        for ti, (total, work) in enumerate(self.layer_compute()):
+            comp_par[:, ti] = work
+            comp_ser[:, ti] = total - work
         # Prefix sums over layers: a stage's totals are differences of two rows.
         self._p_comp_par = _prefix(comp_par)
         self._p_comp_ser = _prefix(comp_ser)
@@ -265,6 +277,20 @@ class HeterogeneousCostModel:
         self.port_bytes_per_s = np.array(
             [[_port_gbps(self.cluster, a, b) * GBPS for b in self.types] for a in self.types]
         )
+
+    def layer_compute(self) -> list[tuple[np.ndarray, np.ndarray]]:
+        """Per type: (total, launch-free) fwd + bwd seconds (L,) of every layer for B_o samples on one unit.
+
+        Both from ``layer_times`` (the one compute function); total - launch-free is the serial part.
+        """
+        out = []
+        for dev in self.devices:
+            total = layer_times(self.model, dev, self.workload.b_o, self.params)
+            free = layer_times(
+                self.model, dev.model_copy(update={"launch_overhead_us": 0.0}), self.workload.b_o, self.params
+            )
+            out.append((total.fwd + total.bwd, np.minimum(free.fwd + free.bwd, total.fwd + total.bwd)))
+        return out
 
     @cached_property
     def _lists(self) -> tuple[list[list[float]], ...]:
@@ -403,6 +429,29 @@ class HeterogeneousCostModel:
     def plan_issues(self, plan: ResourcePlan) -> list[str]:
         """Field-path reasons the plan is not valid here (Formula 11's counts included)."""
         return [str(i) for i in resource_plan_issues(plan, self.model, self.cluster)]
+
+
+def resource_device(t: ResourceType, cluster: ClusterSpec) -> DeviceType:
+    """The device a unit of type ``t`` computes on (see the module docstring's decision).
+
+    A GPU type named ``<instance>-<X>`` computes on the cluster's device type whose name's first
+    '-'-separated word is X (the zoo's device spec); any other type on a device built from its
+    own figures: ``tflops`` for every dtype, ``memory_bw_gbs``, ``overhead_us`` per kernel.
+    """
+    if t.kind == "gpu":
+        tag = t.name.rsplit("-", 1)[-1]
+        for d in cluster.device_types:
+            if d.name.split("-")[0] == tag:
+                return d
+    return DeviceType(
+        name=t.name,
+        fp32_tflops=t.tflops,
+        fp16_tflops=t.tflops,
+        memory_gb=t.memory_gb,
+        memory_bw_gbs=t.memory_bw_gbs,
+        launch_overhead_us=t.overhead_us,
+        source=f"resource type {t.name!r}: its own per-unit figures ({t.instance_type or 'no instance named'})",
+    )
 
 
 def _port_gbps(cluster: ClusterSpec, a: ResourceType, b: ResourceType) -> float:
