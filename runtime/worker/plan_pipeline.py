@@ -30,6 +30,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from simulator.spec import Plan
 from simulator.spec.limits import LIMITS
 from simulator.spec.measurement import Measurement
+from simulator.spec.profile import Profile
 
 if TYPE_CHECKING:
     from runtime.worker.plans import TrialContext
@@ -47,6 +48,12 @@ class PipelineTrial(BaseModel):
     start: int = Field(0, ge=0, lt=64, description="Index of the candidate the run starts on.")
     adaptive: bool = Field(True, description="Run the online tuner over the candidates; False: start fixed.")
     tuner_interval: int = Field(2, ge=1, le=LIMITS.iterations, description="Steps between re-evaluations.")
+    profiles: tuple[Profile, ...] | None = Field(
+        None,
+        max_length=256,
+        description="Measured profiles the search ranked the plan with; the replay computes with "
+        "them (None: the executor session's, the profile store's).",
+    )
 
     @model_validator(mode="after")
     def _check(self) -> PipelineTrial:
@@ -81,9 +88,7 @@ def run(document: dict[str, Any], context: TrialContext) -> Measurement:
 
     trial = PipelineTrial.model_validate(document)
     session = context.session()
-    # the session's measured profiles (its own, else the profile store's of the model): the replay
-    # computes with them as every executor trial does, and as the search ranked the plan (issue 15)
-    cfg = PipelineConfig(executor=session.config, profiles=session.profiles)
+    cfg = PipelineConfig(executor=session.config, profiles=replay_profiles(trial, session.profiles))
     tuner = None
     if trial.adaptive and len(trial.candidates) > 1:
         steps = cfg.executor.warmup + cfg.executor.iterations
@@ -102,6 +107,13 @@ def run(document: dict[str, Any], context: TrialContext) -> Measurement:
     return m.model_copy(
         update={"details": pipeline_details(trial, indices, result.records, result.tuner_log, cfg.dilation)}
     )
+
+
+def replay_profiles(trial: PipelineTrial, session_profiles: tuple[Profile, ...]) -> tuple[Profile, ...]:
+    """The measured profiles the replay computes with: the ones the search ranked the plan with
+    (the document's, e.g. uploaded through the API), else the session's (the profile store's of
+    the model), so the replay and the ranking agree on compute (issue 15)."""
+    return trial.profiles if trial.profiles is not None else session_profiles
 
 
 def pipeline_details(

@@ -54,6 +54,7 @@ from service.loop.store import search_specs
 from service.plans import PlanKind, RoundAsk, plan_kind
 from service.queue.nudge import Nudger
 from simulator.spec import ClusterSpec, ModelSpec
+from simulator.spec.profile import Profile
 
 log = logging.getLogger("strategist.loop")
 
@@ -290,9 +291,12 @@ class SearchLoop:
             )
         else:
             options = search.plan_options or {}
-            out = self._job(
-                search, "baselines", kind.baselines, lambda: (*self._specs(search), options, missing), wait_s
-            )
+
+            def args() -> tuple[Any, ...]:
+                model, cluster = self._specs(search)
+                return model, cluster, options, missing, self._profiles(model)
+
+            out = self._job(search, "baselines", kind.baselines, args, wait_s)
         if isinstance(out, str):
             return out
         queued = [n for n in missing if n in out.value]  # the job may have started when fewer were due
@@ -346,13 +350,20 @@ class SearchLoop:
     ) -> str:
         """A round of a non-AutoSync kind (``service.plans``); no new plan at all completes the search."""
         index = search.current_round + 1
-        ask = RoundAsk(
-            index=index, k=k, seed=search.seed * 1_000 + index, tried=tuple(t.strategy for t in trials)
-        )
         options = search.plan_options or {}
-        out = self._job(
-            search, f"round {index}", kind.plan_round, lambda: (*self._specs(search), options, ask), wait_s
-        )
+
+        def args() -> tuple[Any, ...]:
+            model, cluster = self._specs(search)
+            ask = RoundAsk(
+                index=index,
+                k=k,
+                seed=search.seed * 1_000 + index,
+                tried=tuple(t.strategy for t in trials),
+                profiles=self._profiles(model),
+            )
+            return model, cluster, options, ask
+
+        out = self._job(search, f"round {index}", kind.plan_round, args, wait_s)
         if isinstance(out, str):
             return out
         if not out.value.drafts:
@@ -401,6 +412,13 @@ class SearchLoop:
     def _specs(self, search: d.Search) -> tuple[ModelSpec, ClusterSpec]:
         with self.sessions() as s:
             return search_specs(s, search=search)
+
+    def _profiles(self, model: ModelSpec) -> tuple[Profile, ...]:
+        """The measured profiles of ``model`` the service stores and uses (uploaded through
+        ``POST /profiles`` or reported by a profile job): what a plan kind's round ranks with and
+        its documents carry to the worker's replay (issue 15)."""
+        with self.sessions() as s:
+            return repo.profiles_in_use(s, model=model.name)
 
     def _nudge_queued(self, search: d.Search) -> None:
         with self.sessions() as s:

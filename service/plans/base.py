@@ -25,6 +25,7 @@ from pydantic import BaseModel
 
 from service.domain import CandidateDraft, Search, Trial
 from simulator.spec import ClusterSpec, ModelSpec
+from simulator.spec.profile import Profile
 
 Loc = tuple[str | int, ...]
 
@@ -49,6 +50,9 @@ class RoundAsk:
     k: int  # candidates wanted (the budget may leave fewer than candidates_per_round)
     seed: int  # seed of this round (search seed and round index)
     tried: tuple[dict[str, Any], ...]  # plan documents of every trial of the search so far
+    # measured profiles of the search's model the round ranks with (the service's stored ones in
+    # use, ``repository.profiles_in_use``); None: the on-disk profile store's (issue 15)
+    profiles: tuple[Profile, ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -95,9 +99,15 @@ class PlanKind(ABC):
 
     @abstractmethod
     def baselines(
-        self, model: ModelSpec, cluster: ClusterSpec, options: dict[str, Any], names: tuple[str, ...]
+        self,
+        model: ModelSpec,
+        cluster: ClusterSpec,
+        options: dict[str, Any],
+        names: tuple[str, ...],
+        profiles: tuple[Profile, ...] | None = None,
     ) -> dict[str, dict[str, Any]]:
-        """The named baselines' plan documents (a name with no plan here is left out)."""
+        """The named baselines' plan documents (a name with no plan here is left out); ``profiles``
+        as ``RoundAsk.profiles``."""
 
     @abstractmethod
     def plan_round(
@@ -117,8 +127,9 @@ def known_options(options: dict[str, Any] | None, defaults: dict[str, Any], kind
 
 
 def document_key(document: dict[str, Any]) -> str:
-    """A plan document's identity: its JSON with sorted keys (what ``ask.tried`` is matched on)."""
-    return json.dumps(document, sort_keys=True)
+    """A plan document's identity: its JSON with sorted keys (what ``ask.tried`` is matched on),
+    without the ``profiles`` it was ranked with (a plan is the same plan under another profile)."""
+    return json.dumps({k: v for k, v in document.items() if k != "profiles"}, sort_keys=True)
 
 
 def ranked_round(

@@ -43,6 +43,7 @@ from service.domain import CandidateDraft, Search, Trial
 from service.plans.base import OptionsInvalid, PlanKind, RoundAsk, RoundPlan
 from simulator.spec import ClusterSpec, ModelSpec, ResourcePlan
 from simulator.spec.limits import LIMITS
+from simulator.spec.profile import Profile
 
 if TYPE_CHECKING:
     from search.heterogeneous import Scheduler, ScheduleResult
@@ -267,7 +268,12 @@ class HeterogeneousPlans(PlanKind):
         return tuple((search.plan_options or {}).get("baselines") or ())
 
     def baselines(
-        self, model: ModelSpec, cluster: ClusterSpec, options: dict[str, Any], names: tuple[str, ...]
+        self,
+        model: ModelSpec,
+        cluster: ClusterSpec,
+        options: dict[str, Any],
+        names: tuple[str, ...],
+        profiles: tuple[Profile, ...] | None = None,
     ) -> dict[str, dict[str, Any]]:
         cm = cost_model(model, cluster, HeterogeneousOptions.model_validate(options))
         out = {}

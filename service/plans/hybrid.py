@@ -47,6 +47,7 @@ from service.plans.base import (
 from simulator.spec import ClusterSpec, HybridPlan, ModelSpec, SpecError
 from simulator.spec.hybrid import Annotation, ModuleAnnotation, hybrid_issues, plan_from_annotations
 from simulator.spec.limits import LIMITS
+from simulator.spec.profile import Profile
 
 DEFAULTS: dict[str, Any] = {
     "annotations": None,
@@ -148,7 +149,12 @@ class HybridPlans(PlanKind):
         return out
 
     def baselines(
-        self, model: ModelSpec, cluster: ClusterSpec, options: dict[str, Any], names: tuple[str, ...]
+        self,
+        model: ModelSpec,
+        cluster: ClusterSpec,
+        options: dict[str, Any],
+        names: tuple[str, ...],
+        profiles: tuple[Profile, ...] | None = None,
     ) -> dict[str, dict[str, Any]]:
         from search.hybrid import even_data_parallel
 
@@ -161,7 +167,7 @@ class HybridPlans(PlanKind):
         self, model: ModelSpec, cluster: ClusterSpec, options: dict[str, Any], ask: RoundAsk
     ) -> RoundPlan:
         return ranked_round(
-            scored_plans(model, cluster, options),
+            scored_plans(model, cluster, options, ask.profiles),
             ask,
             lambda p: (len(p.task_graphs), p.nested_dp, p.num_micro_batches > 1),
             "hybrid-cost-model",
@@ -235,16 +241,21 @@ def balanced_shares(
 
 
 def scored_plans(
-    model: ModelSpec, cluster: ClusterSpec, options: dict[str, Any]
+    model: ModelSpec,
+    cluster: ClusterSpec,
+    options: dict[str, Any],
+    profiles: tuple[Profile, ...] | None = None,
 ) -> list[tuple[float, HybridPlan]]:
-    """Every candidate plan with its predicted seconds: plans that fit first, each group fastest first."""
+    """Every candidate plan with its predicted seconds: plans that fit first, each group fastest
+    first; ``profiles``: the measured profiles of the model to rank with (None: the profile
+    store's)."""
     from search.hybrid import auto_partition, memory_reasons
     from simulator.hybrid import predict
     from simulator.profile.store import store_cost_params
 
-    # the replay's CostParams (runtime.hybrid.replay_cost_params with the default config: the
-    # profile store's profiles of the model), so ranking and replay agree on compute (issue 15)
-    params = store_cost_params(model.name)
+    # the replay's CostParams (runtime.hybrid.replay_cost_params with the default config) with the
+    # given profiles (the service's stored ones in use), else the profile store's (issue 15)
+    params = store_cost_params(model.name, profiles=profiles)
     memory = MemoryModel(model, cluster, MemoryConfig())
     if options.get("annotations") is not None:
         even = annotated_plan(model, cluster, options)

@@ -19,8 +19,9 @@ each curve is a candidate document (``runtime.worker.plan_pipeline.PipelineTrial
 curve, starting on that point), predicted by the hybrid cost model (``simulator.hybrid.predict``:
 the pipeline issue's event simulation of the kFkB action lists, compute model per device, bytes
 over the links, DP all-reduce across replicas) with the CostParams the trial's replay computes
-with (``cost_params``: the profile store's measured profiles of the model, issue 15); the K
-fastest predicted that were not tried yet
+with (``cost_params``: the measured profiles of the model the loop hands the round, the service's
+stored ones in use, else the profile store's, issue 15), and each document carries those profiles
+so the worker's replay computes with them too; the K fastest predicted that were not tried yet
 are the round's candidates. Baseline ``1f1b``: the fixed 1F1B plan with the largest micro-batch
 that fits, on the partition of the best predicted candidate (what Ada-Grouper compares against).
 
@@ -41,6 +42,7 @@ from simulator.analytical.params import CostParams
 from simulator.profile.store import store_cost_params
 from simulator.spec import ClusterSpec, ModelSpec, Plan
 from simulator.spec.limits import LIMITS
+from simulator.spec.profile import Profile
 
 DEFAULTS: dict[str, Any] = {
     "stages": "choose",
@@ -122,11 +124,16 @@ class PipelinePlans(PlanKind):
         return out
 
     def baselines(
-        self, model: ModelSpec, cluster: ClusterSpec, options: dict[str, Any], names: tuple[str, ...]
+        self,
+        model: ModelSpec,
+        cluster: ClusterSpec,
+        options: dict[str, Any],
+        names: tuple[str, ...],
+        profiles: tuple[Profile, ...] | None = None,
     ) -> dict[str, dict[str, Any]]:
         if "1f1b" not in names:
             return {}
-        scored = scored_documents(model, cluster, options)
+        scored = scored_documents(model, cluster, options, profiles=profiles)
         if not scored:
             return {}
         from runtime.worker.plan_pipeline import PipelineTrial
@@ -136,12 +143,14 @@ class PipelinePlans(PlanKind):
         plan = largest_1f1b(best.candidates[0], memory)
         if plan is None:
             return {}
-        return {"1f1b": PipelineTrial(candidates=(plan,), adaptive=False).model_dump(mode="json")}
+        trial = PipelineTrial(candidates=(plan,), adaptive=False, profiles=profiles)
+        return {"1f1b": trial.model_dump(mode="json")}
 
     def plan_round(
         self, model: ModelSpec, cluster: ClusterSpec, options: dict[str, Any], ask: RoundAsk
     ) -> RoundPlan:
-        return ranked_round(scored_documents(model, cluster, options), ask, _features, "pipeline-cost-model")
+        scored = scored_documents(model, cluster, options, profiles=ask.profiles)
+        return ranked_round(scored, ask, _features, "pipeline-cost-model")
 
 
 def _features(doc: Any) -> tuple[int, int, int]:
@@ -169,25 +178,31 @@ def stage_counts(model: ModelSpec, cluster: ClusterSpec, options: dict[str, Any]
     return [p for p in wanted if n % p == 0 and options["global_batch"] % (n // p) == 0]
 
 
-def cost_params(model: ModelSpec) -> CostParams:
+def cost_params(model: ModelSpec, profiles: tuple[Profile, ...] | None = None) -> CostParams:
     """The CostParams a pipeline trial's replay computes with (``PipelineConfig.cost_params`` with
-    the executor's default efficiency: the profile store's profiles of ``model``), so that the
-    ranking and the replay take the same compute model and the same measured profiles."""
-    return store_cost_params(model.name)
+    the executor's default efficiency and the document's ``profiles``; None: the profile store's
+    profiles of ``model``), so that the ranking and the replay take the same compute model and the
+    same measured profiles."""
+    return store_cost_params(model.name, profiles=profiles)
 
 
 def scored_documents(
-    model: ModelSpec, cluster: ClusterSpec, options: dict[str, Any], params: CostParams | None = None
+    model: ModelSpec,
+    cluster: ClusterSpec,
+    options: dict[str, Any],
+    params: CostParams | None = None,
+    profiles: tuple[Profile, ...] | None = None,
 ) -> list[tuple[float, Any]]:
     """Every candidate document (each point of each partition's memory curve) with its predicted
-    seconds, fastest first (ties: fewer stages, then smaller k); ``params``: the compute model's
-    CostParams (None: ``cost_params(model)``, the replay's)."""
+    seconds, fastest first (ties: fewer stages, then smaller k); ``profiles``: the measured profiles
+    ranked with, carried by every document (None: the profile store's); ``params``: the compute
+    model's CostParams (None: ``cost_params(model, profiles)``, the replay's)."""
     from runtime.worker.plan_pipeline import PipelineTrial
     from search.hybrid import InfeasibleBalance, InfeasiblePartition, balanced_pipeline, pipeline
     from search.hybrid.plans import all_devices
     from simulator.hybrid import predict
 
-    params = params if params is not None else cost_params(model)
+    params = params if params is not None else cost_params(model, profiles)
     memory = memory_model(model, cluster, options)
     devices = all_devices(cluster)
     gb = int(options["global_batch"])
@@ -213,6 +228,7 @@ def scored_documents(
                 start=i,
                 adaptive=options["adaptive"],
                 tuner_interval=options["tuner_interval"],
+                profiles=profiles,
             )
             out.append((seconds, (P, c.k, c.micro_batch_size), doc))
     out.sort(key=lambda x: (x[0], x[1]))
