@@ -8,7 +8,10 @@ and the line, never skipped silently.
 ``model_profiles`` / ``store_cost_params`` are the one lookup of a model's stored profiles: what a
 replay computes with when it is given none (``runtime.executor.ExecutorSession``,
 ``runtime.pipeline.PipelineConfig.cost_params``) and what a search ranking plans for that replay
-predicts with (``service.plans.pipeline``), so the two agree on compute by construction (issue 15).
+predicts with (``service.plans.pipeline``, ``service.plans.hybrid``), so the two agree on compute
+by construction (issue 15). The service passes the profiles it stores (uploaded through
+``POST /profiles``: ``repository.profiles_in_use``) as ``profiles``, and a pipeline trial's document
+carries them to the worker's replay; the same function builds the CostParams either way.
 """
 
 from __future__ import annotations
