@@ -8,6 +8,7 @@ from typing import Any, Literal
 from runtime.executor.config import ComputeMode, ExecutorConfig
 from simulator.analytical.params import CostParams
 from simulator.hybrid.buckets import BUCKET_BYTES
+from simulator.spec.profile import Profile
 
 
 @dataclass(frozen=True)
@@ -52,6 +53,9 @@ class HybridConfig:
     # the executor's replay does, so a stored (model, device, dtype, batch) profile replaces the
     # roofline exactly where the cost model's ``CostParams.with_profiles`` would.
     use_profiles: bool = True
+    # Replay: the measured profiles to use instead of the store's (the ones the search ranked the
+    # plan with, carried by the trial document; issue 15); None: the store's, as above.
+    profiles: tuple[Profile, ...] | None = None
 
     def __post_init__(self) -> None:
         checks = [
@@ -122,18 +126,23 @@ class HybridConfig:
         return self.executor.timeout_s + self.executor.startup_timeout_s
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        out = asdict(self)
+        if self.profiles is not None:
+            out["profiles"] = [p.model_dump(mode="json") for p in self.profiles]
+        return out
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> HybridConfig:
-        return cls(**{**data, "executor": ExecutorConfig(**data["executor"])})
+        raw = data.get("profiles")
+        profiles = None if raw is None else tuple(Profile.model_validate(p) for p in raw)
+        return cls(**{**data, "executor": ExecutorConfig(**data["executor"]), "profiles": profiles})
 
 
 def replay_cost_params(cfg: HybridConfig, model_name: str) -> CostParams:
     """The CostParams the replay times compute with, and the ones a prediction of it should use.
 
     ``efficiency`` and ``compute_dtype`` from ``cfg``; the profile store's profiles of this model
-    when ``cfg.use_profiles`` (the executor session's default: ``ProfileStore().load_all()`` for
+    (``cfg.profiles`` when set) when ``cfg.use_profiles`` (the executor session's default: ``ProfileStore().load_all()`` for
     the model). Op efficiencies and per-type corrections are ``CostParams``' defaults, as in the
     executor's replay (``runtime.executor.worker.layer_seconds``).
     """
@@ -141,5 +150,8 @@ def replay_cost_params(cfg: HybridConfig, model_name: str) -> CostParams:
 
     params = CostParams(efficiency=cfg.efficiency, compute_dtype=cfg.compute_dtype)
     if cfg.use_profiles:
-        params = params.with_profiles(tuple(p for p in ProfileStore().load_all() if p.model == model_name))
+        profiles = cfg.profiles
+        if profiles is None:
+            profiles = tuple(p for p in ProfileStore().load_all() if p.model == model_name)
+        params = params.with_profiles(profiles)
     return params

@@ -33,6 +33,7 @@ from runtime.launch import Launcher
 from simulator.memory import MemoryConfig, stage_memory, usable_bytes
 from simulator.pipeline import expected_peak_stashed
 from simulator.spec import ClusterSpec, HybridPlan, ModelSpec, hybrid_issues
+from simulator.spec.profile import Profile
 
 #: The planner's memory assumptions, the defaults of ``measure_plan``.
 PLANNER = MemoryConfig()
@@ -68,6 +69,7 @@ def measure_plan(
     compute_dtype: Literal["float32", "tf32", "float16", "bfloat16"] | None = None,
     timeout_s: float = 600.0,
     launcher: Launcher | None = None,
+    profiles: tuple[Profile, ...] | None = None,
 ) -> HybridRun:
     """Run ``plan`` (replay) for ``warmup + iterations`` steps; see the module docstring.
 
@@ -76,7 +78,8 @@ def measure_plan(
     fits is judged by the device with the same rules; pass the planner's values when they differ.
     ``testbed``: shaped network namespaces (falling back to unshaped loopback with a warning
     where they cannot be built); False: loopback. ``scale``/``dilation`` None: the executor's
-    ``dilated_scales(cluster)``. ``launcher``: use this one (already built) instead.
+    ``dilated_scales(cluster)``. ``launcher``: use this one (already built) instead. ``profiles``: the measured profiles the replay
+    computes with (None: the profile store's, ``replay_cost_params``).
     ``compute_dtype``: the dtype whose peak the replayed compute uses (``CostParams.compute_dtype``;
     'float16' = mixed precision on tensor cores); pipelined plans replay the model's own dtype
     (``runtime.pipeline`` has no such setting) and refuse another one as ``unsupported``.
@@ -102,6 +105,7 @@ def measure_plan(
         optimizer_state_factor=optimizer_state_factor,
         activation_factor=activation_factor,
         compute_dtype=compute_dtype,
+        profiles=profiles,
     )
     issues = hybrid_issues(plan, model, cluster)
     if issues:
@@ -160,7 +164,9 @@ def _run_pipelined(
 
     p = plan.to_plan()
     try:
-        run = run_pipeline(model, cluster, p, launcher, PipelineConfig(executor=cfg.executor))
+        run = run_pipeline(
+            model, cluster, p, launcher, PipelineConfig(executor=cfg.executor, profiles=cfg.profiles)
+        )
     except ValueError as e:
         return HybridRun("unsupported", str(e))
     m = run.measurements[0]

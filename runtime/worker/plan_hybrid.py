@@ -15,8 +15,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from simulator.spec import HybridPlan
-from simulator.spec.io import parse_as
+from simulator.spec.hybrid import plan_document
 from simulator.spec.measurement import Measurement
 
 if TYPE_CHECKING:
@@ -27,7 +26,7 @@ def run(document: dict[str, Any], context: TrialContext) -> Measurement:
     """Measure a hybrid plan; an invalid, unsupported or out-of-memory plan is a failed Measurement."""
     from runtime.hybrid.testbed import measure_plan
 
-    plan = parse_as(HybridPlan, document)
+    plan, profiles = plan_document(document)
     session = context.session()
     ex = session.config
     result = measure_plan(
@@ -41,6 +40,7 @@ def run(document: dict[str, Any], context: TrialContext) -> Measurement:
         efficiency=ex.efficiency,
         timeout_s=ex.timeout_s,
         launcher=session.launcher,
+        profiles=profiles if profiles is not None else session.profiles,
     )
     base = {"scale": ex.scale, "compute_mode": "replay"}
     if result.status != "ok" or result.measurement is None:

@@ -97,9 +97,9 @@ def plan_lines(trials: Sequence[dict[str, Any]]) -> list[str]:
             )
             lines += [f"  step {s['step']}: {_kb(s['from'])} -> {_kb(s['to'])}: {s['reason']}" for s in sw]
         elif details.get("plan_kind") == "hybrid" and t.get("strategy", {}).get("kind") == "hybrid":
-            from simulator.spec import HybridPlan
+            from simulator.spec.hybrid import plan_document
 
-            plan = HybridPlan.model_validate(t["strategy"])
+            plan, _ = plan_document(t["strategy"])
             busy = details.get("busy_s") or {}
             lines.append(f"{head}, {plan.name or 'hybrid plan'}")
             for i, tg in enumerate(plan.task_graphs):

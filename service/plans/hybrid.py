@@ -29,6 +29,7 @@ share (a decision; the cost model ranks, nothing samples).
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any, ClassVar
 
 from pydantic import ValidationError
@@ -161,17 +162,27 @@ class HybridPlans(PlanKind):
         if "even" not in names:
             return {}
         plan = even_data_parallel(model, cluster, int(options["global_batch"]))
-        return {"even": plan.model_dump(mode="json")}
+        doc = plan.model_dump(mode="json")
+        if profiles is not None:
+            doc["profiles"] = [p.model_dump(mode="json") for p in profiles]
+        return {"even": doc}
 
     def plan_round(
         self, model: ModelSpec, cluster: ClusterSpec, options: dict[str, Any], ask: RoundAsk
     ) -> RoundPlan:
-        return ranked_round(
+        out = ranked_round(
             scored_plans(model, cluster, options, ask.profiles),
             ask,
             lambda p: (len(p.task_graphs), p.nested_dp, p.num_micro_batches > 1),
             "hybrid-cost-model",
         )
+        if ask.profiles is None:
+            return out
+        # the document carries the profiles the plan was ranked with, so the worker replays with
+        # them (``runtime.worker.plan_hybrid``); ``plan_document`` strips them off again
+        carried = [p.model_dump(mode="json") for p in ask.profiles]
+        drafts = tuple(replace(d, strategy={**d.strategy, "profiles": carried}) for d in out.drafts)
+        return replace(out, drafts=drafts)
 
 
 def annotation(options: dict[str, Any]) -> Annotation:

@@ -17,7 +17,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from service.domain import Trial
-from simulator.spec import HybridPlan, Plan
+from simulator.spec import Plan
+from simulator.spec.hybrid import plan_document
 
 if TYPE_CHECKING:
     from service.web.heterogeneous_views import HeterogeneousView
@@ -142,7 +143,7 @@ def pipeline_view(document: dict[str, Any], details: dict[str, Any] | None) -> P
 
 
 def hybrid_view(document: dict[str, Any], details: dict[str, Any] | None) -> HybridView:
-    plan = HybridPlan.model_validate(document)
+    plan, _ = plan_document(document)
     busy: dict[str, float] = dict((details or {}).get("busy_s") or {})
     rows = []
     for i, tg in enumerate(plan.task_graphs):
@@ -179,7 +180,7 @@ def plan_label(document: dict[str, Any], details: dict[str, Any] | None = None) 
             )
         return text
     if kind == "hybrid":
-        hp = HybridPlan.model_validate(document)
+        hp, _ = plan_document(document)
         return f"{hp.name or 'hybrid'}: {len(hp.task_graphs)} TaskGraphs, nested DP {hp.nested_dp}"
     return ""
 

@@ -46,6 +46,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from simulator.spec.errors import Issue, SpecError, structural
 from simulator.spec.limits import LIMITS, Label, Name, SpecName
 from simulator.spec.plan import Plan, Stage, device_issue, plan_issues
+from simulator.spec.profile import Profile
 
 if TYPE_CHECKING:
     from simulator.spec.cluster import ClusterSpec
@@ -647,3 +648,25 @@ def plan_from_annotations(
         )
     except ValidationError as e:
         raise SpecError.from_pydantic(e) from None
+
+
+def plan_document(document: dict[str, Any]) -> tuple[HybridPlan, tuple[Profile, ...] | None]:
+    """A hybrid trial document as (plan, the profiles it was ranked with, None when it carries
+    none): the plan's own fields validated as ``HybridPlan``, the carried ``profiles`` as
+    ``Profile``s (issue 15: a hybrid search's trial carries the profiles it was ranked with, so
+    the worker's replay computes with them). Raises SpecError with field paths on a bad document.
+    """
+    fields = {k: v for k, v in document.items() if k != "profiles"}
+    raw = document.get("profiles")
+    profiles: list[Profile] = []
+    for i, p in enumerate(raw or ()):
+        try:
+            profiles.append(Profile.model_validate(p))
+        except ValidationError as e:
+            issues = SpecError.from_pydantic(e).issues
+            raise SpecError([Issue(("profiles", i, *x.path), x.reason) for x in issues]) from None
+    try:
+        plan = HybridPlan.model_validate(fields)
+    except ValidationError as e:
+        raise SpecError.from_pydantic(e) from None
+    return plan, None if raw is None else tuple(profiles)

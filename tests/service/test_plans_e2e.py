@@ -21,7 +21,8 @@ from service.client import StrategistClient
 from service.db import repository as repo
 from service.loop.stack import Stack, StackConfig
 from service.settings import Settings
-from simulator.spec import HybridPlan, Plan
+from simulator.spec import Plan
+from simulator.spec.hybrid import plan_document
 
 # Each search runs two trials of fresh processes (the pipeline's stages or the hybrid plan's GPUs)
 # on network namespaces. Measured on the shared 2-core host (2026-11-25): the pipeline test 72 s at
@@ -132,7 +133,8 @@ def test_hybrid_search_on_mixed_gpus_runs_end_to_end_with_testbed_trials(stack: 
     cand = next(t for t in trials if t["candidate_id"] is not None)
     even_median = next(t["median_time"] for t in trials if t["baseline"] == "even")
     assert client.search(sid).speedups == {"even": pytest.approx(even_median / cand["median_time"])}
-    plan = HybridPlan.model_validate(cand["strategy"])
+    plan, carried = plan_document(cand["strategy"])
+    assert carried == ()  # ranked with the (empty) stored profiles, and replayed with them
     # the best predicted annotated plan on V100 + P100 is Algorithm 1's: more samples on the V100
     shares = plan.device_shares(0)
     assert plan.name == "annotated (Algorithm 1 shares)" and shares["n0:0"] > shares["n1:0"]
@@ -140,7 +142,7 @@ def test_hybrid_search_on_mixed_gpus_runs_end_to_end_with_testbed_trials(stack: 
     busy = cand["measurement"]["details"]["busy_s"]
     assert set(busy) == {"n0:0", "n1:0"} and all(t > 0 for t in busy.values())
     even = next(t for t in trials if t["baseline"] == "even")
-    assert HybridPlan.model_validate(even["strategy"]).device_shares(0) == {"n0:0": 16, "n1:0": 16}
+    assert plan_document(even["strategy"])[0].device_shares(0) == {"n0:0": 16, "n1:0": 16}
     page = httpx.get(f"{stack.url}/ui/trials/{cand['id']}", cookies={"strategist_token": secret})
     assert page.status_code == 200
     for dev in ("n0:0", "n1:0"):

@@ -18,12 +18,16 @@ from fastapi.testclient import TestClient
 from sqlalchemy.orm import Session, sessionmaker
 
 from runtime.executor import ExecutorConfig
-from runtime.worker import plan_pipeline
+from runtime.hybrid.config import HybridConfig, replay_cost_params
+from runtime.worker import plan_hybrid, plan_pipeline
 from runtime.worker.plan_pipeline import PipelineTrial
 from service.loop import SearchLoop
 from service.plans.hybrid import scored_plans
 from service.plans.pipeline import cost_params, scored_documents
 from simulator import zoo
+from simulator.analytical.params import CostParams
+from simulator.spec.errors import SpecError
+from simulator.spec.hybrid import plan_document
 from simulator.spec.measurement import Measurement
 from simulator.spec.profile import Profile
 
@@ -159,6 +163,7 @@ def test_a_hybrid_search_ranks_with_the_uploaded_profile(
     sessions: sessionmaker[Session],
     plan_zoo: Path,
     empty_store: Path,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     from simulator.hybrid import predict
     from simulator.profile.store import store_cost_params
@@ -177,8 +182,44 @@ def test_a_hybrid_search_ranks_with_the_uploaded_profile(
     params = store_cost_params(model.name, profiles=profiles)
     ranked = scored_plans(model, cluster, options, profiles)
     for c, (seconds, plan) in zip(cands, ranked, strict=False):
-        assert c["strategy"] == plan.model_dump(mode="json")
+        doc_plan, carried = plan_document(c["strategy"])
+        assert doc_plan == plan
+        assert carried == profiles  # the document carries what the round ranked with
         assert c["predicted_time"] == pytest.approx(seconds)
         assert seconds == pytest.approx(predict(model, cluster, plan, params).seconds)
         roofline = predict(model, cluster, plan, store_cost_params(model.name, profiles=())).seconds
         assert c["predicted_time"] > 10 * roofline
+
+    # the worker's side: every claimed trial (the even baseline and the candidates) replays with
+    # them, through the replay's CostParams (runtime.hybrid.replay_cost_params)
+    docs = claim_all(client, tokens["worker"], "mixed-2")
+    assert len(docs) == 1 + len(cands)
+    captured: list[Any] = []
+
+    def fake_measure_plan(model: Any, cluster: Any, plan: Any, **kw: Any) -> Any:
+        captured.append(kw["profiles"])
+        return SimpleNamespace(status="unsupported", reason="captured", measurement=None)
+
+    monkeypatch.setattr("runtime.hybrid.testbed.measure_plan", fake_measure_plan)
+    session = SimpleNamespace(config=ExecutorConfig(), profiles=(), launcher=None)
+    context: Any = SimpleNamespace(model=model, cluster=cluster, session=lambda: session)
+    for doc in docs:
+        assert plan_hybrid.run(doc, context).failure == "unsupported: captured"
+    assert captured == [profiles] * len(docs)
+    # the carried profiles survive the config's JSON trip to every process and replace the store's
+    cfg = HybridConfig(profiles=profiles)
+    expected = CostParams(efficiency=cfg.efficiency).with_profiles(profiles)
+    assert replay_cost_params(HybridConfig.from_dict(cfg.to_dict()), model.name) == expected
+    assert replay_cost_params(HybridConfig(), model.name) != expected  # the (empty) store's
+
+
+def test_a_hybrid_document_without_profiles_replays_with_the_sessions(plan_zoo: Path) -> None:
+    from service.plans.hybrid import HybridPlans
+
+    model, cluster = zoo.model("mixed-net"), zoo.cluster("mixed-2")
+    options = HybridPlans().validate({}, objective="time", model=model, cluster=cluster)
+    plan = scored_plans(model, cluster, options, ())[0][1]
+    doc = plan.model_dump(mode="json")
+    assert plan_document(doc) == (plan, None)
+    with pytest.raises(SpecError, match="profiles"):
+        plan_document({**doc, "profiles": [{"kind": "profile"}]})
