@@ -38,7 +38,7 @@ from runtime.executor.results import aggregate, failed
 from runtime.executor.worker_main import READY, RESULT, write_profiles
 from runtime.launch import Launcher
 from simulator.memory import GB, stage_memory, usable_bytes
-from simulator.profile.store import ProfileStore
+from simulator.profile.store import model_profiles
 from simulator.spec import ClusterSpec, ModelSpec, SpecError, Strategy
 from simulator.spec.measurement import Measurement
 from simulator.spec.profile import Profile
@@ -107,7 +107,7 @@ class ExecutorSession:
         $STRATEGIST_PROFILES or datasets/profiles; a bad file raises SpecError naming its line)."""
         self.model = model
         if profiles is None:
-            profiles = tuple(p for p in ProfileStore().load_all() if p.model == model.name)
+            profiles = model_profiles(model.name)
         self.profiles = profiles
         self.cluster = cluster
         self.launcher = launcher

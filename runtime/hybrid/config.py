@@ -141,17 +141,17 @@ class HybridConfig:
 def replay_cost_params(cfg: HybridConfig, model_name: str) -> CostParams:
     """The CostParams the replay times compute with, and the ones a prediction of it should use.
 
-    ``efficiency`` and ``compute_dtype`` from ``cfg``; the profile store's profiles of this model
-    (``cfg.profiles`` when set) when ``cfg.use_profiles`` (the executor session's default: ``ProfileStore().load_all()`` for
-    the model). Op efficiencies and per-type corrections are ``CostParams``' defaults, as in the
+    ``efficiency`` and ``compute_dtype`` from ``cfg``; when ``cfg.use_profiles``, ``cfg.profiles``
+    (the ones the search ranked the plan with), else the profile store's profiles of this model
+    (``simulator.profile.store.model_profiles``, the executor session's default). Op efficiencies and per-type corrections are ``CostParams``' defaults, as in the
     executor's replay (``runtime.executor.worker.layer_seconds``).
     """
-    from simulator.profile.store import ProfileStore
+    from simulator.profile.store import model_profiles
 
     params = CostParams(efficiency=cfg.efficiency, compute_dtype=cfg.compute_dtype)
     if cfg.use_profiles:
         profiles = cfg.profiles
         if profiles is None:
-            profiles = tuple(p for p in ProfileStore().load_all() if p.model == model_name)
+            profiles = model_profiles(model_name)
         params = params.with_profiles(profiles)
     return params
