@@ -93,12 +93,9 @@ class PipelineConfig:
         ``executor.efficiency`` and the profiles (``profiles``, else the store's for the model);
         op efficiencies and per-type corrections are CostParams' defaults, as in the executor's
         replay (``runtime.executor.worker.layer_seconds``)."""
-        profiles = self.profiles
-        if profiles is None:
-            from simulator.profile.store import ProfileStore
+        from simulator.profile.store import store_cost_params
 
-            profiles = tuple(p for p in ProfileStore().load_all() if p.model == model_name)
-        return CostParams(efficiency=self.executor.efficiency).with_profiles(profiles)
+        return store_cost_params(model_name, self.executor.efficiency, self.profiles)
 
     def job(self) -> dict[str, Any]:
         """What every process reads: the executor's fields flat, plus ``dtype``."""
