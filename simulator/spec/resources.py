@@ -72,12 +72,19 @@ class ResourceType(BaseModel):
         le=LIMITS.link_gbps,
         description="Network bandwidth per unit (server NIC / units), Gbit/s.",
     )
-    efficiency: float = Field(0.5, gt=0, le=1, description="Fraction of peak FLOPS a layer reaches.")
+    efficiency: float = Field(
+        0.5,
+        gt=0,
+        le=1,
+        description="Not read by the cost model since 2026-11-25 (compute is layer_times with "
+        "CostParams' per-op-class efficiencies); kept so that existing cluster specs validate.",
+    )
     overhead_us: float = Field(
         10.0,
         ge=0,
         le=LIMITS.latency_us,
-        description="Fixed per-layer time per iteration that more units do not shorten, us.",
+        description="Per-kernel dispatch time of a type without a device spec of its own (a CPU "
+        "core), us: the serial part of its compute that more units do not shorten.",
     )
     instance_type: Text = Field("", description="The server it comes from, e.g. 'AWS c5.24xlarge'.")
     price_source: Text = Field("", description="Where the price comes from (page and date).")
