@@ -162,10 +162,7 @@ class HybridPlans(PlanKind):
         if "even" not in names:
             return {}
         plan = even_data_parallel(model, cluster, int(options["global_batch"]))
-        doc = plan.model_dump(mode="json")
-        if profiles is not None:
-            doc["profiles"] = [p.model_dump(mode="json") for p in profiles]
-        return {"even": doc}
+        return {"even": carrying(plan.model_dump(mode="json"), profiles)}
 
     def plan_round(
         self, model: ModelSpec, cluster: ClusterSpec, options: dict[str, Any], ask: RoundAsk
@@ -176,13 +173,16 @@ class HybridPlans(PlanKind):
             lambda p: (len(p.task_graphs), p.nested_dp, p.num_micro_batches > 1),
             "hybrid-cost-model",
         )
-        if ask.profiles is None:
-            return out
-        # the document carries the profiles the plan was ranked with, so the worker replays with
-        # them (``runtime.worker.plan_hybrid``); ``plan_document`` strips them off again
-        carried = [p.model_dump(mode="json") for p in ask.profiles]
-        drafts = tuple(replace(d, strategy={**d.strategy, "profiles": carried}) for d in out.drafts)
+        drafts = tuple(replace(d, strategy=carrying(d.strategy, ask.profiles)) for d in out.drafts)
         return replace(out, drafts=drafts)
+
+
+def carrying(document: dict[str, Any], profiles: tuple[Profile, ...] | None) -> dict[str, Any]:
+    """``document`` carrying the profiles its plan was ranked with (unchanged when None), so the
+    worker replays with them (``runtime.worker.plan_hybrid``; ``plan_document`` reads them back)."""
+    if profiles is None:
+        return document
+    return {**document, "profiles": [p.model_dump(mode="json") for p in profiles]}
 
 
 def annotation(options: dict[str, Any]) -> Annotation:

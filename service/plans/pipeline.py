@@ -19,7 +19,7 @@ each curve is a candidate document (``runtime.worker.plan_pipeline.PipelineTrial
 curve, starting on that point), predicted by the hybrid cost model (``simulator.hybrid.predict``:
 the pipeline issue's event simulation of the kFkB action lists, compute model per device, bytes
 over the links, DP all-reduce across replicas) with the CostParams the trial's replay computes
-with (``cost_params``: the measured profiles of the model the loop hands the round, the service's
+with (``store_cost_params``: the measured profiles of the model the loop hands the round, the service's
 stored ones in use, else the profile store's, issue 15), and each document carries those profiles
 so the worker's replay computes with them too; the K fastest predicted that were not tried yet
 are the round's candidates. Baseline ``1f1b``: the fixed 1F1B plan with the largest micro-batch
@@ -38,7 +38,6 @@ from search.feasibility import MemoryConfig, MemoryModel
 from search.pipeline import memory_curve, plan_memory
 from search.pipeline.candidates import with_kb
 from service.plans.base import OptionsInvalid, PlanKind, RoundAsk, RoundPlan, known_options, ranked_round
-from simulator.analytical.params import CostParams
 from simulator.profile.store import store_cost_params
 from simulator.spec import ClusterSpec, ModelSpec, Plan
 from simulator.spec.limits import LIMITS
@@ -178,31 +177,22 @@ def stage_counts(model: ModelSpec, cluster: ClusterSpec, options: dict[str, Any]
     return [p for p in wanted if n % p == 0 and options["global_batch"] % (n // p) == 0]
 
 
-def cost_params(model: ModelSpec, profiles: tuple[Profile, ...] | None = None) -> CostParams:
-    """The CostParams a pipeline trial's replay computes with (``PipelineConfig.cost_params`` with
-    the executor's default efficiency and the document's ``profiles``; None: the profile store's
-    profiles of ``model``), so that the ranking and the replay take the same compute model and the
-    same measured profiles."""
-    return store_cost_params(model.name, profiles=profiles)
-
-
 def scored_documents(
     model: ModelSpec,
     cluster: ClusterSpec,
     options: dict[str, Any],
-    params: CostParams | None = None,
     profiles: tuple[Profile, ...] | None = None,
 ) -> list[tuple[float, Any]]:
     """Every candidate document (each point of each partition's memory curve) with its predicted
     seconds, fastest first (ties: fewer stages, then smaller k); ``profiles``: the measured profiles
-    ranked with, carried by every document (None: the profile store's); ``params``: the compute
-    model's CostParams (None: ``cost_params(model, profiles)``, the replay's)."""
+    ranked with, carried by every document (None: the profile store's), through the replay's
+    CostParams (``store_cost_params``, what ``PipelineConfig.cost_params`` computes)."""
     from runtime.worker.plan_pipeline import PipelineTrial
     from search.hybrid import InfeasibleBalance, InfeasiblePartition, balanced_pipeline, pipeline
     from search.hybrid.plans import all_devices
     from simulator.hybrid import predict
 
-    params = params if params is not None else cost_params(model, profiles)
+    params = store_cost_params(model.name, profiles=profiles)
     memory = memory_model(model, cluster, options)
     devices = all_devices(cluster)
     gb = int(options["global_batch"])

@@ -10,11 +10,11 @@ import pytest
 from runtime.pipeline import PipelineConfig
 from search.hybrid import pipeline
 from service.plans.base import RoundAsk
-from service.plans.pipeline import PipelinePlans, cost_params, scored_documents
+from service.plans.pipeline import PipelinePlans, scored_documents
 from simulator import zoo
 from simulator.analytical import CostParams
 from simulator.hybrid import predict
-from simulator.profile import ProfileStore
+from simulator.profile import ProfileStore, store_cost_params
 from simulator.spec import ModelSpec
 from simulator.spec.profile import LayerTime, Profile
 
@@ -50,7 +50,7 @@ def test_the_ranking_takes_the_stored_profiles_the_replay_takes(
     for p in _profiles(model, cluster.device_types[0].name, range(1, options["global_batch"] + 1)):
         store.save(p)
     # the search's CostParams are the replay's (PipelineConfig.cost_params), stored profile included
-    params = cost_params(model)
+    params = store_cost_params(model.name)
     assert params == PipelineConfig().cost_params(model.name)
     assert len(params.profiles) == options["global_batch"]
     after = kind.plan_round(model, cluster, options, ask).drafts
@@ -61,14 +61,14 @@ def test_the_ranking_takes_the_stored_profiles_the_replay_takes(
         assert seconds > 10 * _predicted(model, cluster, doc, CostParams())
 
 
-def test_given_params_win_over_the_store(
+def test_given_profiles_win_over_the_store(
     plan_zoo: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("STRATEGIST_PROFILES", str(tmp_path / "profiles"))
     model, cluster = zoo.model("pp-chain"), zoo.cluster("pp-2")
     options = PipelinePlans().validate({}, objective="time", model=model, cluster=cluster)
     profiles = tuple(_profiles(model, cluster.device_types[0].name, range(1, options["global_batch"] + 1)))
-    given = scored_documents(model, cluster, options, CostParams().with_profiles(profiles))
+    given = scored_documents(model, cluster, options, profiles=profiles)
     stored = scored_documents(model, cluster, options)
     assert min(s for s, _ in given) > 10 * max(s for s, _ in stored)
 

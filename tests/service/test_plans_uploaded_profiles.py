@@ -23,9 +23,10 @@ from runtime.worker import plan_hybrid, plan_pipeline
 from runtime.worker.plan_pipeline import PipelineTrial
 from service.loop import SearchLoop
 from service.plans.hybrid import scored_plans
-from service.plans.pipeline import cost_params, scored_documents
+from service.plans.pipeline import scored_documents
 from simulator import zoo
 from simulator.analytical.params import CostParams
+from simulator.profile.store import store_cost_params
 from simulator.spec.errors import SpecError
 from simulator.spec.hybrid import plan_document
 from simulator.spec.measurement import Measurement
@@ -131,7 +132,7 @@ def test_a_pipeline_search_ranks_and_replays_with_the_uploaded_profile(
     assert len(captured) == len(docs)
     for cfg in captured:
         assert cfg.profiles == profiles
-        assert cfg.cost_params(model.name) == cost_params(model, profiles)
+        assert cfg.cost_params(model.name) == store_cost_params(model.name, profiles=profiles)
 
 
 def test_a_pipeline_document_without_profiles_replays_with_the_sessions(plan_zoo: Path) -> None:
@@ -166,7 +167,6 @@ def test_a_hybrid_search_ranks_with_the_uploaded_profile(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     from simulator.hybrid import predict
-    from simulator.profile.store import store_cost_params
 
     model, cluster = zoo.model("mixed-net"), zoo.cluster("mixed-2")
     upload(client, tokens["alice"], "mixed-net", [dt.name for dt in cluster.device_types], 16)
