@@ -1,4 +1,4 @@
-"""Pipeline schedules on the shaped testbed: 1F1B, fixed kFkB on the memory curve, the tuner (issue 17).
+"""Pipeline schedules on the shaped testbed: 1F1B, GPipe, fixed kFkB on the memory curve, the tuner (issue 17).
 
 ``python benchmarks/pipeline_schedules.py [--model gpt|unet|both] [--network steady|preempted|both]
 [--repeats 3] [--iterations 4] [--dilation auto|D]`` (needs root for network namespaces).
@@ -12,13 +12,39 @@ The memory limit is the one at which 1F1B's largest micro-batch is ``--b1`` (8),
 curve (``search.pipeline.memory_curve``) is (k=1, b=8), (k=2, b=4), (k=4, b=2), (k=8, b=1): four
 plans, six pairs for the ranking (until 2026-11-25b ``--b1`` was 4 and the curve had three plans,
 so one pair of plans within each other's intervals made the pairwise figure 0.67). Two reference
-plans off the curve: GPipe (k = n) with its largest micro-batch within the limit, and a control,
+plans off the curve: GPipe (k = n; below), and a control,
 1F1B with b = 1 (below the curve: an eighth of the stash), which separates what smaller
 micro-batches give (fewer bubbles) from what grouping gives (overlapping transfers). No plan runs
-over its limit (the memory rule of ``search.pipeline.plan_memory``, the sampler's memory model):
-GPipe stashes the whole batch on every stage at every b, so when that does not fit (both models
-here: --b1 8 sets the limit at 1F1B b=8's need) GPipe is printed with its memory and prior and
-not run (until 2026-11-25b it ran at b = 1 over the limit, as the old rule counted 104-113 %).
+over its limit (the memory rule of ``search.pipeline.plan_memory``, the sampler's memory model).
+
+GPipe (decided 2026-11-27, before any GPipe timing; issue 17's last "done when" item). Without
+re-materialisation GPipe stashes the whole batch on *every* stage at every b (32 samples), where
+the curve plans stash 32 / 24 / 16 / 8 samples on stages 0-3 (min(n, (P - r)·k) micro-batches), and
+it holds n micro-batches of point-to-point buffers on each side (all of a step's receives are posted
+at its start). So plain GPipe needs, at every b, on GPT: stages 1-3 4.496 GB of 4.450 usable (+46 MB:
+their stash equals stage 0's 3.221 GB, and their buffers, 32 samples x input + output activation =
+0.067 GB, exceed the 0.017 GB of output-side buffers that stage 0 holds on the curve) and stage 0
+4.463 GB (+12 MB: 32 instead of 16 samples of output buffers): 101.0 %, buffers; on U-Net stage 3
+17.736 GB of 16.231 (+1.5 GB: the stash itself, 17.448 GB, as stage 3's stored activations per
+sample are 8 % larger than stage 0's, which set the limit) and stage 0 +17 MB of buffers: 109.3 %,
+mostly stash. Two ways were weighed:
+(a) a device memory at which the whole set, GPipe included, fits: rejected, because every plan's
+    stash is at most GPipe's (the whole batch), so at that limit the memory curve recomputed by
+    the same rule is (k=1, b=32), (2, 16), (4, 8), (8, 4), (16, 2), (32, 1) on both models: 1F1B
+    without pipelining and five GPipe plans, no kFkB left to compare;
+(b) GPipe as its paper runs it (Huang et al. 2019, §2.2, re-materialisation), chosen: each stage
+    keeps per micro-batch only its boundary tensors (the input its recomputation starts from, the
+    output the runtime keeps for backward) and re-runs its forward inside the backward
+    (``runtime.pipeline.stage_net.Recompute``: ``torch.utils.checkpoint``, non-reentrant; in replay
+    the recomputed forward sleeps the forward's time again); its memory is
+    ``plan_memory(..., recompute=True)`` (one micro-batch's recomputed activations + the boundaries
+    of every stashed one + the same buffers) and its prior ``pipeline_length(..., recompute=True)``
+    (each B lasts forward + backward). It runs under the same limit as every curve plan. Its micro-
+    batch size is the one the prior predicts fastest among those that fit (b = 1, n = 32 on both
+    models: 32 % / 17 % of the limit), as a user picking GPipe's micro-batch count would; a plain
+    GPipe that fits would run instead, at its largest b. The table prints GPipe at every b plain and
+    re-materialised (fullest stage, prior) and plain GPipe's stash and buffers per stage beside the
+    curve's. Until 2026-11-25d GPipe was reported, not run.
 
 Protocol (the testbed's, runtime/testbed/README.md): time dilation D (``runtime.testbed.
 dilated_scales``: links keep ``suggest_scale``'s rates, bytes / (scale / D), compute x D, times / D)
@@ -45,7 +71,8 @@ plan's phase (each F / B as long as it measured: the modelled compute plus what 
 and the host time between a stage's actions less its input waits, ``Profile.host``), transfers
 still bytes / bandwidth; ``profiled`` = the cost model fed with this plan's measured compute, host
 time and mean transfer per link over the phase's messages, a message its receiver did not wait for
-at the unloaded link's bytes / bandwidth (the tuner's inputs; host time and the unwaited messages
+at the unloaded link's bytes / bandwidth (for re-materialised GPipe '+runtime' and 'profiled' take
+its measured B, which holds the recomputation; 'prior' adds the forward to each backward) (the tuner's inputs; host time and the unwaited messages
 since 2026-11-25d, before which only the waited-for ones were averaged). Preempted network: TCP flows in both directions of
 every link between adjacent stages, on for 1.5 s of every 3 s (real-cluster seconds; x D on the
 wall clock), competing with the pipeline for the shaped links.
@@ -231,6 +258,53 @@ def gpipe_plan(model: ModelSpec, b: int) -> Plan:
     return with_kb(template(model), BATCH // b, b)
 
 
+def choose_gpipe(
+    model: ModelSpec, cl: ClusterSpec, gpipes: list[Plan], mem: MemoryModel, params: Any
+) -> tuple[Plan | None, bool]:
+    """GPipe's plan and whether it re-materialises (module docstring: decided 2026-11-27 before
+    any GPipe timing): without re-materialisation its largest micro-batch within the limit; when
+    none fits, with it, at the micro-batch the prior cost model (the compute model's stage times,
+    the backward re-running the forward, bytes / bandwidth) predicts fastest among those that fit."""
+    plain = next((g for g in gpipes if not plan_memory_reasons(g, mem)), None)
+    if plain is not None:
+        return plain, False
+    fits = [g for g in gpipes if not plan_memory_reasons(g, mem, recompute=True)]
+    if not fits:
+        return None, False
+
+    def prior(g: Plan) -> float:
+        f, b = plan_stage_times(model, cl, g, params=params)
+        return pipeline_length(g, f, b, prior_transfers(model, cl, g), recompute=True)
+
+    return min(fits, key=prior), True
+
+
+def print_gpipe_memory(
+    model: ModelSpec, cl: ClusterSpec, gpipes: list[Plan], curve: list[Plan], mem: MemoryModel, params: Any
+) -> None:
+    """GPipe at every b, without and with re-materialisation: fullest stage, prior; and stage by
+    stage what plain GPipe holds beside the curve's largest stash and buffers on that stage."""
+    gb = 1e9
+    for g in gpipes:
+        f, b = plan_stage_times(model, cl, g, params=params)
+        cells = []
+        for remat in (False, True):
+            frac = max(v.memory.total / v.capacity for v in plan_memory(g, mem, remat))
+            t = pipeline_length(g, f, b, prior_transfers(model, cl, g), recompute=remat)
+            cells.append(
+                f"{'re-materialised' if remat else 'plain'} {frac:.1%} of the limit, prior {1000 * t:.0f} ms"
+            )
+        print(f"  GPipe b={g.micro_batch_size} (n={BATCH // g.micro_batch_size}): " + "; ".join(cells))
+    g = gpipes[-1]
+    cv = [plan_memory(p, mem) for p in curve]
+    for v in plan_memory(g, mem):
+        st = max(c[v.stage].memory.activations for c in cv)
+        bf = max(c[v.stage].memory.buffers for c in cv)
+        print(f"  plain GPipe stage {v.stage}: {v.memory.total / gb:.3f} GB of {v.capacity / gb:.3f} usable "
+              f"({v.memory.total - v.capacity:+.3g} B): stash {v.memory.activations / gb:.3f} GB (curve at most "
+              f"{st / gb:.3f}), buffers {v.memory.buffers / gb:.3f} GB (curve at most {bf / gb:.3f})")  # fmt: skip
+
+
 def interval_cell(xs: list[float]) -> str:
     lo, hi = median_ci95(xs)
     return f"{1000 * statistics.median(xs):.0f} [{1000 * lo:.0f}, {1000 * hi:.0f}]"
@@ -243,20 +317,22 @@ def run_one(name: str, net: str, a: argparse.Namespace) -> None:
     curve = memory_curve(template(model), mem)
     plans = [c.plan for c in curve]
     control = with_kb(template(model), 1, 1)
-    # GPipe: its largest micro-batch within the limit; none fits when the whole batch's stash
-    # does not (its memory is the same at every b): then it is reported, not run
-    gpipes = [gpipe_plan(model, b) for b in range(BATCH, 0, -1) if BATCH % b == 0]
-    gpipe = next((g for g in gpipes if not plan_memory_reasons(g, mem)), None)
-    runs = [*plans, *([gpipe] if gpipe else []), control]
-    refs = {i: " (GPipe, off the curve)" for i, p in enumerate(runs) if p is gpipe}
-    refs[len(runs) - 1] = " (control)"
-    over = [r for p in runs for r in plan_memory_reasons(p, mem)]
-    assert not over, f"a plan to run exceeds its memory limit: {over}"
-    first = next(i for i, p in enumerate(plans) if p.schedule == "1f1b")
     scale, d = dilated_scales(cl, None if a.dilation == "auto" else float(a.dilation))
     ex = ExecutorConfig(compute="replay", warmup=1, iterations=a.iterations, scale=scale, dilation=d,
                         efficiency=EFFICIENCY, timeout_s=900, startup_timeout_s=300)  # fmt: skip
     cfg = PipelineConfig(ex)
+    params = cfg.cost_params(model.name)
+    gpipes = [gpipe_plan(model, b) for b in range(BATCH, 0, -1) if BATCH % b == 0 and BATCH // b > 1]
+    gpipe, remat = choose_gpipe(model, cl, gpipes, mem, params)
+    runs = [*plans, *([gpipe] if gpipe else []), control]
+    refs = {
+        i: " (GPipe" + (", re-materialised" if remat else "") + ")" for i, p in enumerate(runs) if p is gpipe
+    }
+    refs[len(runs) - 1] = " (control)"
+    recompute = {i for i, p in enumerate(runs) if p is gpipe and remat}
+    over = [r for i, p in enumerate(runs) for r in plan_memory_reasons(p, mem, i in recompute)]
+    assert not over, f"a plan to run exceeds its memory limit: {over}"
+    first = next(i for i, p in enumerate(plans) if p.schedule == "1f1b")
     steady_steps = a.adaptive_steps or a.iterations + 1
     # Tuner steps: warm-up, the 1F1B steps up to the first evaluation, the switch step, then steady.
     tuner_steps = INTERVAL + 1 + steady_steps
@@ -279,7 +355,8 @@ def run_one(name: str, net: str, a: argparse.Namespace) -> None:
         try:
             for rep in range(a.repeats):
                 order = [runs[(i + rep) % len(runs)] for i in range(len(runs))]
-                fixed = run_pipeline(model, cl, order, tb, cfg)
+                fixed = run_pipeline(model, cl, order, tb, cfg,
+                                     recompute=[j for j, p in enumerate(order) if runs.index(p) in recompute])  # fmt: skip
                 for j, (p, m) in enumerate(zip(order, fixed.measurements, strict=True)):
                     i = runs.index(p)
                     if m.failure:
@@ -345,9 +422,9 @@ def run_one(name: str, net: str, a: argparse.Namespace) -> None:
                 bg.__exit__(None, None, None)
     wall = time.monotonic() - t_start
     prior = []
-    for p in runs:
-        f, b = plan_stage_times(model, cl, p, params=cfg.cost_params(model.name))  # what the replay sleeps
-        prior.append(pipeline_length(p, f, b, prior_transfers(model, cl, p)))
+    for i, p in enumerate(runs):
+        f, b = plan_stage_times(model, cl, p, params=params)  # what the replay sleeps
+        prior.append(pipeline_length(p, f, b, prior_transfers(model, cl, p), recompute=i in recompute))
     print(f"\n== {model.name} on the {net} network ({gbps:g} Gbit/s links; link scale {ex.link_scale:g}, "
           f"bytes scale {scale:g}, dilation {d:g}; {a.repeats} interleaved repeats x {a.iterations} "
           f"iterations, adaptive {steady_steps} steady steps; wall {wall:.0f} s) ==")  # fmt: skip
@@ -361,7 +438,7 @@ def run_one(name: str, net: str, a: argparse.Namespace) -> None:
     med: list[float] = []
     ci: list[tuple[float, float]] = []
     for i, p in enumerate(runs):
-        frac = max(v.memory.total / v.capacity for v in plan_memory(p, mem))
+        frac = max(v.memory.total / v.capacity for v in plan_memory(p, mem, i in recompute))
         tag = label(p) + refs.get(i, "")
         if times[i]:
             med.append(statistics.median(times[i]))
@@ -374,17 +451,7 @@ def run_one(name: str, net: str, a: argparse.Namespace) -> None:
         pcell = f"{1000 * statistics.median(predicted_prof[i]):.0f}" if predicted_prof[i] else "-"
         rcell = f"{1000 * statistics.median(predicted_rt[i]):.0f}" if predicted_rt[i] else "-"
         print(f"{tag:<40} {frac:>6.0%} {cell:>24} {1000 * prior[i]:>9.0f} {rcell:>12} {pcell:>12}")
-    if gpipe is None:
-        g = gpipes[-1]
-        frac = max(v.memory.total / v.capacity for v in plan_memory(g, mem))
-        f, b = plan_stage_times(model, cl, g, params=cfg.cost_params(model.name))
-        g_prior = pipeline_length(g, f, b, prior_transfers(model, cl, g))
-        print(
-            f"{'gpipe k=n (every b: not run)':<40} {frac:>6.0%} {'over the limit':>24} {1000 * g_prior:>9.0f} {'-':>12} {'-':>12}"
-        )
-        print(
-            f"  GPipe stashes the whole batch on every stage at every b: {'; '.join(plan_memory_reasons(g, mem))}"
-        )
+    print_gpipe_memory(model, cl, gpipes, plans, mem, params)
     if tuned:
         print(f"{'adaptive steady (tuner, from 1F1B)':<40} {'':>6} {interval_cell(tuned):>24}")
         print(f"{'adaptive from start (incl. 1F1B step)':<40} {'':>6} {interval_cell(tuned_all):>24}")
@@ -430,9 +497,10 @@ def run_one(name: str, net: str, a: argparse.Namespace) -> None:
     if a.dump:
         with open(a.dump, "w") as fh:
             json.dump({"model": name, "network": net, "prior_s": dict(zip(map(label, runs), prior, strict=True)),
+                       "recompute": [label(runs[i]) for i in sorted(recompute)],
                        "phases": dump}, fh)  # fmt: skip
     print(f"every plan run within its memory limit (search.pipeline.plan_memory_reasons): yes, largest "
-          f"{max(max(v.memory.total / v.capacity for v in plan_memory(p, mem)) for p in runs):.1%}")  # fmt: skip
+          f"{max(max(v.memory.total / v.capacity for v in plan_memory(p, mem, i in recompute)) for i, p in enumerate(runs)):.1%}")  # fmt: skip
 
 
 def main() -> None:

@@ -22,7 +22,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -179,12 +179,16 @@ def run_pipeline(
     launcher: Launcher,
     config: PipelineConfig,
     tuner: TunerRun | None = None,
+    recompute: Collection[int] = (),
 ) -> PipelineRun:
     """Run ``plans`` (phases with the same stages and global batch) on ``launcher``'s nodes.
 
     Without ``tuner`` every plan runs ``warmup + iterations`` steps in turn (one Measurement each).
     With it, ``plans`` are the tuner's candidates: ``tuner.steps`` steps starting on candidate
     ``tuner.start``, switching online (one Measurement over all steps; ``PipelineRun.tuner_log``).
+    ``recompute``: indices of the plans run with re-materialisation (``stage_net.Recompute``: each
+    stage keeps its input per micro-batch and re-runs its forward in the backward, as GPipe does;
+    its memory is ``search.pipeline.plan_memory(..., recompute=True)``); not with ``tuner``.
     """
     phases = [plans] if isinstance(plans, Plan) else list(plans)
     if not phases:
@@ -201,12 +205,18 @@ def run_pipeline(
             reason = f"plans.{i}: every phase must keep the stages and global batch of plans.0"
         if reason:
             raise ValueError(f"unsupported: {reason}")
+    remat = sorted(set(recompute))
+    if remat and tuner is not None:
+        raise ValueError("recompute: the tuner's candidates run without re-materialisation")
+    if any(not 0 <= i < len(phases) for i in remat):
+        raise ValueError(f"recompute: {remat} are not all indices of plans")
     P, D = len(plan.stages), plan.stages[0].replicate
     job: dict[str, Any] = {
         "model": model.model_dump(mode="json"),
         "plans": [p.model_dump(mode="json") for p in phases],
         "config": config.job(),
         "tuner": None,
+        "recompute": remat,
     }
     if tuner is not None:
         if not 0 <= tuner.start < len(phases):

@@ -25,6 +25,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.utils.checkpoint import checkpoint
 
 from runtime.executor.model import _fit  # one width adapter for both executors' linear layers
 from simulator.spec import Layer, ModelSpec
@@ -99,11 +100,15 @@ class _Sleep(torch.autograd.Function):
     ) -> torch.Tensor:
         ctx.bwd = bwd
         ctx.in_shape = x.shape
+        # saved so that re-materialisation (``Recompute``: non-reentrant checkpointing recomputes a
+        # forward when backward unpacks a tensor it saved) replays the forward's time in backward
+        ctx.save_for_backward(x)
         time.sleep(fwd)
         return x.new_zeros((x.shape[0], out_numel))
 
     @staticmethod
     def backward(ctx: Any, grad: torch.Tensor) -> tuple[Any, ...]:
+        ctx.saved_tensors  # noqa: B018 (under Recompute: this unpack re-runs the forward first)
         time.sleep(ctx.bwd)
         # No weight gradient per micro-batch (None: autograd leaves ``w.grad`` alone). Building and
         # accumulating a zero tensor of the stage's scaled parameter bytes cost ~28 ms per backward
@@ -132,6 +137,23 @@ class ReplayStageNet(nn.Module):
 
     def forward(self, h: torch.Tensor) -> torch.Tensor:
         return _Sleep.apply(h, self.flat, self.fwd_seconds, self.bwd_seconds, self.out_numel)
+
+
+class Recompute(nn.Module):
+    """Re-materialisation (gradient checkpointing), as GPipe runs (Huang et al. 2019, §2.2): the
+    stage keeps only its input per micro-batch (``torch.utils.checkpoint``, non-reentrant, which
+    also gives parameter gradients on the first stage, whose input needs none) and re-runs its
+    forward inside the backward. Parameters are ``inner``'s. In replay the recomputed forward
+    sleeps the forward's time again, so a B action lasts forward + backward."""
+
+    def __init__(self, inner: nn.Module) -> None:
+        super().__init__()
+        self.inner = inner
+
+    def forward(self, h: torch.Tensor) -> torch.Tensor:
+        out = checkpoint(self.inner, h, use_reentrant=False)
+        assert isinstance(out, torch.Tensor)
+        return out
 
 
 def synthetic_batch(

@@ -36,7 +36,15 @@ import torch.distributed as dist
 from runtime.executor.probe import PROBE_TAG, Stamps, timed_calls
 from runtime.pipeline.adapter import EventLog, ScheduleRunner, make_stage
 from runtime.pipeline.profile import profile_records
-from runtime.pipeline.stage_net import DTYPES, ReplayStageNet, StageNet, mse, output_width, synthetic_batch
+from runtime.pipeline.stage_net import (
+    DTYPES,
+    Recompute,
+    ReplayStageNet,
+    StageNet,
+    mse,
+    output_width,
+    synthetic_batch,
+)
 from runtime.pipeline.tuner import AutoTuner, TunerConfig
 from simulator.pipeline.schedule import kfkb
 from simulator.spec import ModelSpec, Plan
@@ -75,6 +83,7 @@ def run(job: dict[str, Any], rank: int, master: str, port: int, out: Path) -> No
         width_in = rp["out_numel"][s - 1] if s > 0 else 1
         width_out = rp["out_numel"][s]
     params = list(module.parameters())
+    recompute = {int(i) for i in job.get("recompute") or ()}  # phases run with re-materialisation
     grad_scale = [1.0]
 
     def reduce_grad() -> None:
@@ -107,7 +116,8 @@ def run(job: dict[str, Any], rank: int, master: str, port: int, out: Path) -> No
             offset = sum(plan.replica_micro_batches(dd) for dd in range(d)) * b
             ex_in = torch.zeros(b, width_in, dtype=dtype)
             ex_out = torch.zeros(b, width_out, dtype=dtype)
-            pstage = make_stage(module, s, P, ex_in, ex_out, pp_groups[d], log)
+            stage_module = Recompute(module) if index in recompute else module
+            pstage = make_stage(stage_module, s, P, ex_in, ex_out, pp_groups[d], log)
             schedule = kfkb(P, n, plan.group_size(n))
             runners[index] = (ScheduleRunner(pstage, schedule, mse, reduce_grad, log), n, offset)
             schedules[str(index)] = schedule.to_rows()[s]

@@ -16,16 +16,24 @@ largest b that divides B, leaves n ≥ k and fits every stage. A point (k, b) is
 and pruned, when another candidate (k', b') has k' ≥ k and b' ≥ b: it overlaps at least as much
 communication with micro-batches at least as large (point A of Fig. 3). What remains is the
 Pareto frontier the auto-tuner chooses from.
+
+Re-materialisation (``plan_memory(..., recompute=True)``; 2026-11-27, for GPipe as its paper runs
+it, ``runtime.pipeline.stage_net.Recompute``): a stage keeps, per stashed micro-batch, only its
+boundary tensors (the input the recomputation starts from and the output the runtime keeps for
+backward: ``kept_boundary_bytes`` per sample), and while a backward runs, the recomputed
+activations of that one micro-batch (the stage's activation bytes x b, the stash rule's per-sample
+bytes). Buffers are the same rule as without it. The input batch of stage 0 is charged to no plan.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from search.feasibility import MemoryModel, StageMemory
 from simulator.pipeline.buffers import peak_buffered
+from simulator.pipeline.cost import cut_bytes
 from simulator.pipeline.schedule import expected_peak_stashed
-from simulator.spec import Plan
+from simulator.spec import ModelSpec, Plan
 
 
 def schedule_samples(
@@ -70,8 +78,18 @@ class Candidate:
         return max(v.memory.total / v.capacity for v in self.stages)
 
 
-def plan_memory(plan: Plan, memory: MemoryModel) -> tuple[StageVerdict, ...]:
-    """Every stage's bytes under ``plan`` (its largest replica share decides the stash)."""
+def kept_boundary_bytes(model: ModelSpec, first: int, last: int) -> float:
+    """Bytes per sample a re-materialising stage keeps per stashed micro-batch: the input it
+    received (what crosses the cut before ``first``, skip connections included: ``cut_bytes``;
+    nothing for the first stage) and its output (what crosses after ``last``; the model's output on
+    the last stage)."""
+    out = cut_bytes(model, last) if last < len(model.layers) else model.layers[-1].activation_bytes
+    return (cut_bytes(model, first) if first > 0 else 0.0) + out
+
+
+def plan_memory(plan: Plan, memory: MemoryModel, recompute: bool = False) -> tuple[StageVerdict, ...]:
+    """Every stage's bytes under ``plan`` (its largest replica share decides the stash);
+    ``recompute``: run with re-materialisation (module docstring)."""
     P = len(plan.stages)
     n = max(plan.replica_micro_batches(d) for d in range(plan.stages[0].replicate))
     k = plan.group_size(n)
@@ -79,13 +97,18 @@ def plan_memory(plan: Plan, memory: MemoryModel) -> tuple[StageVerdict, ...]:
     out = []
     for r, st in enumerate(plan.stages):
         stashed, buffered = schedule_samples(P, r, b, n, k)
-        mem = memory.stage_bytes(st.first_layer, st.last_layer, stashed, buffered)
+        if recompute:  # one micro-batch's recomputed activations + every stashed one's boundary
+            mem = memory.stage_bytes(st.first_layer, st.last_layer, b, buffered)
+            kept = kept_boundary_bytes(memory.model, st.first_layer, st.last_layer) * stashed
+            mem = replace(mem, activations=mem.activations + kept)
+        else:
+            mem = memory.stage_bytes(st.first_layer, st.last_layer, stashed, buffered)
         cap = min(memory.device_capacity_of(dev.rpartition(":")[0]) for dev in st.devices)
         out.append(StageVerdict(r, mem, cap))
     return tuple(out)
 
 
-def plan_memory_reasons(plan: Plan, memory: MemoryModel) -> list[str]:
+def plan_memory_reasons(plan: Plan, memory: MemoryModel, recompute: bool = False) -> list[str]:
     """Why ``plan`` does not fit in memory, one line per stage over its limit (empty: it fits)."""
     gb = 1e9
     return [
@@ -93,7 +116,7 @@ def plan_memory_reasons(plan: Plan, memory: MemoryModel) -> list[str]:
         f"(params {v.memory.params / gb:.3f}, grads {v.memory.grads / gb:.3f}, optimizer "
         f"{v.memory.optimizer / gb:.3f}, stashed activations {v.memory.activations / gb:.3f}, "
         f"buffers {v.memory.buffers / gb:.3f})"
-        for v in plan_memory(plan, memory)
+        for v in plan_memory(plan, memory, recompute)
         if not v.fits
     ]
 

@@ -119,10 +119,17 @@ def pipeline_length(
     dp_sync: Sequence[float] | None = None,
     replica: int = 0,
     host: Sequence[float] | None = None,
+    recompute: bool = False,
 ) -> float:
     """Predicted seconds of one step of ``plan``'s pipeline replica ``replica`` (``host``: the
-    runtime's per-action host seconds per stage, ``simulator.pipeline.events.simulate``)."""
+    runtime's per-action host seconds per stage, ``simulator.pipeline.events.simulate``).
+
+    ``recompute``: the plan runs with re-materialisation (GPipe's; ``runtime.pipeline.stage_net.
+    Recompute``), so every backward re-runs its stage's forward first and lasts fwd + bwd. Leave it
+    False when ``bwd`` is a measured backward of such a run (it holds the recomputation already)."""
     n = plan.replica_micro_batches(replica)
+    if recompute:
+        bwd = [f + b for f, b in zip(fwd, bwd, strict=True)]
     timeline = simulate(kfkb(len(plan.stages), n, plan.group_size(n)), fwd, bwd, transfers, host=host)
     sync = dp_sync or [0.0] * len(plan.stages)
     return max(end + s for end, s in zip(timeline.stage_end, sync, strict=True))

@@ -132,3 +132,28 @@ def test_unequal_shares_are_refused_by_name() -> None:
     t = template().model_copy(update={"batch_shares": {"n0:0": 20, "n0:1": 12}})
     with pytest.raises(ValueError, match="batch_shares"):
         memory_curve(t, mem(1.0))
+
+
+def test_recompute_keeps_boundaries_and_one_micro_batch() -> None:
+    """GPipe k = 8, b = 4 with re-materialisation: stage 0 keeps its output (10 MB per sample) for
+    all 32 stashed samples and recomputes one micro-batch of 4 x 20 MB; stage 1 keeps its input and
+    output (10 + 10 MB); buffers and parameters as without."""
+    plan = with_kb(template(), 8, 4)
+    plain, remat = plan_memory(plan, mem(1.0)), plan_memory(plan, mem(1.0), recompute=True)
+    assert plain[0].memory.activations == pytest.approx(32 * 20 * MB)
+    assert remat[0].memory.activations == pytest.approx(4 * 20 * MB + 32 * 10 * MB)
+    assert remat[1].memory.activations == pytest.approx(4 * 20 * MB + 32 * 20 * MB)
+    for p, r in zip(plain, remat, strict=True):
+        assert (r.memory.buffers, r.memory.params, r.capacity) == (
+            p.memory.buffers,
+            p.memory.params,
+            p.capacity,
+        )
+    # activation factor 1: stage 1's kept boundaries (20 MB per sample) are as large as its stash,
+    # so re-materialising costs it the recomputed micro-batch more (1360 vs 1280 MB)
+    assert remat[1].memory.total > plain[1].memory.total
+    # factor 16 (what stored activations are beside a layer's output): it fits where GPipe does not
+    m16 = MemoryModel(
+        model(), cluster(3.0), MemoryConfig(optimizer="sgd", device_usable=0.9, activation_factor=16)
+    )
+    assert plan_memory_reasons(plan, m16) and not plan_memory_reasons(plan, m16, recompute=True)

@@ -10,7 +10,7 @@ import pytest
 
 from runtime.executor import ExecutorConfig, LocalLauncher
 from runtime.executor.reference import linear, two_by_two
-from runtime.pipeline import PipelineConfig, PipelineRun, run_pipeline
+from runtime.pipeline import PipelineConfig, PipelineRun, TunerRun, run_pipeline
 from runtime.pipeline.stage_net import reference_step
 from runtime.testbed import Testbed, netns
 from simulator.pipeline import kfkb
@@ -193,3 +193,56 @@ def test_stages_in_testbed_namespaces_match_reference() -> None:
     check_against_reference(model, plans, run, 1)
     env = run.measurements[0].environment["launcher_environment"]
     assert env["testbed"] == "netns" and env["shaped"] is True
+
+
+@pytest.mark.parametrize(
+    ("replicas", "shares"),
+    [(1, [8]), pytest.param(2, [8, 8], marks=pytest.mark.slow)],
+    ids=["dp1", "dp2"],
+)
+def test_recompute_matches_reference(replicas: int, shares: list[int]) -> None:
+    """Re-materialisation (GPipe as its paper runs it, and 1F1B) gives the reference's gradients;
+    a phase without it follows on the same processes."""
+    model = mlp()
+    plans = [
+        make_plan(2, replicas, "gpipe", 1, 1, shares),
+        make_plan(2, replicas, "1f1b", 1, 2, shares),
+        make_plan(2, replicas, "kfkb", 2, 1, shares),
+    ]
+    cfg = PipelineConfig(
+        ExecutorConfig(compute="real", warmup=0, iterations=2, timeout_s=240), dtype="float64"
+    )
+    run = run_pipeline(model, two_by_two(), plans, LocalLauncher(), cfg, recompute=[0, 1])
+    check_against_reference(model, plans, run, 2)
+
+
+def test_recompute_replays_the_forward_in_backward() -> None:
+    """In replay a re-materialising stage's B lasts its forward + backward sleep; without, backward only."""
+    model = mlp()
+    plans = [make_plan(2, 1, "gpipe", 1, 2, [8]), make_plan(2, 1, "gpipe", 1, 2, [8])]
+    # dilation: the replayed sleeps (ms) dominate the runtime's own per-action cost
+    cfg = PipelineConfig(
+        ExecutorConfig(compute="replay", warmup=0, iterations=1, dilation=3e4, timeout_s=240)
+    )
+    run = run_pipeline(model, two_by_two(), plans, LocalLauncher(), cfg, recompute=[1])
+    assert all(m.failure is None for m in run.measurements), run.measurements
+    for rec in run.records.values():
+        spans = []
+        for phase in (0, 1):
+            _, t0, t1 = next(st for st in rec["steps"] if st[0] == phase)
+            f = sum(e - s for k, _, s, e in rec["events"] if k == "F" and t0 <= s < t1)
+            b = sum(e - s for k, _, s, e in rec["events"] if k == "B" and t0 <= s < t1)
+            spans.append((f, b))
+        (f0, b0), (f1, b1) = spans
+        assert f0 > 0.005 and abs(f1 - f0) < 0.25 * f0, spans
+        assert abs((b1 - b0) - f1) < 0.25 * f1, spans  # the backward re-ran the forward
+
+
+def test_recompute_with_tuner_or_bad_index_is_refused() -> None:
+    model = mlp()
+    plans = [make_plan(2, 1, "gpipe", 1, 1, [8])]
+    cfg = PipelineConfig(ExecutorConfig(compute="real", warmup=0, iterations=1))
+    with pytest.raises(ValueError, match="recompute"):
+        run_pipeline(model, two_by_two(), plans, LocalLauncher(), cfg, recompute=[1])
+    with pytest.raises(ValueError, match="recompute"):
+        run_pipeline(model, two_by_two(), plans, LocalLauncher(), cfg, TunerRun(steps=2), recompute=[0])
