@@ -17,6 +17,13 @@ than wall-clock timing would (they still share caches and memory bandwidth). Sta
     select       qualified fraction + Eq. 11 (arrays: factor codes from the arrays; objects:
                  FactorSimilarity.embed on Strategy objects), then the K chosen as objects
 
+Warm-up: one round of 64 samples runs first, in the same process, so the figures are warm: the
+array sampler's compiled loops (``search.samplers.kernels``, numba) are loaded from numba's disk
+cache or compiled there, and the space's tables are built. Its CPU time is printed as the one-off
+cost ("first round"): with an empty cache (e.g. ``NUMBA_CACHE_DIR=$(mktemp -d)``) it includes
+compiling the kernels; with the cache filled by an earlier run, only loading them. numba's import
+is timed on its own, before the warm-up (the kernels import it on first use).
+
 Each column is M / CPU seconds of that stage; "end to end" is M / the round's CPU total ("round
 s"); "wall s" is the round's wall-clock time (longer than CPU time when other processes share the
 core). The host's load average is printed with the figures. The last line says whether both paths
@@ -56,11 +63,17 @@ def main() -> None:
     ap.add_argument("--cpu", type=int, default=None, help="core to pin to (default: the first allowed)")
     ap.add_argument("--skip-objects", action="store_true", help="run the array path only")
     args = ap.parse_args()
+    numba_import = time.process_time()
+    import numba  # the array sampler's kernels import it on first use: timed here, on its own
+
+    numba_import = time.process_time() - numba_import
     cpu = args.cpu if args.cpu is not None else min(os.sched_getaffinity(0))
     os.sched_setaffinity(0, {cpu})
     model, cluster = zoo.model(args.model), zoo.cluster(args.cluster)
     sim = AnalyticalSimulator()
+    first = time.process_time()
     run_round(model, cluster, sim, samples=64, k=args.k, seed=args.seed + 1)  # warm the caches
+    first = time.process_time() - first
     results: dict[str, RoundResult] = {}
     paths: tuple[Literal["arrays", "objects"], ...] = (
         ("arrays",) if args.skip_objects else ("arrays", "objects")
@@ -108,6 +121,10 @@ def main() -> None:
     console.print(
         f"host load average {load[0]:.1f} / {load[1]:.1f} / {load[2]:.1f} (1 / 5 / 15 min) on "
         f"{os.cpu_count()} cores; 'round s' is CPU time of this process, 'wall s' wall-clock time"
+    )
+    console.print(
+        f"one-off costs: numba {numba.__version__} import {numba_import:.2f} s CPU; first round "
+        f"(64 samples: kernels compiled or loaded from numba's cache, tables built) {first:.2f} s CPU"
     )
     console.print(
         f"pool {a.pool:,} after duplicates, qualified {a.qualified:,}; chosen predicted "

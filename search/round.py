@@ -560,8 +560,13 @@ def _lossy(arrays: ChoiceArrays) -> np.ndarray:
 
 
 #: Shard rows per scorer call: the arrays of one call stay in the CPU caches (a 2,048-strategy
-#: BERT-large call, 2 M rows, scored at half the speed of 256-strategy calls).
-SCORE_ROWS = 1 << 18
+#: BERT-large call, 2 M rows, scored at half the speed of 256-strategy calls). 2^16 rows keeps a
+#: call's float64 temporaries at 512 KB: at 2^18 (2 MB) each temporary was a fresh mmap whenever
+#: glibc's adaptive mmap threshold was still low (a fresh process whose sampler made no large
+#: temporaries: ~290k page faults); at 2^16 the faults stayed at the sampler's ~65k and a
+#: BERT-large round's score stage took 0.6-0.75 s instead of 1.1-1.2 s (development runs on a
+#: loaded 2-core host, issue 16).
+SCORE_ROWS = 1 << 16
 
 
 def _score_slices(rows: np.ndarray) -> list[tuple[int, int]]:

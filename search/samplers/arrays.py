@@ -24,14 +24,18 @@ c_lb / c_am or uniform placement and groups), factor by factor:
   (``adjacent_merge``: collective shards in back-propagation order, a group closes once its bytes
   reach total / N); random: servers and groups uniform.
 
-Algorithm 1 is sequential within a strategy; it runs in lockstep over the chunk's strategies
-(step t places every strategy's t-th largest PS shard; the shards of step t are one contiguous
-block, so a step reads and writes slices), with shard sizes pre-divided by the softmax unit
-(temperature x the strategy's mean PS shard) so that the logits need no division. Algorithm 2
-jumps from group start to group start with one searchsorted per group over the chunk. Both give
-the same result as the scalar functions on the same shards and uniforms (tests/search/test_round.py),
-up to float rounding: a draw can differ only where its uniform falls within rounding of a
-cumulative-weight boundary, or at exact ties of non-integer byte counts.
+How: the uniforms are drawn with numpy, chunk by chunk, in a fixed order and shape (that is the
+stream); the rules above turn them into rows in compiled loops (``search.samplers.kernels``,
+numba): the layouts, one pass over the rows for the per-shard choices, Algorithm 1 strategy by
+strategy (it is sequential within a strategy: each shard's server depends on the loads the larger
+ones left), Algorithm 2 and the memory check. Shard sizes in Algorithm 1 are pre-divided by the
+softmax unit (temperature x the strategy's mean PS shard) so that the logits need no division;
+Algorithm 2's boundaries come from one cumulative sum over the chunk's collective rows in reverse
+row order. Both give the same result as the scalar functions on the same shards and uniforms
+(tests/search/test_round.py), up to float rounding: a draw can differ only where its uniform
+falls within rounding of a cumulative-weight boundary, or at exact ties of non-integer byte
+counts. The compiled loops replaced numpy versions (a lockstep over the chunk's strategies for
+Algorithm 1) draw for draw: every column of the same seeds' draws is equal (issue 16).
 
 Each row keeps its ``entry`` in the space's shard table, so the scorer's shard sizes are table
 lookups (``ChoiceArrays.batch``) and the memory check sums PS bytes only (a strategy's collective
@@ -454,6 +458,7 @@ class ArraySampler:
         self._buffer: ChoiceArrays | None = None
         self._t = _tables(space)
         self._algorithms = np.array([ALGORITHMS.index(a) for a in space.config.algorithms], dtype=np.int64)
+        self._ranks = np.array(space.config.powersgd_ranks, dtype=np.int64)
         # The narrowest signed type of the kept columns (a 10,000-strategy BERT-large draw keeps
         # ~10 M rows: each byte per row is ~10 MB to write, page in and read back). Only the kept
         # copy is narrowed (``_Appended``): the draws' own temporaries keep their types, whose
@@ -509,7 +514,13 @@ class ArraySampler:
 
     # ------------------------------------------------------------------ drawing
     def _draw_chunk(self, rng: np.random.Generator) -> tuple[ChoiceArrays, np.ndarray | None]:
-        """One chunk of strategies, and (with a memory model) whether each fits."""
+        """One chunk of strategies, and (with a memory model) whether each fits.
+
+        The uniforms are drawn with numpy, in a fixed order and shape (the stream); the rules that
+        turn them into choices run compiled (``search.samplers.kernels``), one pass over the rows.
+        """
+        from search.samplers import kernels  # numba: imported on first use
+
         t, cfg = self._t, self.space.config
         b, v = self.chunk, len(t.whole)
         kinds = cfg.compressors
@@ -523,64 +534,81 @@ class ArraySampler:
             aw = np.ones((b, len(cfg.algorithms)))
         u_groups = rng.random(b)
         uv = rng.random((3, b, v), dtype=np.float32)
-        split = (t.n_axes > 0)[None, :] & (uv[0] < p[0][:, None])
-        a_i = np.minimum((uv[1] * t.n_axes_f).astype(np.int64), t.last_axis)
-        vidx = np.arange(v)[None, :]
-        kmax = t.kmax_tab[vidx, a_i]
-        k = 2 + np.minimum((uv[2] * (kmax - 1)).astype(np.int64), kmax - 2)
-        lay = np.where(split, t.base[vidx, a_i] + k - 2, t.whole[None, :]).ravel()
-        counts = t.lay_k[lay]
-        per_draw = counts.reshape(b, v).sum(axis=1)
-        offsets = np.concatenate(([0], np.cumsum(per_draw))).astype(np.int64)
+        lay, offsets = kernels.layouts(
+            p[0], uv, t.n_axes, t.n_axes_f, t.last_axis, t.kmax_tab, t.base, t.whole, t.lay_k
+        )
         rows_total = int(offsets[-1])
-        seg_start = np.cumsum(counts) - counts
-        shard_index = np.arange(rows_total, dtype=np.int32) - np.repeat(seg_start.astype(np.int32), counts)
-        entry = np.repeat(t.lay_start[lay].astype(np.int32), counts) + shard_index
-        variable = np.repeat(np.tile(np.arange(v, dtype=np.int32), b), counts)
-        row_draw = np.repeat(np.arange(b, dtype=np.int32), per_draw)
-        is_ps = rng.random(rows_total, dtype=np.float32) < np.repeat(p[1], per_draw)
-        lr = is_ps & (rng.random(rows_total, dtype=np.float32) < np.repeat(p[2], per_draw))
-        cc = ~is_ps
-        # compressor: a kind among those the shard accepts, then an option of that kind
-        if len(kinds) > 1:
-            compressor, rank = self._compressors(kinds, kw, entry, row_draw, rng, cc)
-        else:
-            compressor = np.zeros(rows_total, dtype=np.int8)
-            rank = np.zeros(rows_total, dtype=np.int16)
+        u_ps = rng.random(rows_total, dtype=np.float32)
+        u_lr = rng.random(rows_total, dtype=np.float32)
+        no_u = np.zeros(0, dtype=np.float32)
+        # compressor: a kind among those the shard accepts (weights restricted to them), then a
+        # PowerSGD rank uniformly among those allowed (``partial._pick``)
+        squeeze = len(kinds) > 1
+        u_kind = rng.random(rows_total, dtype=np.float32) if squeeze else no_u
+        u_rank = rng.random(rows_total, dtype=np.float32) if squeeze else no_u
+        kind_col = np.array([kinds.index(k) if k in kinds else -1 for k in COMPRESSORS], dtype=np.int64)
         # algorithm by weight (``partial._choose``: the first whose cumulative weight exceeds u)
         if len(cfg.algorithms) > 1:
             frac = (np.cumsum(aw, axis=1) / aw.sum(axis=1, keepdims=True))[:, :-1].astype(np.float32)
             u_alg = rng.random(rows_total, dtype=np.float32)
-            alg_i = np.zeros(rows_total, dtype=np.int8)
-            for c in range(frac.shape[1]):
-                alg_i += u_alg >= np.repeat(frac[:, c], per_draw)
-            algorithm = self._algorithms.astype(np.int8)[alg_i]
         else:
-            algorithm = np.full(rows_total, self._algorithms[0], dtype=np.int8)
-        np.multiply(algorithm, cc, out=algorithm)  # 0 on PS rows (a product: no masked write)
-        msg = t.msg[entry]
-        n_cc = np.add.reduceat(cc.astype(np.int64), offsets[:-1]) if rows_total else np.zeros(b, np.int64)
+            frac, u_alg = np.zeros((b, 0), dtype=np.float32), no_u
+        (
+            row_draw,
+            variable,
+            axis,
+            num_shards,
+            shard_index,
+            entry,
+            is_ps,
+            lr,
+            compressor,
+            rank,
+            algorithm,
+            n_cc,
+        ) = kernels.choice_rows(
+            lay,
+            offsets,
+            v,
+            t.lay_axis,
+            t.lay_k,
+            t.lay_start,
+            p[1],
+            p[2],
+            u_ps,
+            u_lr,
+            kind_col,
+            kw,
+            u_kind,
+            u_rank,
+            t.fp16,
+            t.min_side,
+            self._ranks,
+            self._algorithms,
+            frac,
+            u_alg,
+        )
         n_groups = 1 + (u_groups * np.maximum(1, np.minimum(cfg.max_groups, n_cc))).astype(np.int64)
         if self.kind == "constrained" and self.constraints.load_balance:
-            server = self._load_balance(rng, row_draw, is_ps, msg, t.brank[entry])  # -1: collective
+            server = self._load_balance(rng, row_draw, is_ps, entry)  # -1: collective
         else:
             server = (rng.random(rows_total) * len(self.space.servers)).astype(np.int16)
             server[~is_ps] = -1
         if self.kind == "constrained" and self.constraints.adjacent_merge:
-            group = _adjacent_merge(offsets, cc, msg, n_groups, row_draw)  # -1: PS
+            group = _adjacent_merge(offsets, ~is_ps, t.msg[entry], n_groups)  # -1: PS
         else:
-            ng = np.repeat(n_groups, per_draw)
+            ng = np.repeat(n_groups, np.diff(offsets))
             group = np.minimum((rng.random(rows_total) * ng).astype(np.int64), ng - 1).astype(np.int16)
             group[is_ps] = -1
         fits = None
         if self.memory is not None:
-            fits = self._fits_rows(b, row_draw, t.param[entry], is_ps, server, compressor)
+            fits = self._fits_rows(offsets, entry, is_ps, server, compressor)
         arrays = ChoiceArrays(
             offsets=offsets,
             variable=variable,
-            axis=np.repeat(t.lay_axis[lay].astype(np.int8), counts),
-            num_shards=np.repeat(counts.astype(np.int16), counts),
-            shard_index=shard_index.astype(np.int16),
+            axis=axis,
+            num_shards=num_shards,
+            shard_index=shard_index,
             is_ps=is_ps,
             server=server,
             local_replication=lr,
@@ -592,167 +620,64 @@ class ArraySampler:
         )
         return arrays, fits
 
-    def _compressors(
-        self,
-        kinds: tuple[str, ...],
-        kw: np.ndarray,
-        entry: np.ndarray,
-        row_draw: np.ndarray,
-        rng: np.random.Generator,
-        cc: np.ndarray,
-    ) -> tuple[np.ndarray, np.ndarray]:
-        """Compressor code and PowerSGD rank per row (``partial._pick`` then a uniform option)."""
-        t, cfg = self._t, self.space.config
-        n = len(entry)
-        u_kind = rng.random(n, dtype=np.float32)
-        u_rank = rng.random(n, dtype=np.float32)
-        weight = {k: kw[row_draw, i] for i, k in enumerate(kinds)}
-        zero = np.zeros(n)
-        w_none = weight.get("none", zero)
-        fp_ok = t.fp16[entry]
-        ranks = np.array(cfg.powersgd_ranks, dtype=np.int64)
-        allowed = ranks[None, :] < t.min_side[entry][:, None]  # (T, R), config order
-        n_ranks = allowed.sum(axis=1)
-        ps_ok = n_ranks > 0
-        w_fp = np.where(fp_ok, weight.get("fp16", zero), 0.0)
-        w_ps = np.where(ps_ok, weight.get("powersgd", zero), 0.0)
-        target = u_kind * (w_none + w_fp + w_ps)
-        last = np.where(ps_ok, 2, np.where(fp_ok, 1, 0))  # _pick's fallback: the last kind on offer
-        kind = np.where(
-            target < w_none, 0, np.where(fp_ok & (target < w_none + w_fp), 1, np.where(ps_ok, 2, last))
-        )
-        kind = np.where(cc, kind, 0)
-        pick = np.minimum((u_rank * n_ranks).astype(np.int64), np.maximum(n_ranks - 1, 0))
-        pos = np.argmax(np.cumsum(allowed, axis=1) > pick[:, None], axis=1)
-        rank = np.where(kind == 2, ranks[pos], 0)
-        return kind.astype(np.int8), rank.astype(np.int16)
-
     def _load_balance(
         self,
         rng: np.random.Generator,
         row_draw: np.ndarray,
         is_ps: np.ndarray,
-        msg: np.ndarray,
-        brank: np.ndarray,
+        entry: np.ndarray,
     ) -> np.ndarray:
-        """Algorithm 1 for every strategy of the chunk, in lockstep (step t: each t-th largest shard)."""
-        b = self.chunk
-        ps_rows = np.flatnonzero(is_ps)
-        draw_of = row_draw[ps_rows]
-        # sort PS rows by (strategy, size descending, row): two stable radix passes
-        by_size = np.argsort(brank[ps_rows], kind="stable")
-        order = by_size[
-            np.argsort(draw_of[by_size].astype(np.int16 if b < 2**15 else np.int64), kind="stable")
-        ]
-        rows = ps_rows[order]
-        sizes = msg[rows]
-        n_ps = np.bincount(draw_of, minlength=b)
-        start = np.concatenate(([0], np.cumsum(n_ps)[:-1]))
-        u = rng.random(len(rows))
+        """Algorithm 1 for every strategy of the chunk (``kernels.load_balance_rows``, compiled):
+        one uniform per PS row, used per strategy in (size descending, row) order. Rows are
+        grouped by strategy (``row_draw``); ``entry`` is each row's shard in the space's tables."""
+        from search.samplers.kernels import load_balance_rows  # numba: imported on first use
+
+        u = rng.random(int(np.count_nonzero(is_ps)))
         bw = np.asarray(self.space.server_bandwidth, dtype=np.float64)
-        share = bw / bw.sum()
-        j = len(share)
-        temp = self.constraints.temperature
-        mean = np.bincount(draw_of, weights=msg[ps_rows], minlength=b) / np.maximum(n_ps, 1)
-        # strategies by PS count, descending: the active ones at step t are a prefix
-        d_order = np.argsort(-n_ps, kind="stable")
-        n_sorted = n_ps[d_order]
-        steps = int(n_sorted[0]) if b else 0
-        unit = mean * temp
-        if temp > 0:  # sizes in units of temperature x mean PS shard: the logits need no division
-            inv = np.divide(1.0, unit, out=np.zeros(b), where=unit > 0)
-            sizes = sizes * np.repeat(inv, n_ps)
-        # Step-major order: step t's shards (each active strategy's t-th largest) are one
-        # contiguous block, strategies in d_order (the active ones are a prefix), so every step
-        # reads and writes slices instead of gathering from all over the chunk.
-        active_at = np.searchsorted(-n_sorted, -np.arange(steps), side="left")  # n_ps > t
-        block = np.concatenate(([0], np.cumsum(active_at)))
-        column_of = np.empty(b, dtype=np.int64)
-        column_of[d_order] = np.arange(b)
-        step_of = np.arange(len(rows)) - np.repeat(start, n_ps)
-        where = block[step_of] + np.repeat(column_of, n_ps)
-        size_sm = np.empty(len(rows))
-        size_sm[where] = sizes
-        u_sm = np.empty(len(rows))
-        u_sm[where] = u
-        pick_sm = np.empty(len(rows), dtype=np.int64)
-        # servers x strategies (each server's row contiguous: the per-step reductions run over J rows)
-        loads = np.zeros((j, b))
-        flat = loads.reshape(-1)
-        total = np.zeros(b)
-        w = np.empty((j, b))
-        share_col = share[:, None]
-        columns = np.arange(b)
-        for step in range(steps):
-            lo, hi = int(block[step]), int(block[step + 1])
-            a = hi - lo
-            s = size_sm[lo:hi]
-            lag = w[:, :a]
-            np.multiply(share_col, total[:a], out=lag)
-            lag -= loads[:, :a]  # how far each server lags its bandwidth share
-            top = lag.max(axis=0)
-            if temp > 0:
-                lag -= top
-                np.exp(lag, out=lag)
-            else:
-                np.greater_equal(lag, top - 1e-9 * np.maximum(1.0, np.abs(top)), out=lag, casting="unsafe")
-            for r in range(1, j):  # cumulative weights in place (a cumsum over axis 0 is ~30x slower)
-                np.add(lag[r - 1], lag[r], out=lag[r])
-            target = u_sm[lo:hi] * lag[-1]
-            # inverse CDF: the servers whose cumulative weight is <= target are passed (the last
-            # server takes what rounding leaves)
-            pick = pick_sm[lo:hi]
-            np.add.reduce(lag[:-1] <= target, axis=0, out=pick)
-            flat[pick * b + columns[:a]] += s
-            total[:a] += s
-        out = pick_sm[where]
-        server = np.full(len(is_ps), -1, dtype=np.int16)
-        server[rows] = out
-        return server
+        t = self._t
+        return load_balance_rows(
+            row_draw, is_ps, entry, t.msg, t.brank, u, bw / bw.sum(), float(self.constraints.temperature)
+        )
 
     def _fits_rows(
         self,
-        n: int,
-        row_draw: np.ndarray,
-        nbytes: np.ndarray,
+        offsets: np.ndarray,
+        entry: np.ndarray,
         is_ps: np.ndarray,
         server: np.ndarray,
         compressor: np.ndarray,
     ) -> np.ndarray:
-        """Per strategy: fits in device and PS-host memory (``MemoryModel.check``'s rule): optimizer
-        state of collective shards and PowerSGD buffers within the device headroom, and per PS server
-        its shards x (2 + state factor) within its usable host memory."""
+        """Per strategy: fits in device and PS-host memory (``MemoryModel.check``'s rule):
+        optimizer state of collective shards and PowerSGD buffers within the device headroom, and
+        per PS server its shards x (2 + state factor) within its usable host memory
+        (``kernels.fits_rows``; every strategy holds each variable's bytes once, so its
+        collective bytes are the model's parameter bytes less its PS bytes)."""
+        from search.samplers.kernels import fits_rows
+
         mm = self.memory
         assert mm is not None
-        jn = len(self.space.servers)
-        # Every strategy holds each variable's bytes once, so its collective bytes are the model's
-        # parameter bytes less its PS bytes (integers: exact in float64).
-        ps_rows = np.flatnonzero(is_ps)
-        hosted = np.bincount(
-            row_draw[ps_rows].astype(np.int64) * jn + server[ps_rows],
-            weights=nbytes[ps_rows],
-            minlength=n * jn,
-        ).reshape(n, jn)
-        device_extra = mm.state_factor * (self._t.model_bytes - hosted.sum(axis=1))
-        lowrank = np.flatnonzero(compressor == 2)  # PowerSGD's buffers (collective rows only)
-        if lowrank.size:
-            device_extra += np.bincount(row_draw[lowrank], weights=nbytes[lowrank], minlength=n)
-        ok = device_extra <= mm.headroom()
-        if ps_rows.size:
-            cap = np.array([mm.host_capacity_of(node.name) for node in self.space.cluster.nodes])
-            ok &= np.all(hosted * (2.0 + mm.state_factor) <= cap[None, :], axis=1)
-        return ok
+        nodes = self.space.cluster.nodes
+        cap = np.array([mm.host_capacity_of(node.name) for node in nodes], dtype=np.float64)
+        return fits_rows(
+            offsets,
+            entry,
+            np.asarray(is_ps, dtype=bool),
+            server,
+            compressor,
+            self._t.param,
+            self._t.model_bytes,
+            float(mm.state_factor),
+            float(mm.headroom()),
+            cap,
+        )
 
     def _fits(self, chunk: ChoiceArrays) -> np.ndarray:
         """Per strategy: fits in device and PS-host memory (``MemoryModel.check``'s rule)."""
-        mm = self.memory
-        assert mm is not None
-        n = chunk.size
-        counts = np.diff(chunk.offsets)
-        draw = np.repeat(np.arange(n), counts)
         t = self._t
-        nbytes = t.param[_layout_entry(t, chunk.variable, chunk.axis, chunk.num_shards) + chunk.shard_index]
-        return self._fits_rows(n, draw, nbytes, chunk.is_ps, chunk.server.astype(np.int64), chunk.compressor)
+        entry = _layout_entry(t, chunk.variable, chunk.axis, chunk.num_shards) + chunk.shard_index
+        return self._fits_rows(
+            chunk.offsets, entry, chunk.is_ps, chunk.server.astype(np.int16), chunk.compressor.astype(np.int8)
+        )
 
 
 def _int_type(top: int) -> type[np.signedinteger]:
@@ -767,50 +692,15 @@ def _layout_entry(t: _Tables, variable: np.ndarray, axis: np.ndarray, k: np.ndar
     return t.lay_start[lay]
 
 
-def _adjacent_merge(
-    offsets: np.ndarray,
-    cc: np.ndarray,
-    msg: np.ndarray,
-    n_groups: np.ndarray,
-    row_draw: np.ndarray | None = None,
-) -> np.ndarray:
-    """Algorithm 2 for every strategy: collective shards in back-propagation order (the reverse of
-    row order), a group closes at the first shard where its bytes so far reach total / N.
+def _adjacent_merge(offsets: np.ndarray, cc: np.ndarray, msg: np.ndarray, n_groups: np.ndarray) -> np.ndarray:
+    """Algorithm 2 for every strategy (``kernels.adjacent_merge_rows``, compiled): collective
+    shards in back-propagation order (the reverse of row order), a group closes at the first shard
+    where its bytes so far reach total / N. -1 on PS rows."""
+    from search.samplers.kernels import adjacent_merge_rows
 
-    Jumps group start to group start: one searchsorted over the chunk's cumulative bytes per group.
-    """
-    b = len(offsets) - 1
-    cc_rows = np.flatnonzero(cc)[::-1]  # every strategy's collective shards in backprop order
-    out = np.full(len(cc), -1, dtype=np.int16)
-    if cc_rows.size == 0:
-        return out
-    if row_draw is None:
-        draw = np.searchsorted(offsets, cc_rows, side="right") - 1  # non-increasing
-    else:
-        draw = row_draw[cc_rows].astype(np.int64)
-    sizes = msg[cc_rows]
-    cum = np.concatenate(([0.0], np.cumsum(sizes)))
-    # segment of strategy d in the reversed array
-    n_cc = np.bincount(draw, minlength=b)
-    seg_start = np.zeros(b, dtype=np.int64)
-    order = np.arange(b)[::-1]
-    seg_start[order] = np.concatenate(([0], np.cumsum(n_cc[order])[:-1]))
-    seg_end = seg_start + n_cc
-    has = n_cc > 0
-    avg = np.where(has, (cum[seg_end] - cum[seg_start]) / np.maximum(n_groups, 1), 0.0)
-    mark = np.zeros(len(cc_rows), dtype=np.int64)
-    cur = seg_start.copy()
-    live = np.flatnonzero(has & (n_groups > 1))
-    step = 0
-    while live.size:  # boundary number step + 1 of every strategy that may still open a group
-        target = cum[cur[live]] + avg[live]
-        nxt = np.maximum(np.searchsorted(cum, target, side="left"), cur[live] + 1)
-        ok = nxt < seg_end[live]
-        live, nxt = live[ok], nxt[ok]
-        mark[nxt] = 1
-        cur[live] = nxt
-        step += 1
-        live = live[n_groups[live] - 1 > step]
-    before = np.cumsum(mark)  # boundaries at positions <= p (none sits on a segment's start)
-    out[cc_rows] = before - before[seg_start[draw]]
-    return out
+    return adjacent_merge_rows(
+        np.asarray(offsets, dtype=np.int64),
+        np.asarray(cc, dtype=bool),
+        np.asarray(msg, dtype=np.float64),
+        np.asarray(n_groups, dtype=np.int64),
+    )

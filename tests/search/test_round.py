@@ -4,6 +4,7 @@ against their scalar / object references."""
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 from dataclasses import dataclass
 from typing import Any
 
@@ -16,7 +17,7 @@ from search.constraints import adjacent_merge, load_balance
 from search.feasibility import MemoryConfig
 from search.round import AllTriedError, RoundDefaults, RoundScores, SampleBatch
 from search.samplers import Constraints
-from search.samplers.arrays import ChoiceArrays, _adjacent_merge, _layout_entry
+from search.samplers.arrays import COLUMNS, ChoiceArrays, _adjacent_merge, _layout_entry
 from search.similarity import FactorSimilarity
 from simulator import zoo
 from simulator.analytical import AnalyticalSimulator, cluster_arrays, decode, model_arrays
@@ -189,7 +190,7 @@ def test_array_load_balance_is_algorithm_1(
     is_ps = np.asarray(arrays.is_ps)
     u = np.random.default_rng(3).random(int(is_ps.sum()))
     row_draw = np.repeat(np.arange(arrays.size), np.diff(arrays.offsets))
-    server = sampler._load_balance(_Uniforms(u), row_draw, is_ps, t.msg[e], t.brank[e])  # type: ignore[arg-type]
+    server = sampler._load_balance(_Uniforms(u), row_draw, is_ps, e)  # type: ignore[arg-type]
     # the lockstep consumes uniforms per strategy, in (strategy, size descending) order
     used = 0
     for d in range(arrays.size):
@@ -254,3 +255,33 @@ def test_a_round_with_everything_tried_says_so(model: ModelSpec, cluster: Cluste
         run_round(model, cluster, SIM, samples=20, k=1, seed=0, exclude_ids=first.identities)
     with pytest.raises(ValueError, match="samples/k"):
         run_round(model, cluster, SIM, samples=2, k=3, seed=0)
+
+
+#: sha256 (first 16 hex digits) of the offsets and choice columns of 150 strategies drawn with seed
+#: 7 and chunk 64 (memory-checked), and their shard rows. Computed with the numpy implementation
+#: of e45791b, before the compiled kernels (search.samplers.kernels) replaced it: the stream, and
+#: so every seed's strategies, must stay the same (issue 16).
+_STREAM_DIGESTS = [
+    ("NCF-sparse", "A2", "constrained", 1.0, "hierarchical", "571b8e34101005a9", 2796),
+    ("NCF-sparse", "A2", "constrained", 0.0, "flat", "ee507935e154457f", 2760),
+    ("NCF-sparse", "A2", "random", 1.0, "hierarchical", "780a7ab296f020bf", 2796),
+    ("BERT-base", "B7", "constrained", 1.0, "hierarchical", "3a9cc05d4973c513", 63807),
+    ("BERT-base", "B7", "constrained", 0.0, "flat", "7d78a751418abf9a", 63030),
+    ("BERT-base", "B7", "random", 1.0, "hierarchical", "80d16490d543563b", 63807),
+]
+
+
+@pytest.mark.parametrize(("m", "c", "kind", "temperature", "prior", "digest", "rows"), _STREAM_DIGESTS)
+def test_the_draws_are_the_numpy_implementations(
+    m: str, c: str, kind: Any, temperature: float, prior: Any, digest: str, rows: int
+) -> None:
+    model, cluster = zoo.model(m), zoo.cluster(c)
+    constraints = Constraints(temperature=temperature) if kind == "constrained" else None
+    sampler = ArraySampler(
+        Space(model, cluster), 7, MemoryModel(model, cluster), kind, constraints, prior, chunk=64
+    )
+    arrays = sampler.sample_arrays(150)
+    h = hashlib.sha256()
+    for k in ("offsets", *COLUMNS):
+        h.update(np.ascontiguousarray(getattr(arrays, k)).astype(np.int64).tobytes())
+    assert (h.hexdigest()[:16], int(arrays.offsets[-1])) == (digest, rows)

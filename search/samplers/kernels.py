@@ -1,0 +1,386 @@
+"""Compiled loops of the array sampler (numba): the sequential parts of a chunk's draw.
+
+Why compiled: Algorithm 1 (c_lb) is sequential within a strategy (each shard's server depends on
+the loads the larger shards left), and a 10,000-strategy BERT-large round places ~5 M PS shards.
+In numpy it ran in lockstep over a chunk's strategies (one step per shard rank, ~17 numpy calls a
+step) and cost ~0.85 s of a ~2.5 s round; this loop does the same arithmetic once per shard.
+
+The arithmetic is the former numpy lockstep's, operation for operation, in float64: the same
+uniforms in the same order, the same pre-divided sizes, the same left-to-right cumulative sums,
+the same comparisons. The one difference is ``exp``: numba calls the C library's ``exp`` (as the
+scalar reference ``search.constraints.load_balance`` does through ``math.exp``), while numpy's
+vectorised ``exp`` differs from it in the last bit for a few per cent of arguments. A server draw
+can therefore differ from the former numpy code's only where a uniform falls within ~1e-16 of a
+cumulative-weight boundary (not seen on the BERT-large/B7 and NCF-sparse/A2 benchmark rounds).
+
+Compile cost and cache: the kernels are compiled on first call (~1-2 s, once per process) and
+cached on disk (``cache=True``): numba writes the cache next to this file (``__pycache__``) or,
+where that is not writable, in ``NUMBA_CACHE_DIR`` or its per-user default, so later processes
+load it in milliseconds. ``benchmarks/round_throughput.py`` reports the first call's cost.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numba
+import numpy as np
+
+
+@numba.njit(cache=True, nogil=True)
+def load_balance_rows(
+    row_draw: np.ndarray,
+    is_ps: np.ndarray,
+    entry: np.ndarray,
+    msg: np.ndarray,
+    brank: np.ndarray,
+    u: np.ndarray,
+    share: np.ndarray,
+    temperature: float,
+) -> np.ndarray:  # pragma: no cover - compiled; tests/search/test_round.py checks it against Algorithm 1
+    """Algorithm 1 for every strategy of a chunk: the server of each PS row (-1 on other rows).
+
+    Rows are grouped by strategy (``row_draw`` non-decreasing); row r's shard is ``entry[r]`` of
+    the tables ``msg`` (bytes) and ``brank`` (size rank). A strategy's PS rows are visited
+    by ``brank`` ascending (size descending; ties in row order) and take the uniforms ``u`` in that
+    order, strategy after strategy. Sizes are in units of temperature x the strategy's mean PS
+    shard (so the logits need no division); ``temperature`` 0 is the argmax rule (ties uniform).
+    """
+    n = len(row_draw)
+    j = len(share)
+    out = np.full(n, -1, dtype=np.int16)
+    if n == 0:
+        return out
+    b = int(row_draw[n - 1]) + 1
+    # PS rows sorted by (strategy, brank, row): two stable counting sorts (brank, then strategy)
+    n_rank = 0
+    p = 0
+    per = np.zeros(b + 1, dtype=np.int64)
+    total_msg = np.zeros(b)  # each strategy's PS bytes, summed in row order
+    for r in range(n):
+        if is_ps[r]:
+            p += 1
+            if brank[entry[r]] + 1 > n_rank:
+                n_rank = brank[entry[r]] + 1
+            per[row_draw[r] + 1] += 1
+            total_msg[row_draw[r]] += msg[entry[r]]
+    at = np.zeros(n_rank + 1, dtype=np.int64)
+    for r in range(n):
+        if is_ps[r]:
+            at[brank[entry[r]] + 1] += 1
+    for q in range(n_rank):
+        at[q + 1] += at[q]
+    by_rank = np.empty(p, dtype=np.int64)
+    for r in range(n):
+        if is_ps[r]:
+            by_rank[at[brank[entry[r]]]] = r
+            at[brank[entry[r]]] += 1
+    for d in range(b):
+        per[d + 1] += per[d]
+    start = per[:b].copy()
+    rows = np.empty(p, dtype=np.int64)
+    for i in range(p):
+        r = by_rank[i]
+        rows[start[row_draw[r]]] = r
+        start[row_draw[r]] += 1
+    loads = np.zeros(j)
+    w = np.empty(j)
+    for d in range(b):
+        lo, hi = per[d], per[d + 1]
+        if hi == lo:
+            continue
+        unit = total_msg[d] / (hi - lo) * temperature
+        inv = 1.0 / unit if unit > 0 else 0.0
+        for q in range(j):
+            loads[q] = 0.0
+        total = 0.0
+        for t in range(lo, hi):
+            r = rows[t]
+            s = msg[entry[r]] * inv if temperature > 0 else msg[entry[r]]
+            top = -np.inf
+            for q in range(j):
+                w[q] = share[q] * total - loads[q]  # how far server q lags its bandwidth share
+                top = max(top, w[q])
+            if temperature > 0:
+                for q in range(j):
+                    w[q] = math.exp(w[q] - top)
+            else:
+                tol = top - 1e-9 * max(1.0, abs(top))
+                for q in range(j):
+                    w[q] = 1.0 if w[q] >= tol else 0.0
+            for q in range(1, j):
+                w[q] = w[q - 1] + w[q]
+            target = u[t] * w[j - 1]
+            # inverse CDF: servers whose cumulative weight is <= target are passed (the last
+            # takes what rounding leaves)
+            pick = 0
+            for q in range(j - 1):
+                pick += w[q] <= target
+            out[r] = pick
+            loads[pick] += s
+            total += s
+    return out
+
+
+@numba.njit(cache=True, nogil=True)
+def layouts(
+    p_split: np.ndarray,
+    uv: np.ndarray,
+    n_axes: np.ndarray,
+    n_axes_f: np.ndarray,
+    last_axis: np.ndarray,
+    kmax_tab: np.ndarray,
+    base: np.ndarray,
+    whole: np.ndarray,
+    lay_k: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray]:  # pragma: no cover - compiled; tests/search/test_round.py
+    """Each (strategy, variable)'s layout and the strategies' row offsets.
+
+    Per variable: split with probability p_split[d] when it has a splittable axis, the axis
+    uniformly among them (float32 product, as drawn), the shard count uniformly in 2..k_max
+    (the float32 uniform times k_max - 1, in float64). ``uv`` (3, b, v) float32 uniforms.
+    """
+    b, v = uv.shape[1], uv.shape[2]
+    lay = np.empty(b * v, dtype=np.int64)
+    offsets = np.zeros(b + 1, dtype=np.int64)
+    for d in range(b):
+        rows = 0
+        for i in range(v):
+            a_i = min(np.int64(uv[1, d, i] * n_axes_f[i]), last_axis[i])
+            if n_axes[i] > 0 and uv[0, d, i] < p_split[d]:
+                km = kmax_tab[i, a_i]
+                k = 2 + min(np.int64(np.float64(uv[2, d, i]) * np.float64(km - 1)), km - 2)
+                lay[d * v + i] = base[i, a_i] + k - 2
+            else:
+                lay[d * v + i] = whole[i]
+            rows += lay_k[lay[d * v + i]]
+        offsets[d + 1] = offsets[d] + rows
+    return lay, offsets
+
+
+@numba.njit(cache=True, nogil=True)
+def choice_rows(
+    lay: np.ndarray,
+    offsets: np.ndarray,
+    v: int,
+    lay_axis: np.ndarray,
+    lay_k: np.ndarray,
+    lay_start: np.ndarray,
+    p_ps: np.ndarray,
+    p_replication: np.ndarray,
+    u_ps: np.ndarray,
+    u_lr: np.ndarray,
+    kinds: np.ndarray,
+    kw: np.ndarray,
+    u_kind: np.ndarray,
+    u_rank: np.ndarray,
+    fp16: np.ndarray,
+    min_side: np.ndarray,
+    ranks: np.ndarray,
+    algorithms: np.ndarray,
+    frac: np.ndarray,
+    u_alg: np.ndarray,
+) -> tuple[np.ndarray, ...]:  # pragma: no cover - compiled; tests/search/test_round.py
+    """The per-shard choices of every row (``ArraySampler._draw_chunk``'s factor-by-factor rules).
+
+    ``kinds`` (3,): the column of kw holding the none / fp16 / PowerSGD weight, -1 when that kind
+    is not on offer; all -1 (or ``u_kind`` empty) draws no compressor. ``frac`` (b, A-1) float32
+    cumulative algorithm weights (empty: the single algorithm ``algorithms[0]``). Comparisons are
+    the numpy rules' own: float32 uniforms against float32 thresholds, or, where a float32 uniform
+    meets float64 weights or an integer count, in float64.
+
+    Returns row_draw, variable, axis, num_shards, shard_index, entry, is_ps, local_replication,
+    compressor, rank, algorithm and the strategies' collective row counts.
+    """
+    b = len(offsets) - 1
+    n = offsets[b]
+    row_draw = np.empty(n, dtype=np.int32)
+    variable = np.empty(n, dtype=np.int32)
+    axis = np.empty(n, dtype=np.int8)
+    num_shards = np.empty(n, dtype=np.int16)
+    shard_index = np.empty(n, dtype=np.int16)
+    entry = np.empty(n, dtype=np.int32)
+    is_ps = np.empty(n, dtype=np.bool_)
+    lr = np.empty(n, dtype=np.bool_)
+    compressor = np.zeros(n, dtype=np.int8)
+    rank = np.zeros(n, dtype=np.int16)
+    algorithm = np.empty(n, dtype=np.int8)
+    n_cc = np.zeros(b, dtype=np.int64)
+    squeeze = len(u_kind) > 0
+    n_frac = frac.shape[1]
+    n_r = len(ranks)
+    r = 0
+    for d in range(b):
+        w_none = kw[d, kinds[0]] if squeeze and kinds[0] >= 0 else 0.0
+        w_fp16 = kw[d, kinds[1]] if squeeze and kinds[1] >= 0 else 0.0
+        w_psgd = kw[d, kinds[2]] if squeeze and kinds[2] >= 0 else 0.0
+        for i in range(v):
+            lay_i = lay[d * v + i]
+            k = lay_k[lay_i]
+            for q in range(k):
+                row_draw[r] = d
+                variable[r] = i
+                axis[r] = lay_axis[lay_i]
+                num_shards[r] = k
+                shard_index[r] = q
+                e = lay_start[lay_i] + q
+                entry[r] = e
+                ps = u_ps[r] < p_ps[d]
+                is_ps[r] = ps
+                lr[r] = ps and u_lr[r] < p_replication[d]
+                if squeeze and not ps:
+                    fp_ok = fp16[e]
+                    allowed = 0
+                    for c in range(n_r):
+                        if ranks[c] < min_side[e]:
+                            allowed += 1
+                    ps_ok = allowed > 0
+                    w_fp = w_fp16 if fp_ok else 0.0
+                    w_ps = w_psgd if ps_ok else 0.0
+                    target = np.float64(u_kind[r]) * (w_none + w_fp + w_ps)
+                    if target < w_none:
+                        kind = 0
+                    elif fp_ok and target < w_none + w_fp:
+                        kind = 1
+                    elif ps_ok:
+                        kind = 2
+                    else:
+                        kind = 1 if fp_ok else 0
+                    compressor[r] = kind
+                    if kind == 2:
+                        pick = min(np.int64(np.float64(u_rank[r]) * np.float64(allowed)), allowed - 1)
+                        seen = 0
+                        for c in range(n_r):
+                            if ranks[c] < min_side[e]:
+                                if seen == pick:
+                                    rank[r] = ranks[c]
+                                    break
+                                seen += 1
+                if ps:
+                    algorithm[r] = 0
+                else:
+                    n_cc[d] += 1
+                    alg = 0
+                    for c in range(n_frac):
+                        if u_alg[r] >= frac[d, c]:
+                            alg += 1
+                    algorithm[r] = algorithms[alg]
+                r += 1
+    return (
+        row_draw,
+        variable,
+        axis,
+        num_shards,
+        shard_index,
+        entry,
+        is_ps,
+        lr,
+        compressor,
+        rank,
+        algorithm,
+        n_cc,
+    )
+
+
+@numba.njit(cache=True, nogil=True)
+def adjacent_merge_rows(
+    offsets: np.ndarray, cc: np.ndarray, msg: np.ndarray, n_groups: np.ndarray
+) -> np.ndarray:  # pragma: no cover - compiled; tests/search/test_round.py checks it against Algorithm 2
+    """Algorithm 2 for every strategy: the merge group of each collective row (-1 on PS rows).
+
+    A strategy's collective shards in back-propagation order (the reverse of row order); a group
+    closes at the first shard where the cumulative bytes reach the group's start plus total / N.
+    The cumulative bytes run over the whole chunk in reverse row order (the former numpy code's
+    one cumsum, summed in the same order), so the boundaries are the same to the last bit.
+    """
+    b = len(offsets) - 1
+    n = len(cc)
+    out = np.full(n, -1, dtype=np.int16)
+    m = 0
+    for r in range(n):
+        if cc[r]:
+            m += 1
+    rows = np.empty(m, dtype=np.int64)  # collective rows, reversed
+    cum = np.zeros(m + 1)
+    seg_start = np.zeros(b, dtype=np.int64)
+    seg_end = np.zeros(b, dtype=np.int64)
+    p = 0
+    for d in range(b - 1, -1, -1):
+        seg_start[d] = p
+        for r in range(offsets[d + 1] - 1, offsets[d] - 1, -1):
+            if cc[r]:
+                rows[p] = r
+                cum[p + 1] = cum[p] + msg[r]
+                p += 1
+        seg_end[d] = p
+    for d in range(b):
+        lo, hi = seg_start[d], seg_end[d]
+        if hi == lo:
+            continue
+        g = n_groups[d]
+        avg = (cum[hi] - cum[lo]) / max(g, 1)
+        group = 0
+        cur = lo
+        nxt_mark = -1  # position of the next boundary (a new group starts there)
+        boundaries = 0
+        pos = lo
+        while pos < hi:
+            if nxt_mark < 0 and boundaries < g - 1:
+                # first position >= cur + 1 whose cumulative bytes reach cum[cur] + avg
+                target = cum[cur] + avg
+                nxt = cur + 1
+                while nxt < hi and cum[nxt] < target:
+                    nxt += 1
+                nxt_mark = nxt if nxt < hi else hi
+            if pos == nxt_mark:
+                group += 1
+                boundaries += 1
+                cur = pos
+                nxt_mark = -1
+                continue
+            out[rows[pos]] = group
+            pos += 1
+    return out
+
+
+@numba.njit(cache=True, nogil=True)
+def fits_rows(
+    offsets: np.ndarray,
+    entry: np.ndarray,
+    is_ps: np.ndarray,
+    server: np.ndarray,
+    compressor: np.ndarray,
+    param: np.ndarray,
+    model_bytes: float,
+    state_factor: float,
+    headroom: float,
+    cap: np.ndarray,
+) -> np.ndarray:  # pragma: no cover - compiled; tests/search/test_round.py
+    """Per strategy: fits in device and PS-host memory (``MemoryModel.check``'s rule).
+
+    Device: optimizer state of the collective shards (the model's bytes less the PS bytes) and
+    PowerSGD's buffers within ``headroom``; per PS server: its shards x (2 + state factor) within
+    its capacity. Byte counts are integers, exact in float64 whatever the summation order.
+    """
+    b = len(offsets) - 1
+    j = len(cap)
+    ok = np.empty(b, dtype=np.bool_)
+    hosted = np.zeros(j)
+    for d in range(b):
+        for q in range(j):
+            hosted[q] = 0.0
+        lowrank = 0.0
+        for r in range(offsets[d], offsets[d + 1]):
+            if is_ps[r]:
+                hosted[server[r]] += param[entry[r]]
+            elif compressor[r] == 2:
+                lowrank += param[entry[r]]
+        ps_bytes = 0.0
+        fits = True
+        for q in range(j):
+            ps_bytes += hosted[q]
+            if hosted[q] * (2.0 + state_factor) > cap[q]:
+                fits = False
+        fits = fits and state_factor * (model_bytes - ps_bytes) + lowrank <= headroom
+        ok[d] = fits
+    return ok
