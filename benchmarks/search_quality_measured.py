@@ -9,10 +9,13 @@ their median); no testbed runs. Searchers, each for ``--seeds`` seeds:
               whose fresh draws have no measured runtime), scores them, keeps the round's
               qualified fraction and picks K by Eq. 11 (``search.round.DEFAULTS``: alpha,
               qualified_fraction, factor similarity; ``search.round.qualify_and_select``, the
-              round's own qualify + Eq. 11 step). Scorer: the hybrid (``simulator.learned.scoring``) of the
-              transfer ensemble pretrained leave-one-domain-out (every set of the domain under
-              test, from any dataset, is excluded) and fine-tuned on the domain's trials after
-              each round, when the fallback rule (``transfer.choose``) says learned; else Eq. 1-3.
+              round's own qualify + Eq. 11 step). Scorer: the hybrid (``simulator.learned.scoring``)
+              of the model ``simulator.learned.residual.fine_tune`` picks after each round: with
+              fewer than 8 measured strategies the transfer ensemble pretrained leave-one-domain-out
+              (every set of the domain under test, from any dataset, is excluded), fine-tuned on
+              what there is, when the LODO rule says learned, else Eq. 1-3; from 8 on, whichever of
+              the residual model (log Eq. 1-3 + learned residual), the fine-tuned transfer
+              ensemble and Eq. 1-3 ranks the domain's measured strategies best out of fold.
 (b) analytical the same loop scored by Eq. 1-3 (default constants) alone.
 (c) random    the pool in a seeded random order (the pool was drawn by the collector's sampler:
               'constrained' = under c_lb, c_am and memory; 'random' = uniform: printed per domain).
@@ -22,10 +25,13 @@ their median); no testbed runs. Searchers, each for ``--seeds`` seeds:
 
 K = 5 per round, 4 rounds. Printed per domain: mean over seeds of the best measured seconds after
 5, 10, 20 trials and its excess over the domain's best measured strategy; the LODO pairwise accuracy
-of the pretrained ensemble and of the analytical model on all of the domain's strategies; and how
-often the learned loop's rounds used the learned scorer.
+of the pretrained ensemble and of the analytical model on all of the domain's strategies; how
+often the learned loop's rounds used a learned scorer; the fine-tuned in-domain accuracy on
+held-out strategies (``fine_tuned``) next to Eq. 1-3's, the domain's noise ceiling from its retest
+(``simulator.learned.noise``) and both accuracies on the pairs the noise resolves.
 
     nice -n 10 python benchmarks/search_quality_measured.py [--seeds 5] [--datasets DIR ...]
+        [--only LABEL ...] [--retest DATASET=RETEST_DIR ...]
 """
 
 from __future__ import annotations
@@ -44,7 +50,10 @@ from search.round import DEFAULTS, qualify_and_select
 from search.searchers.tpe import TPESearcher
 from search.similarity import FactorSimilarity
 from simulator import zoo
-from simulator.learned.data import Domain
+from simulator.learned.data import Domain, _unit
+from simulator.learned.noise import NoiseCeiling
+from simulator.learned.noise import estimate as noise_ceiling
+from simulator.learned.residual import fine_tune
 from simulator.learned.runtimes import domain_folders, load_domain
 from simulator.learned.scoring import HybridScorer
 from simulator.learned.transfer import (
@@ -53,14 +62,19 @@ from simulator.learned.transfer import (
     TransferConfig,
     accuracy,
     analytical_accuracy,
-    choose,
     choose_from_lodo,
     domain_z,
     lodo_metrics,
 )
+from simulator.metrics import pairwise_accuracy, resolved_pairs
 
 K = 5
 ROUNDS = 4
+#: Split seeds of the fine-tuned figure: 0-4 were looked at while choosing the residual model
+#: (``simulator.learned.residual``), so the figure is reported on seeds it did not see.
+SPLIT_SEEDS = tuple(range(5, 10))
+#: Resolved-pair gap where a domain has no retest: the repeatability benchmark's 5 %.
+DEFAULT_GAP = 0.05
 CHECKPOINTS = (5, 10, 20)
 SEARCHERS = ("learned", "analytical", "random", "tpe")
 
@@ -113,10 +127,10 @@ def loop(
         seconds = analytical[sample]
         if trainer is not None:
             tz = target.z.subset(measured) if len(measured) >= 2 else None
-            ensemble = trainer.fit(tz)
-            if choose(trainer, tz, prior).choice == "learned":
+            ranker, _ = fine_tune(trainer, tz, prior)
+            if ranker is not None:
                 learned_rounds += 1
-                seconds, _, _ = HybridScorer(ensemble).blend(ensemble.member_scores(z[sample]), seconds)
+                seconds, _, _ = HybridScorer(ranker).blend(ranker.member_scores(z[sample]), seconds)
         rows = embedded[sample]
         qualified, choice = qualify_and_select(
             seconds, min(K, len(sample)), rows.__getitem__, similarity, DEFAULTS
@@ -140,16 +154,75 @@ def tpe(target: MeasuredSet, embedded: np.ndarray, similarity: FactorSimilarity,
     return [float(d.times[i]) for i in measured]
 
 
-def fine_tuned(target: MeasuredSet, trainer: EnsembleTrainer) -> tuple[int, float, float]:
-    """(held-out strategies, fine-tuned accuracy, Eq. 1-3 accuracy) on the domain's val + test splits."""
-    train, val, test = target.domain.split(0)
-    keys = {k: i for i, k in enumerate(target.domain.keys)}
-    tr = target.z.subset([keys[k] for k in train.keys])
-    te = target.z.subset([keys[k] for k in (*val.keys, *test.keys)])  # no selection uses val here
-    return len(te), accuracy(trainer.fit(tr), te), analytical_accuracy(te)
+@dataclass(frozen=True)
+class TunedSplit:
+    """One split seed's fine-tuned evaluation on the held-out 30 %."""
+
+    held: int
+    tuned: float
+    analytical: float
+    choice: str
+    tuned_resolved: float  # on pairs more than the noise gap apart
+    analytical_resolved: float
+    resolved_share: float
 
 
-def run(sets: list[MeasuredSet], targets: list[MeasuredSet], seeds: int, config: TransferConfig) -> None:
+def split_index(target: MeasuredSet, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """(train, held out) positions: the 70 % / 30 % seeded hash split of ``Domain.split``."""
+    u = np.array([_unit(f"{seed}:{k}") for k in target.domain.keys])
+    return np.nonzero(u < 0.70)[0], np.nonzero(u >= 0.70)[0]
+
+
+def fine_tuned(target: MeasuredSet, trainer: EnsembleTrainer, gap: float) -> list[TunedSplit]:
+    """Per split seed: fine-tune on the train split (``residual.fine_tune``: the model is chosen by
+    cross-validation on the train split only) and judge on the held-out 30 % next to Eq. 1-3."""
+    out = []
+    for seed in SPLIT_SEEDS:
+        tr, te = split_index(target, seed)
+        train, held = target.z.subset(tr), target.z.subset(te)
+        ranker, decision = fine_tune(trainer, train, {})
+        score = ranker.scores(held.z) if ranker is not None else held.analytical
+        out.append(
+            TunedSplit(
+                len(held),
+                pairwise_accuracy(score, held.times),
+                analytical_accuracy(held),
+                decision.choice,
+                pairwise_accuracy(score, held.times, min_gap=gap),
+                pairwise_accuracy(held.analytical, held.times, min_gap=gap),
+                resolved_pairs(held.times, gap),
+            )
+        )
+    return out
+
+
+def retest_ceiling(target: MeasuredSet, retest: dict[str, Path]) -> NoiseCeiling | None:
+    """The domain's noise ceiling from its retest folder (``simulator.learned.noise``), if any."""
+    root = retest.get(target.dataset)
+    folder = next((f for f in domain_folders(root) if f.name == target.domain.name), None) if root else None
+    if folder is None:
+        return None
+    again, _ = load_domain(folder)
+    first = dict(zip(target.domain.keys, target.domain.times, strict=True))
+    pairs = [(first[k], t) for k, t in zip(again.keys, again.times, strict=True) if k in first]
+    if len(pairs) < 3:
+        return None
+    a, b = (np.array(c) for c in zip(*pairs, strict=True))
+    return noise_ceiling(target.domain.times, a, b)
+
+
+def _mean_range(values: Sequence[float]) -> str:
+    v = np.array(values, dtype=np.float64)
+    return f"{np.nanmean(v):.3f} [{np.nanmin(v):.3f}, {np.nanmax(v):.3f}]"
+
+
+def run(
+    sets: list[MeasuredSet],
+    targets: list[MeasuredSet],
+    seeds: int,
+    config: TransferConfig,
+    retest: dict[str, Path],
+) -> None:
     """Search every target; every set of another domain pretrains (LODO by domain name)."""
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     print(
@@ -173,9 +246,20 @@ def run(sets: list[MeasuredSet], targets: list[MeasuredSet], seeds: int, config:
         trainer = EnsembleTrainer(sources, config) if sources else None
         prior = lodo_metrics(sources, config) if sources else {}
         pre_acc = accuracy(trainer.fit(), target.z) if trainer else float("nan")
-        tuned = fine_tuned(target, trainer or EnsembleTrainer([], config))
+        ceiling = retest_ceiling(target, retest)
+        gap = ceiling.gap if ceiling is not None else DEFAULT_GAP
+        tuned = fine_tuned(target, trainer or EnsembleTrainer([], config), gap)
         lodo_rows.append(
-            (target.label, len(d), pre_acc, analytical_accuracy(target.z), choose_from_lodo(prior), tuned)
+            (
+                target.label,
+                len(d),
+                pre_acc,
+                analytical_accuracy(target.z),
+                choose_from_lodo(prior),
+                tuned,
+                ceiling,
+                gap,
+            )
         )
         results: dict[str, list[list[float]]] = {s: [] for s in SEARCHERS}
         learned_rounds = 0
@@ -201,17 +285,56 @@ def run(sets: list[MeasuredSet], targets: list[MeasuredSet], seeds: int, config:
         "Pairwise ranking accuracy. LODO: the pretrained ensemble without the domain, on all its strategies,"
     )
     print("next to Eq. 1-3 on the same strategies; rule: the fallback rule's LODO verdict from the other")
-    print(
-        "domains (their mean LODO accuracy, learned / analytical). Fine-tuned: the LODO ensemble fine-tuned"
-    )
-    print("on the domain's train split (70 %, seeded hash split), judged on the other 30 % next to Eq. 1-3.")
-    print(
-        f"{'dataset/domain':30s} {'n':>4s} {'LODO':>6s} {'Eq.1-3':>6s}  {'rule':32s} "
-        f"{'held n':>6s} {'tuned':>6s} {'Eq.1-3':>6s}"
-    )
-    for label, n, acc, ana, rule, (nt, tacc, tana) in lodo_rows:
+    print("domains (their mean LODO accuracy, learned / analytical).")
+    print(f"{'dataset/domain':30s} {'n':>4s} {'LODO':>6s} {'Eq.1-3':>6s}  {'rule':32s}")
+    for label, n, acc, ana, rule, *_ in lodo_rows:
         verdict = f"{rule.choice} ({rule.learned_accuracy:.3f} / {rule.analytical_accuracy:.3f})"
-        print(f"{label:30s} {n:4d} {acc:6.3f} {ana:6.3f}  {verdict:32s} {nt:6d} {tacc:6.3f} {tana:6.3f}")
+        print(f"{label:30s} {n:4d} {acc:6.3f} {ana:6.3f}  {verdict:32s}")
+    print()
+    print(
+        "Fine-tuned in-domain (simulator.learned.residual.fine_tune): the LODO trainer and the domain's train"
+    )
+    print("split (70 %, seeded hash split) -> residual on Eq. 1-3 / fine-tuned transfer / Eq. 1-3, chosen by")
+    print("4-fold CV on the train split only; judged on the other 30 % next to Eq. 1-3. Mean [min, max] over")
+    print(
+        f"split seeds {SPLIT_SEEDS[0]}-{SPLIT_SEEDS[-1]} (seeds 0-4 were seen while designing the model). picks: "
+        "r = residual, t = transfer, a = Eq. 1-3."
+    )
+    print(
+        "Noise ceiling (simulator.learned.noise): retest = pairwise agreement of the collection with its retest"
+    )
+    print(
+        "(matched strategies); ceiling = a perfect ranker's expected agreement with one measurement: estimate"
+    )
+    print(
+        "from the retest's log ratios as pair noise (scaled x s so it reproduces the retest agreement), and its"
+    )
+    print(
+        "bounds [r, (1 + sqrt(2r - 1)) / 2]. Resolved: pairs whose measured times differ by more than the gap"
+    )
+    print("(the 90th percentile of the retest's |log ratio|; 5 % without a retest), share of held-out pairs.")
+    print(
+        f"{'dataset/domain':30s} {'held n':>6s} {'tuned':>21s} {'Eq.1-3':>21s} {'picks':>5s} "
+        f"{'retest':>6s} {'ceiling [bounds]':>22s} {'s':>4s} {'gap':>5s} {'share':>5s} "
+        f"{'tuned>gap':>9s} {'Eq>gap':>6s}"
+    )
+    for label, _, _, _, _, tuned, ceiling, gap in lodo_rows:
+        picks = "".join(t.choice[0] for t in tuned)
+        held = f"{min(t.held for t in tuned)}-{max(t.held for t in tuned)}"
+        if ceiling is not None:
+            noise = (
+                f"{ceiling.retest_agreement:6.3f} {ceiling.estimate:6.3f} [{ceiling.lower:.3f}, {ceiling.upper:.3f}]"
+                f" {ceiling.scale:4.2f}"
+            )
+        else:
+            noise = f"{'n/a':>6s} {'n/a (no retest)':>22s} {'':4s}"
+        print(
+            f"{label:30s} {held:>6s} {_mean_range([t.tuned for t in tuned]):>21s} "
+            f"{_mean_range([t.analytical for t in tuned]):>21s} {picks:>5s} {noise} {100 * gap:4.1f}% "
+            f"{np.mean([t.resolved_share for t in tuned]):5.2f} "
+            f"{np.nanmean([t.tuned_resolved for t in tuned]):9.3f} "
+            f"{np.nanmean([t.analytical_resolved for t in tuned]):6.3f}"
+        )
 
 
 def main() -> None:
@@ -225,10 +348,22 @@ def main() -> None:
         help="dataset folders; every domain of each is a target, the others' sets pretrain",
     )
     parser.add_argument("--only", nargs="*", default=None, help="targets by label (dataset/domain)")
+    parser.add_argument(
+        "--retest",
+        nargs="*",
+        default=[f"runtimes-v2={zoo.datasets_dir() / 'retest-v2'}"],
+        help="DATASET=RETEST_DIR: the retest collection of a dataset folder's domains (noise ceiling)",
+    )
     args = parser.parse_args()
+    retest = {}
+    for item in args.retest:
+        name, _, folder = item.partition("=")
+        if not folder:
+            parser.error(f"--retest: expected DATASET=DIR, got {item!r}")
+        retest[name] = Path(folder)
     sets = load_sets(args.datasets)
     targets = [s for s in sets if args.only is None or s.label in args.only]
-    run(sets, targets, args.seeds, TransferConfig())
+    run(sets, targets, args.seeds, TransferConfig(), retest)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,155 @@
+"""How well can any ranker agree with one noisy measurement? The noise ceiling of pairwise accuracy.
+
+A simulator's pairwise accuracy is judged against one collection of measured times. If a pair's
+measured order is wrong (differs from the true order) with probability p_ij, even a perfect
+ranker — one that knows the true times — agrees with the measurement on 1 - p_ij of the pair.
+The retest collection (the same strategies measured again, e.g. ``datasets/retest-v2``) shows
+how large the p's are: two independent measurements agree on a pair with probability
+1 - 2 p (1 - p). From the retest agreement r (mean over pairs) alone:
+
+- ``lower`` = r. Since p <= ½, p² <= p/2, so r = 1 - 2E[p] + 2E[p²] <= 1 - E[p] = ceiling.
+- ``upper`` = (1 + sqrt(2r - 1)) / 2: exact when every pair has the same p (E[p²] = E[p]²),
+  and an upper bound otherwise (Jensen).
+
+Point estimate (``estimate``), from the repeated measurements directly rather than a formula in
+r: the noise on one collection's log-time difference of a pair, e_i - e_j, has the law of the
+retest's log ratios d_k = log a_k - log b_k (both are differences of two independent draws of
+the per-measurement noise), so no normal law is assumed and heavy tails are kept. True log
+times are approximated by the domain's measured ones shrunk towards their mean so that their
+variance loses the noise variance σ² = var(d) / 2 (x̂ = m + sqrt(1 - σ²/var x) (x - m)). Then
+
+    ceiling = mean over pairs (i, j) of  P(sign(Δ̂_ij + D) = sign(Δ̂_ij)),  D ~ the d_k,
+
+(ties counted half) and the same model's predicted retest agreement, mean over pairs of
+P(sign(Δ̂ + D1) = sign(Δ̂ + D2)) with D1, D2 independent draws, is printed next to the observed r
+as a check of the model. Assumptions: the noise is the same for every strategy of the domain
+and independent between trials; the retest drew its strategies like the collection (the first
+30 sampled ones).
+
+Resolved pairs (``noise_gap``): pairs whose measured log times differ by more than the 90th
+percentile of |d_k| — a pair that far apart keeps its measured order in a retest with
+probability about 0.95 or more (a flip needs the pair's noise beyond the gap, in one direction) —
+are the ones a ranker can be judged on without judging the noise.
+
+Shapes: times (N,) seconds; retest pairs a, b (K,) seconds of the same K strategies.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from simulator.metrics import pairwise_accuracy
+
+#: Quantile of the retest |log ratio| used as the noise gap of resolved pairs.
+GAP_QUANTILE = 0.90
+
+
+@dataclass(frozen=True)
+class NoiseCeiling:
+    """Retest agreement and the ceiling a perfect ranker could reach (module docstring).
+
+    gap: relative difference (of the smaller time) beyond which a pair counts as resolved.
+    """
+
+    matched: int
+    retest_agreement: float
+    lower: float
+    upper: float
+    estimate: float
+    predicted_retest: float
+    scale: float
+    gap: float
+
+
+def bounds(r: float) -> tuple[float, float]:
+    """(lower, upper) bound of the perfect ranker's agreement from retest agreement r."""
+    if not math.isfinite(r):
+        return float("nan"), float("nan")
+    return r, (1.0 + math.sqrt(max(0.0, 2.0 * r - 1.0))) / 2.0
+
+
+def noise_gap(a: np.ndarray, b: np.ndarray, quantile: float = GAP_QUANTILE) -> float:
+    """Relative gap (``pairwise_accuracy``'s ``min_gap``) from the retest's |log ratio| quantile."""
+    d = np.abs(np.log(np.asarray(a, dtype=np.float64) / np.asarray(b, dtype=np.float64)))
+    return float(np.expm1(np.quantile(d, quantile)))
+
+
+def _agree(delta: np.ndarray, noise: np.ndarray, chunk: int = 4096) -> float:
+    """Mean over pairs and noise draws of P(sign(delta + D) = sign(delta)), ties half."""
+    total = 0.0
+    for lo in range(0, len(delta), chunk):
+        x = delta[lo : lo + chunk, None] + noise[None, :]
+        s = np.sign(x) * np.sign(delta[lo : lo + chunk, None])
+        total += float(np.where(s == 0, 0.5, (s > 0).astype(np.float64)).sum())
+    return total / (len(delta) * len(noise))
+
+
+def _retest_agree(delta: np.ndarray, noise: np.ndarray) -> float:
+    """Mean over pairs of P(sign(delta + D1) = sign(delta + D2)), D1, D2 independent draws."""
+    total = 0.0
+    for dl in delta:
+        s = np.sign(dl + noise)
+        pos, neg = np.mean(s > 0), np.mean(s < 0)
+        zero = 1.0 - pos - neg
+        total += pos * pos + neg * neg + 0.5 * (1.0 - (1.0 - zero) ** 2)  # a tie counts half
+    return total / len(delta)
+
+
+def shrunk_log_times(times: np.ndarray, noise_var: float) -> np.ndarray:
+    """Measured log times shrunk towards their mean by the noise variance (module docstring)."""
+    x = np.log(np.asarray(times, dtype=np.float64))
+    v = float(x.var())
+    k = math.sqrt(max(0.0, 1.0 - noise_var / v)) if v > 0 else 0.0
+    return x.mean() + k * (x - x.mean())
+
+
+def _model(times: np.ndarray, a: np.ndarray, b: np.ndarray, scale: float) -> tuple[float, float]:
+    """(ceiling, predicted retest agreement) with the retest's log ratios scaled by ``scale``."""
+    d = scale * np.log(a / b)
+    noise = np.concatenate([d, -d])  # symmetric: which collection is "first" is arbitrary
+    sigma2 = float(d.var()) / 2.0
+    i, j = np.triu_indices(len(times), k=1)
+    x = shrunk_log_times(times, sigma2)
+    xa = shrunk_log_times((a * b) ** 0.5, sigma2 / 2.0)  # the retested strategies, mean of two
+    ia, ja = np.triu_indices(len(a), k=1)
+    return _agree(x[i] - x[j], noise), _retest_agree(xa[ia] - xa[ja], noise)
+
+
+def estimate(times: np.ndarray, a: np.ndarray, b: np.ndarray) -> NoiseCeiling:
+    """The noise ceiling of pairwise accuracy on a domain measured as ``times``, from a retest
+    (``a``: the collection's times of the retested strategies, ``b``: the retest's).
+
+    Calibration: the noise model (module docstring) predicts a retest agreement; when it differs
+    from the observed r (on 30 strategies the retest's |log ratios| and the shrinkage are rough),
+    the log ratios are scaled by the factor s that makes the prediction equal r (bisection on
+    s in [0.25, 8]), and the ceiling is computed with that noise. ``scale`` = s (1: the raw
+    retest noise explains the retest agreement); ``predicted_retest`` = the prediction at s = 1.
+    """
+    a = np.asarray(a, dtype=np.float64)
+    b = np.asarray(b, dtype=np.float64)
+    if len(a) != len(b) or len(a) < 3:
+        raise ValueError(f"retest: need >= 3 strategies measured twice, got {len(a)} / {len(b)}")
+    r = pairwise_accuracy(b, a)
+    lower, upper = bounds(r)
+    _, raw_retest = _model(a, a, b, 1.0)
+    lo, hi = 0.25, 8.0
+    for _ in range(30):  # predicted retest agreement falls as the noise grows
+        mid = math.sqrt(lo * hi)
+        if _model(a, a, b, mid)[1] > r:
+            lo = mid
+        else:
+            hi = mid
+    scale = math.sqrt(lo * hi)
+    return NoiseCeiling(
+        matched=len(a),
+        retest_agreement=r,
+        lower=lower,
+        upper=upper,
+        estimate=_model(times, a, b, scale)[0],
+        predicted_retest=raw_retest,
+        scale=scale,
+        gap=noise_gap(a, b),
+    )

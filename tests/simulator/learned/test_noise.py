@@ -1,0 +1,49 @@
+"""The noise ceiling of pairwise accuracy from a retest (simulator.learned.noise)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from simulator.learned.noise import bounds, estimate, noise_gap
+from simulator.metrics import pairwise_accuracy
+
+
+def test_bounds_by_hand() -> None:
+    assert bounds(1.0) == (1.0, 1.0)
+    assert bounds(0.5) == (0.5, 0.5)
+    # Same flip probability p = 0.1 for every pair: r = 1 - 2 p (1 - p) = 0.82, ceiling 0.9.
+    lo, hi = bounds(0.82)
+    assert lo == 0.82 and hi == pytest.approx(0.9)
+    assert all(math.isnan(x) for x in bounds(float("nan")))
+
+
+def test_noise_gap_is_the_quantile_of_the_retest_log_ratio() -> None:
+    a = np.array([1.0, 1.0, 1.0, 1.0])
+    b = np.array([1.0, 1.1, 1.0 / 1.2, 1.0])
+    assert noise_gap(a, b, quantile=1.0) == pytest.approx(0.2)
+    assert noise_gap(a, a) == 0.0
+
+
+def test_estimate_recovers_a_perfect_rankers_agreement_on_simulated_noise() -> None:
+    rng = np.random.default_rng(0)
+    n, sigma = 400, 0.08
+    true = rng.normal(0.0, 0.15, n)  # log seconds
+    first = true + sigma * rng.standard_normal(n)
+    again = true[:60] + sigma * rng.standard_normal(60)
+    truth = pairwise_accuracy(true, first)  # what a perfect ranker reaches against one collection
+    c = estimate(np.exp(first), np.exp(first[:60]), np.exp(again))
+    assert c.matched == 60
+    assert c.retest_agreement == pytest.approx(pairwise_accuracy(again, first[:60]))
+    assert c.lower <= c.estimate <= c.upper + 0.02
+    assert abs(c.estimate - truth) < 0.03, (c.estimate, truth)
+    assert 0.5 < c.scale < 2.0
+    # More noise, lower ceiling.
+    noisier = estimate(
+        np.exp(first), np.exp(first[:60]), np.exp(true[:60] + 3 * sigma * rng.standard_normal(60))
+    )
+    assert noisier.estimate < c.estimate
+    with pytest.raises(ValueError, match="retest"):
+        estimate(np.exp(first), np.exp(first[:2]), np.exp(again[:2]))

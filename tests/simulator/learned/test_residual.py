@@ -1,0 +1,88 @@
+"""The fine-tuned residual ranker (log Eq. 1-3 + learned residual) and its cross-validated choice."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from simulator.learned.features import NUM_GLOBAL_FEATURES
+from simulator.learned.residual import (
+    ESTIMATE_COLUMN,
+    ResidualConfig,
+    analytical_log_seconds,
+    fine_tune,
+    fit_residual,
+)
+from simulator.learned.scoring import HybridScorer
+from simulator.learned.transfer import DomainZ, EnsembleTrainer, TransferConfig, domain_z
+from simulator.metrics import pairwise_accuracy
+from simulator.spec import ClusterSpec, ModelSpec
+
+from .conftest import synthetic_domain
+
+
+def synthetic_z(n: int, seed: int, residual: float, noise: float = 0.02) -> DomainZ:
+    """z with a consistent Eq. 1-3 column; times = Eq. 1-3 x exp(residual x z0 + noise)."""
+    rng = np.random.default_rng(seed)
+    z = rng.standard_normal((n, NUM_GLOBAL_FEATURES))
+    analytical = np.exp(rng.uniform(np.log(0.01), np.log(0.1), n))  # 10-100 ms
+    z[:, ESTIMATE_COLUMN] = np.log1p(analytical * 1e3)
+    times = analytical * np.exp(residual * z[:, 0] + noise * rng.standard_normal(n))
+    return DomainZ(f"synthetic-{seed}", z, times, analytical)
+
+
+def test_the_analytical_column_of_z_is_eq_1_3(model: ModelSpec, cluster: ClusterSpec) -> None:
+    dz = domain_z(synthetic_domain(model, cluster, 30, seed=4))
+    np.testing.assert_allclose(analytical_log_seconds(dz.z), np.log(dz.analytical), atol=1e-5)
+
+
+def test_residual_learns_what_eq_1_3_misses_and_keeps_what_it_gets() -> None:
+    train, held = synthetic_z(150, 0, residual=0.5), synthetic_z(80, 1, residual=0.5)
+    ranker = fit_residual(train)
+    learned = pairwise_accuracy(ranker.scores(held.z), held.times)
+    analytical = pairwise_accuracy(held.analytical, held.times)
+    assert learned > analytical + 0.1, (learned, analytical)
+    # No residual to learn: it stays on the analytical ranking (not below it).
+    train, held = synthetic_z(150, 2, residual=0.0), synthetic_z(80, 3, residual=0.0)
+    ranker = fit_residual(train)
+    learned = pairwise_accuracy(ranker.scores(held.z), held.times)
+    assert learned >= pairwise_accuracy(held.analytical, held.times) - 0.02
+
+
+def test_members_scores_and_the_hybrid_blend() -> None:
+    train, held = synthetic_z(60, 5, residual=0.5), synthetic_z(20, 6, residual=0.5)
+    ranker = fit_residual(train, ResidualConfig(members=3))
+    members = ranker.member_scores(held.z)
+    assert members.shape == (3, 20)
+    assert not np.allclose(members[0], members[1])  # bootstrap members differ
+    np.testing.assert_allclose(ranker.scores(held.z), members.mean(axis=0))
+    seconds, u, labels = HybridScorer(ranker).blend(members, held.analytical)
+    assert seconds.shape == u.shape == labels.shape == (20,)
+    # The hybrid's seconds are quantiles of Eq. 1-3's seconds of the batch.
+    assert held.analytical.min() <= seconds.min() and seconds.max() <= held.analytical.max()
+    with pytest.raises(ValueError, match="at least 2"):
+        fit_residual(train.subset([0]))
+
+
+def test_fine_tune_chooses_by_cross_validation_on_the_target_only() -> None:
+    config = TransferConfig(members=2, max_pairs=200)
+    sources = [synthetic_z(60, 10 + k, residual=-0.5) for k in range(2)]  # the opposite residual
+    trainer = EnsembleTrainer(sources, config)
+    target = synthetic_z(100, 20, residual=0.5)
+    ranker, decision = fine_tune(trainer, target, {})
+    assert decision.evidence == "cross-validated" and decision.strategies == 100
+    assert decision.choice == "residual", decision
+    assert decision.accuracy["residual"] > decision.accuracy["analytical"]
+    assert ranker is not None and ranker.members == ResidualConfig().members
+    # Nothing to learn beyond Eq. 1-3 and no noise: a tie goes to the analytical model.
+    exact = synthetic_z(40, 21, residual=0.0, noise=0.0)
+    ranker, decision = fine_tune(trainer, exact, {})
+    assert decision.accuracy["analytical"] == 1.0
+    assert decision.choice == "analytical" and ranker is None
+    # Too few measurements: the LODO rule decides (no LODO evidence here -> analytical).
+    ranker, decision = fine_tune(trainer, target.subset(range(5)), {})
+    assert (decision.evidence, decision.choice, ranker) == ("lodo", "analytical", None)
+    lodo = {"x": {"lodo": {"pairwise_accuracy": 0.8}, "analytical": {"pairwise_accuracy": 0.7}}}
+    ranker, decision = fine_tune(trainer, target.subset(range(5)), lodo)
+    assert (decision.evidence, decision.choice) == ("lodo", "transfer") and ranker is not None
+    assert decision.as_dict()["accuracy"] == {"transfer": 0.8, "analytical": 0.7}
