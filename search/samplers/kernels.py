@@ -45,56 +45,65 @@ def load_balance_rows(
     by ``brank`` ascending (size descending; ties in row order) and take the uniforms ``u`` in that
     order, strategy after strategy. Sizes are in units of temperature x the strategy's mean PS
     shard (so the logits need no division); ``temperature`` 0 is the argmax rule (ties uniform).
+
+    The order within a strategy comes from a counting sort by ``brank`` when there are few
+    distinct sizes (at most twice the strategy's rows: BERT-large has 136), else from a stable
+    sort; both give (brank, row) order.
     """
     n = len(row_draw)
     j = len(share)
     out = np.full(n, -1, dtype=np.int16)
-    if n == 0:
-        return out
-    b = int(row_draw[n - 1]) + 1
-    # PS rows sorted by (strategy, brank, row): two stable counting sorts (brank, then strategy)
     n_rank = 0
-    p = 0
-    per = np.zeros(b + 1, dtype=np.int64)
-    total_msg = np.zeros(b)  # each strategy's PS bytes, summed in row order
     for r in range(n):
-        if is_ps[r]:
-            p += 1
-            if brank[entry[r]] + 1 > n_rank:
-                n_rank = brank[entry[r]] + 1
-            per[row_draw[r] + 1] += 1
-            total_msg[row_draw[r]] += msg[entry[r]]
-    at = np.zeros(n_rank + 1, dtype=np.int64)
-    for r in range(n):
-        if is_ps[r]:
-            at[brank[entry[r]] + 1] += 1
-    for q in range(n_rank):
-        at[q + 1] += at[q]
-    by_rank = np.empty(p, dtype=np.int64)
-    for r in range(n):
-        if is_ps[r]:
-            by_rank[at[brank[entry[r]]]] = r
-            at[brank[entry[r]]] += 1
-    for d in range(b):
-        per[d + 1] += per[d]
-    start = per[:b].copy()
-    rows = np.empty(p, dtype=np.int64)
-    for i in range(p):
-        r = by_rank[i]
-        rows[start[row_draw[r]]] = r
-        start[row_draw[r]] += 1
+        if is_ps[r] and brank[entry[r]] + 1 > n_rank:
+            n_rank = brank[entry[r]] + 1
+    count = np.zeros(n_rank + 1, dtype=np.int64)
+    rows = np.empty(n, dtype=np.int64)  # one strategy's PS rows, by (brank, row)
     loads = np.zeros(j)
     w = np.empty(j)
-    for d in range(b):
-        lo, hi = per[d], per[d + 1]
-        if hi == lo:
+    used = 0  # uniforms used so far
+    lo = 0
+    while lo < n:
+        hi = lo + 1
+        while hi < n and row_draw[hi] == row_draw[lo]:
+            hi += 1
+        # the strategy's PS rows sorted by (brank, row), and their mean size (summed in row order)
+        m = 0
+        total_msg = 0.0
+        if n_rank <= 2 * (hi - lo):  # counting sort: few distinct sizes (BERT-large: 136)
+            count[:] = 0
+            for r in range(lo, hi):
+                if is_ps[r]:
+                    count[brank[entry[r]] + 1] += 1
+                    total_msg += msg[entry[r]]
+                    m += 1
+            for q in range(n_rank):
+                count[q + 1] += count[q]
+            for r in range(lo, hi):
+                if is_ps[r]:
+                    k = brank[entry[r]]
+                    rows[count[k]] = r
+                    count[k] += 1
+        else:  # many distinct sizes: a stable sort of the strategy's PS rows
+            for r in range(lo, hi):
+                if is_ps[r]:
+                    rows[m] = r
+                    total_msg += msg[entry[r]]
+                    m += 1
+            keys = np.empty(m, dtype=np.int64)
+            for t in range(m):
+                keys[t] = brank[entry[rows[t]]]
+            order = np.argsort(keys, kind="mergesort")
+            rows[:m] = rows[:m][order]
+        lo = hi
+        if m == 0:
             continue
-        unit = total_msg[d] / (hi - lo) * temperature
+        unit = total_msg / m * temperature
         inv = 1.0 / unit if unit > 0 else 0.0
         for q in range(j):
             loads[q] = 0.0
         total = 0.0
-        for t in range(lo, hi):
+        for t in range(m):
             r = rows[t]
             s = msg[entry[r]] * inv if temperature > 0 else msg[entry[r]]
             top = -np.inf
@@ -110,7 +119,8 @@ def load_balance_rows(
                     w[q] = 1.0 if w[q] >= tol else 0.0
             for q in range(1, j):
                 w[q] = w[q - 1] + w[q]
-            target = u[t] * w[j - 1]
+            target = u[used] * w[j - 1]
+            used += 1
             # inverse CDF: servers whose cumulative weight is <= target are passed (the last
             # takes what rounding leaves)
             pick = 0
