@@ -83,11 +83,6 @@ COLUMNS = tuple(f for f in CHOICE_FIELDS if f not in ("strategy", "staleness"))
 _GEO_FIELDS = tuple(f.name for f in fields(ShardGeometry))
 _GEO_CHOICES = ("variable", "axis", "num_shards", "shard_index", "compressor", "rank")
 
-#: Rows hashed at a time by ``ChoiceArrays.identity`` (its uint64 temporaries fit in cache).
-IDENTITY_ROWS = 1 << 16
-#: Multipliers of the identity hash's column mix (odd 64-bit constants).
-_MIX = (0x9E3779B97F4A7C15, 0xC2B2AE3D27D4EB4F, 0x165667B19E3779F9, 0xD6E8FEB86659FD93)
-
 
 @lru_cache(maxsize=64)
 def _compressor(kind: str, rank: int | None) -> Compressor:
@@ -268,26 +263,11 @@ class ChoiceArrays:
     def identity(self) -> np.ndarray:
         """(N,) uint64 content hash per strategy: equal choices, equal hash (strategy_key's meaning,
         for strategies without staleness or plan); different ones differ up to a 64-bit collision."""
+        from search.samplers.kernels import identity_rows
+
         if self.size == 0:
             return np.zeros(0, dtype=np.uint64)
-        out = np.empty(self.size, dtype=np.uint64)
-        # blocks of about IDENTITY_ROWS rows (whole strategies): the temporaries stay in cache
-        cum = self.offsets[1:]
-        lo = 0
-        while lo < self.size:
-            base = int(self.offsets[lo])
-            hi = max(lo + 1, int(np.searchsorted(cum, base + IDENTITY_ROWS, side="right")))
-            a, b = base, int(self.offsets[hi])
-            x = np.zeros(b - a, dtype=np.uint64)
-            for i, k in enumerate(COLUMNS):
-                x *= np.uint64(_MIX[i % len(_MIX)])
-                x += np.asarray(getattr(self, k))[a:b].astype(np.uint64)  # -1 wraps (any int width alike)
-            x ^= x >> np.uint64(31)
-            x *= np.uint64(0xBF58476D1CE4E5B9)
-            x ^= x >> np.uint64(29)
-            out[lo:hi] = np.add.reduceat(x, self.offsets[lo:hi] - a)
-            lo = hi
-        return out
+        return identity_rows(self.offsets, *(np.asarray(getattr(self, k)) for k in COLUMNS))
 
     def strategy(self, space: Space, i: int, name: str = "") -> Strategy:
         """Strategy ``i`` as an object (shared frozen synchronisers, as ``partial.assemble``)."""

@@ -394,3 +394,57 @@ def fits_rows(
         fits = fits and state_factor * (model_bytes - ps_bytes) + lowrank <= headroom
         ok[d] = fits
     return ok
+
+
+_M0 = np.uint64(0x9E3779B97F4A7C15)
+_M1 = np.uint64(0xC2B2AE3D27D4EB4F)
+_M2 = np.uint64(0x165667B19E3779F9)
+_M3 = np.uint64(0xD6E8FEB86659FD93)
+_FIN = np.uint64(0xBF58476D1CE4E5B9)
+
+
+@numba.njit(cache=True, nogil=True)
+def identity_rows(
+    offsets: np.ndarray,
+    c0: np.ndarray,
+    c1: np.ndarray,
+    c2: np.ndarray,
+    c3: np.ndarray,
+    c4: np.ndarray,
+    c5: np.ndarray,
+    c6: np.ndarray,
+    c7: np.ndarray,
+    c8: np.ndarray,
+    c9: np.ndarray,
+    c10: np.ndarray,
+) -> np.ndarray:  # pragma: no cover - compiled; tests/search/test_round.py checks it against numpy
+    """``ChoiceArrays.identity``: per strategy, the wrapping sum over its rows of a mixed row hash.
+
+    Row hash: x = 0, then for the 11 choice columns in order (``arrays.COLUMNS``) x = x * MIX[i % 4] + value (as
+    uint64: -1 wraps to 2^64 - 1, whatever the column's integer width), then x ^= x >> 31,
+    x *= 0xBF58476D1CE4E5B9, x ^= x >> 29. All arithmetic mod 2^64.
+    """
+    b = len(offsets) - 1
+    out = np.zeros(b, dtype=np.uint64)
+    s31 = np.uint64(31)
+    s29 = np.uint64(29)
+    for d in range(b):
+        acc = np.uint64(0)
+        for r in range(offsets[d], offsets[d + 1]):
+            x = np.uint64(c0[r])
+            x = x * _M1 + np.uint64(c1[r])
+            x = x * _M2 + np.uint64(c2[r])
+            x = x * _M3 + np.uint64(c3[r])
+            x = x * _M0 + np.uint64(c4[r])
+            x = x * _M1 + np.uint64(c5[r])
+            x = x * _M2 + np.uint64(c6[r])
+            x = x * _M3 + np.uint64(c7[r])
+            x = x * _M0 + np.uint64(c8[r])
+            x = x * _M1 + np.uint64(c9[r])
+            x = x * _M2 + np.uint64(c10[r])
+            x ^= x >> s31
+            x *= _FIN
+            x ^= x >> s29
+            acc += x
+        out[d] = acc
+    return out

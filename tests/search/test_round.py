@@ -285,3 +285,30 @@ def test_the_draws_are_the_numpy_implementations(
     for k in ("offsets", *COLUMNS):
         h.update(np.ascontiguousarray(getattr(arrays, k)).astype(np.int64).tobytes())
     assert (h.hexdigest()[:16], int(arrays.offsets[-1])) == (digest, rows)
+
+
+def _identity_reference(arrays: ChoiceArrays) -> np.ndarray:
+    """``ChoiceArrays.identity``'s hash in numpy (the implementation before the compiled kernel)."""
+    mix = (0x9E3779B97F4A7C15, 0xC2B2AE3D27D4EB4F, 0x165667B19E3779F9, 0xD6E8FEB86659FD93)
+    x = np.zeros(int(arrays.offsets[-1]), dtype=np.uint64)
+    for i, k in enumerate(COLUMNS):
+        x *= np.uint64(mix[i % len(mix)])
+        x += np.asarray(getattr(arrays, k)).astype(np.uint64)  # -1 wraps
+    x ^= x >> np.uint64(31)
+    x *= np.uint64(0xBF58476D1CE4E5B9)
+    x ^= x >> np.uint64(29)
+    return np.add.reduceat(x, arrays.offsets[:-1])
+
+
+def test_identity_is_the_numpy_hash(model: ModelSpec, cluster: ClusterSpec) -> None:
+    space = Space(model, cluster)
+    drawn = ArraySampler(space, 5, None, chunk=32).sample_arrays(100)  # narrow integer columns
+    encoded = ChoiceArrays.of_batch(  # int64 columns, from Strategy objects
+        SampleBatch.from_strategies(model, cluster, [drawn.strategy(space, i) for i in range(10)]).arrays
+    )
+    for arrays in (drawn, encoded):
+        assert np.array_equal(arrays.identity(), _identity_reference(arrays))
+    assert np.array_equal(encoded.identity(), drawn.identity()[:10])
+    assert len(np.unique(drawn.identity())) == len(
+        np.unique([strategy_key(drawn.strategy(space, i)) for i in range(100)])
+    )
