@@ -1,22 +1,34 @@
-"""Compiled loops of the array sampler (numba): the sequential parts of a chunk's draw.
+"""Compiled loops of the array sampler (numba): turning a chunk's uniforms into choice rows.
 
-Why compiled: Algorithm 1 (c_lb) is sequential within a strategy (each shard's server depends on
-the loads the larger shards left), and a 10,000-strategy BERT-large round places ~5 M PS shards.
-In numpy it ran in lockstep over a chunk's strategies (one step per shard rank, ~17 numpy calls a
-step) and cost ~0.85 s of a ~2.5 s round; this loop does the same arithmetic once per shard.
+``ArraySampler._draw_chunk`` draws its uniforms with numpy (the stream: same calls, shapes and
+order as before these kernels existed) and hands them to: ``layouts`` (each variable's partition),
+``choice_rows`` (one pass over the rows: PS or collective, replication, compressor and rank,
+algorithm), ``load_balance_rows`` (Algorithm 1, c_lb), ``adjacent_merge_rows`` (Algorithm 2,
+c_am) and ``fits_rows`` (the memory check); ``identity_rows`` is ``ChoiceArrays.identity``.
 
-The arithmetic is the former numpy lockstep's, operation for operation, in float64: the same
-uniforms in the same order, the same pre-divided sizes, the same left-to-right cumulative sums,
-the same comparisons. The one difference is ``exp``: numba calls the C library's ``exp`` (as the
-scalar reference ``search.constraints.load_balance`` does through ``math.exp``), while numpy's
-vectorised ``exp`` differs from it in the last bit for a few per cent of arguments. A server draw
-can therefore differ from the former numpy code's only where a uniform falls within ~1e-16 of a
-cumulative-weight boundary (not seen on the BERT-large/B7 and NCF-sparse/A2 benchmark rounds).
+Why compiled (issue 16): a 10,000-strategy BERT-large round is ~10 M shard rows. Algorithm 1 is
+sequential within a strategy (each shard's server depends on the loads the larger shards left);
+in numpy it ran in lockstep over a chunk's strategies (one step per shard rank, ~17 numpy calls a
+step) and cost ~0.85 s of a ~2.5 s round, and the other rules made dozens of passes over the
+rows. Each kernel here does the former numpy code's arithmetic once per row.
 
-Compile cost and cache: the kernels are compiled on first call (~1-2 s, once per process) and
-cached on disk (``cache=True``): numba writes the cache next to this file (``__pycache__``) or,
-where that is not writable, in ``NUMBA_CACHE_DIR`` or its per-user default, so later processes
-load it in milliseconds. ``benchmarks/round_throughput.py`` reports the first call's cost.
+Same draws: every kernel does the former numpy operations in the same order and precision
+(float32 uniforms against float32 thresholds, float64 where numpy promoted to float64, the same
+left-to-right sums), so the same seed gives the same strategies (``tests/search/test_round.py``
+pins digests of the numpy implementation's draws). The one operation that can differ is ``exp``
+in Algorithm 1: numba calls the C library's ``exp`` (as the scalar reference
+``search.constraints.load_balance`` does through ``math.exp``), while numpy's vectorised ``exp``
+differs from it in the last bit for a few per cent of arguments; a server can differ only where
+a uniform falls within ~1e-16 of a cumulative-weight boundary. On 2,000-10,000-strategy draws of
+BERT-large/B7, NCF-sparse/A2, ResNet50/A2 and CTRDNN/B7 (both priors, temperature 1 and 0,
+constrained and random) every column was equal to the numpy implementation's.
+
+Compile cost and cache: the kernels compile on first use in a process (~3.5 s of CPU for all of
+them on this project's 2-core development VM) and are cached on disk (``cache=True``): in
+``NUMBA_CACHE_DIR`` when that is set, else next to this file (``search/samplers/__pycache__``)
+when writable, else in numba's per-user cache directory. A process that finds the cache loads
+the kernels in well under a second. ``benchmarks/round_throughput.py`` prints numba's import time
+and the first (warm-up) round's CPU time, which holds the compile or the cache load.
 """
 
 from __future__ import annotations
