@@ -316,7 +316,7 @@ def run(
     print(
         f"{'dataset/domain':30s} {'held n':>6s} {'tuned':>21s} {'Eq.1-3':>21s} {'picks':>5s} "
         f"{'retest':>6s} {'ceiling [bounds]':>22s} {'s':>4s} {'gap':>5s} {'share':>5s} "
-        f"{'tuned>gap':>9s} {'Eq>gap':>6s}"
+        f"{'tuned>gap':>9s} {'Eq>gap':>6s} {'ceil>gap':>8s}"
     )
     for label, _, _, _, _, tuned, ceiling, gap in lodo_rows:
         picks = "".join(t.choice[0] for t in tuned)
@@ -333,7 +333,8 @@ def run(
             f"{_mean_range([t.analytical for t in tuned]):>21s} {picks:>5s} {noise} {100 * gap:4.1f}% "
             f"{np.mean([t.resolved_share for t in tuned]):5.2f} "
             f"{np.nanmean([t.tuned_resolved for t in tuned]):9.3f} "
-            f"{np.nanmean([t.analytical_resolved for t in tuned]):6.3f}"
+            f"{np.nanmean([t.analytical_resolved for t in tuned]):6.3f} "
+            f"{ceiling.resolved_estimate if ceiling is not None else float('nan'):8.3f}"
         )
 
 

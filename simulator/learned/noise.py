@@ -29,7 +29,9 @@ and independent between trials; the retest drew its strategies like the collecti
 Resolved pairs (``noise_gap``): pairs whose measured log times differ by more than the 90th
 percentile of |d_k| — a pair that far apart keeps its measured order in a retest with
 probability about 0.95 or more (a flip needs the pair's noise beyond the gap, in one direction) —
-are the ones a ranker can be judged on without judging the noise.
+are the ones a ranker can be judged on without judging the noise; ``resolved_estimate`` is the
+same model's ceiling on those pairs (selected by their measured difference, as the benchmark's
+resolved-pair accuracy is).
 
 Shapes: times (N,) seconds; retest pairs a, b (K,) seconds of the same K strategies.
 """
@@ -62,6 +64,7 @@ class NoiseCeiling:
     predicted_retest: float
     scale: float
     gap: float
+    resolved_estimate: float  # the ceiling on the pairs more than ``gap`` apart (measured)
 
 
 def bounds(r: float) -> tuple[float, float]:
@@ -106,16 +109,22 @@ def shrunk_log_times(times: np.ndarray, noise_var: float) -> np.ndarray:
     return x.mean() + k * (x - x.mean())
 
 
-def _model(times: np.ndarray, a: np.ndarray, b: np.ndarray, scale: float) -> tuple[float, float]:
-    """(ceiling, predicted retest agreement) with the retest's log ratios scaled by ``scale``."""
+def _model(
+    times: np.ndarray, a: np.ndarray, b: np.ndarray, scale: float, gap: float = 0.0
+) -> tuple[float, float]:
+    """(ceiling, predicted retest agreement) with the retest's log ratios scaled by ``scale``;
+    the ceiling over the pairs whose measured times differ by more than ``gap`` (relative)."""
     d = scale * np.log(a / b)
     noise = np.concatenate([d, -d])  # symmetric: which collection is "first" is arbitrary
     sigma2 = float(d.var()) / 2.0
     i, j = np.triu_indices(len(times), k=1)
+    measured = np.log(np.asarray(times, dtype=np.float64))
+    keep = np.abs(measured[i] - measured[j]) > math.log1p(gap)
     x = shrunk_log_times(times, sigma2)
     xa = shrunk_log_times((a * b) ** 0.5, sigma2 / 2.0)  # the retested strategies, mean of two
     ia, ja = np.triu_indices(len(a), k=1)
-    return _agree(x[i] - x[j], noise), _retest_agree(xa[ia] - xa[ja], noise)
+    ceiling = _agree(x[i[keep]] - x[j[keep]], noise) if keep.any() else float("nan")
+    return ceiling, _retest_agree(xa[ia] - xa[ja], noise)
 
 
 def estimate(times: np.ndarray, a: np.ndarray, b: np.ndarray) -> NoiseCeiling:
@@ -143,6 +152,7 @@ def estimate(times: np.ndarray, a: np.ndarray, b: np.ndarray) -> NoiseCeiling:
         else:
             hi = mid
     scale = math.sqrt(lo * hi)
+    gap = noise_gap(a, b)
     return NoiseCeiling(
         matched=len(a),
         retest_agreement=r,
@@ -151,5 +161,6 @@ def estimate(times: np.ndarray, a: np.ndarray, b: np.ndarray) -> NoiseCeiling:
         estimate=_model(times, a, b, scale)[0],
         predicted_retest=raw_retest,
         scale=scale,
-        gap=noise_gap(a, b),
+        gap=gap,
+        resolved_estimate=_model(times, a, b, scale, gap)[0],
     )

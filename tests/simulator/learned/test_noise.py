@@ -40,6 +40,11 @@ def test_estimate_recovers_a_perfect_rankers_agreement_on_simulated_noise() -> N
     assert c.lower <= c.estimate <= c.upper + 0.02
     assert abs(c.estimate - truth) < 0.03, (c.estimate, truth)
     assert 0.5 < c.scale < 2.0
+    # Pairs farther apart than the noise gap are ordered right more often, by measurement too.
+    i, j = np.triu_indices(n, k=1)
+    far = np.abs(first[i] - first[j]) > np.log1p(c.gap)
+    far_truth = float(np.mean(np.sign(true[i] - true[j])[far] == np.sign(first[i] - first[j])[far]))
+    assert c.resolved_estimate > c.estimate and abs(c.resolved_estimate - far_truth) < 0.03
     # More noise, lower ceiling.
     noisier = estimate(
         np.exp(first), np.exp(first[:60]), np.exp(true[:60] + 3 * sigma * rng.standard_normal(60))
