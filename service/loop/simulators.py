@@ -6,7 +6,9 @@ collected domain — the runtime records in the database (trials and users' uplo
 plus the dataset folders in ``RetrainConfig.pretrain_datasets`` — and each domain gets its own
 version fine-tuned on its runtimes after every round. A round on domain X uses, in order:
 
-1. X's newest version. For the transfer kind: the hybrid scorer (learned where the ensemble agrees,
+1. X's newest version. For the transfer kind (and X's fine-tuned ``residual`` version, which the
+   transfer retraining registers when the residual model ranks X's measured strategies best out
+   of fold; ``simulator.learned.pretrained``): the hybrid scorer (learned where the ensemble agrees,
    Eq. 1-3 where it does not; ``simulator.learned.scoring``) when the fallback rule recorded with
    the version says learned — judged on X's held-out measured strategies once it has
    ``TransferConfig.min_held_out`` of them, else on leave-one-domain-out accuracy — otherwise the
@@ -54,6 +56,11 @@ ALL_DOMAINS = "*"
 #: Registry kind of the transfer ensemble (``simulator.learned.transfer.KIND``; not imported here,
 #: because importing ``simulator.learned`` loads torch and most steps never need it).
 TRANSFER = "transfer-linear"
+#: Registry kind of a domain's fine-tuned residual model (``simulator.learned.residual.KIND``),
+#: which the transfer retraining registers when it ranks the domain best (same fallback rule).
+RESIDUAL = "residual"
+#: Kinds whose versions carry the fallback rule's decision and are scored by the hybrid scorer.
+RULED = (TRANSFER, RESIDUAL)
 
 
 @dataclass(frozen=True)
@@ -95,7 +102,7 @@ def usable_version(session: Session, domain: str, registry_dir: Path | None) -> 
         version = repo.latest_simulator_version(session, domain=ALL_DOMAINS, kind=TRANSFER)
     if version is None or version.path is None:
         return None
-    if version.kind == TRANSFER:
+    if version.kind in RULED:
         return version if (version.metrics.get("decision") or {}).get("choice") == "learned" else None
     return version if _beats_analytical(version) else None
 
@@ -123,12 +130,13 @@ def load_scorer(
     """The round scorer of ``version``: the hybrid scorer for a transfer version, else the
     simulator's (``search.round.scorer_for``); the analytical scorer when it cannot be loaded."""
     simulator, used = load_simulator(version, registry_dir)
-    if used is None or used.kind != TRANSFER:  # no torch import for the analytical model (job budgets)
+    if used is None or used.kind not in RULED:  # no torch import for the analytical model (job budgets)
         return scorer_for(simulator), used
+    from simulator.learned.residual import ResidualEnsemble
     from simulator.learned.scoring import HybridScorer
     from simulator.learned.transfer import TransferEnsemble
 
-    if isinstance(simulator, TransferEnsemble):
+    if isinstance(simulator, TransferEnsemble | ResidualEnsemble):
         return HybridScorer(simulator, make_scores=RoundScores), used
     return scorer_for(simulator), used
 

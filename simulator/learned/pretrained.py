@@ -6,14 +6,18 @@ computes its leave-one-domain-out metrics next to the analytical model's, applie
 rule's LODO half, and saves a registry version whose metadata says exactly which runtimes trained
 it: per set the files (path, sha256, records) or the database's runtime-record ids, the sha256 of
 every distinct strategy key, and the code commit. With ``target`` it is the fine-tuned version of
-one set (the domain a search runs on): that set is the ensemble's target (``EnsembleTrainer.fit``),
-every other set a source, and the rule is decided on the target's held-out measured strategies
-when it has enough of them.
+one set (the domain a search runs on), made by ``residual.fine_tune``: every other set a source;
+with enough measured strategies of the target, the residual model (log Eq. 1-3 + learned
+residual, kind ``residual``), the transfer ensemble fine-tuned on the target or Eq. 1-3, whichever
+ranks the target's strategies best out of fold (the version then holds the chosen learned model,
+or the fine-tuned transfer ensemble with the decision "analytical"); with fewer, the fine-tuned
+transfer ensemble under the rule's LODO half.
 
-Metadata (``VersionInfo``): kind ``transfer-linear``; ``domains`` = provenance per set;
+Metadata (``VersionInfo``): kind ``transfer-linear`` (or ``residual``); ``domains`` = provenance per set;
 ``metrics`` = ``{set: {"lodo": {"pairwise_accuracy"}, "analytical": {...}}}`` (plus, with a
 target, ``{target: {"held_out": ..., "analytical_held_out": ...}}``); ``notes["decision"]`` =
-``ScorerDecision.as_dict()``, ``notes["code"]`` = commit, ``notes["target"]``.
+``ScorerDecision.as_dict()``, ``notes["code"]`` = commit, ``notes["target"]``, and with a target
+``notes["fine_tune"]`` = ``FineTuneDecision.as_dict()`` (every candidate's out-of-fold accuracy).
 """
 
 from __future__ import annotations
@@ -26,13 +30,14 @@ from typing import Any
 
 from simulator.learned.data import Domain
 from simulator.learned.registry import Registry, VersionInfo
+from simulator.learned.residual import FineTuneDecision, ResidualConfig, ResidualEnsemble, fine_tune
 from simulator.learned.runtimes import load_runtimes
 from simulator.learned.transfer import (
     DomainZ,
     EnsembleTrainer,
     ScorerDecision,
     TransferConfig,
-    choose,
+    TransferEnsemble,
     choose_from_lodo,
     code_commit,
     domain_z,
@@ -97,6 +102,7 @@ def pretrain_version(
     *,
     target: str | None = None,
     notes: dict[str, Any] | None = None,
+    residual: ResidualConfig = ResidualConfig(),
 ) -> tuple[VersionInfo, ScorerDecision]:
     """Train, evaluate (LODO; held-out on ``target``) and save one transfer version (module docstring)."""
     labels = [s.label for s in sets]
@@ -109,8 +115,14 @@ def pretrain_version(
     sources = [z for name, z in zs.items() if name != target]
     trainer = EnsembleTrainer(sources, config)
     target_z: DomainZ | None = zs.get(target) if target is not None else None
-    ensemble = trainer.fit(target_z)
-    decision = choose(trainer, target_z, lodo) if target is not None else choose_from_lodo(lodo)
+    tuned: FineTuneDecision | None = None
+    if target is None:
+        model: TransferEnsemble | ResidualEnsemble = trainer.fit()
+        decision = choose_from_lodo(lodo)
+    else:
+        ranker, tuned = fine_tune(trainer, target_z, lodo, residual)
+        model = ranker if ranker is not None else trainer.fit(target_z)
+        decision = _as_scorer_decision(tuned)
     metrics: dict[str, dict[str, dict[str, Any]]] = {
         name: {k: {"pairwise_accuracy": _finite(v["pairwise_accuracy"])} for k, v in m.items()}
         for name, m in lodo.items()
@@ -118,11 +130,35 @@ def pretrain_version(
     if target is not None and decision.evidence == "held-out":
         metrics.setdefault(target, {})["held_out"] = {"pairwise_accuracy": _finite(decision.learned_accuracy)}
         metrics[target]["analytical_held_out"] = {"pairwise_accuracy": _finite(decision.analytical_accuracy)}
+    extra = {"fine_tune": tuned.as_dict()} if tuned is not None else {}
     info = registry.save(
-        ensemble,
-        config={**config.as_dict(), "target": target},
+        model,
+        config={**config.as_dict(), "target": target, "residual": residual.as_dict()},
         domains=provenance(sets),
         metrics=metrics,
-        notes={**(notes or {}), "decision": decision.as_dict(), "code": code_commit(), "target": target},
+        notes={
+            **(notes or {}),
+            "decision": decision.as_dict(),
+            "code": code_commit(),
+            "target": target,
+            **extra,
+        },
     )
     return info, decision
+
+
+def _as_scorer_decision(tuned: FineTuneDecision) -> ScorerDecision:
+    """``fine_tune``'s verdict in the fallback rule's terms (what the service reads): learned when
+    a learned model was chosen; its accuracy is the chosen (else the best learned) candidate's."""
+    acc = tuned.accuracy
+    learned = [c for c in ("residual", "transfer") if c in acc and acc[c] == acc[c]]
+    best: str | None = tuned.choice if tuned.choice != "analytical" else None
+    if best is None and learned:
+        best = max(learned, key=lambda c: acc[c])
+    return ScorerDecision(
+        "analytical" if tuned.choice == "analytical" else "learned",
+        "held-out" if tuned.evidence == "cross-validated" else "lodo",
+        acc[best] if best is not None else float("nan"),
+        acc.get("analytical", float("nan")),
+        tuned.strategies,
+    )

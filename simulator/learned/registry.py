@@ -23,13 +23,15 @@ import torch
 from simulator.learned.data import Domain
 from simulator.learned.features import FEATURE_SCHEMA_VERSION
 from simulator.learned.linear import LinearRanker
+from simulator.learned.residual import KIND as RESIDUAL_KIND
+from simulator.learned.residual import ResidualEnsemble
 from simulator.learned.simulator import NeuralSimulator
 from simulator.learned.train import make_net
 from simulator.learned.transfer import KIND as TRANSFER_KIND
 from simulator.learned.transfer import TransferEnsemble
 
 DEFAULT_ROOT = Path("~/.cache/strategist/simulators")
-LearnedSimulator = NeuralSimulator | LinearRanker | TransferEnsemble
+LearnedSimulator = NeuralSimulator | LinearRanker | TransferEnsemble | ResidualEnsemble
 
 
 @dataclass(frozen=True)
@@ -155,6 +157,8 @@ class Registry:
             return LinearRanker(state["coef"].numpy(), state["mean"].numpy(), state["std"].numpy())
         if info.kind == TRANSFER_KIND:
             return TransferEnsemble(state["coef"].numpy(), state["mean"].numpy(), state["std"].numpy())
+        if info.kind == RESIDUAL_KIND:
+            return ResidualEnsemble.from_state({k: v.numpy() for k, v in state.items()})
         net = make_net(info.kind, info.hidden)
         net.load_state_dict(state)
         return NeuralSimulator(net, info.loss)

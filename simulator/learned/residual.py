@@ -37,6 +37,11 @@ uncertainty (the same interface as ``transfer.TransferEnsemble``: ``member_score
 ``ctx_log_estimate_ms`` column (log1p of Eq. 1-3's milliseconds, default constants), so scoring
 needs z only, like the transfer ensemble.
 
+Versions. ``pretrained.pretrain_version(..., target=...)`` saves the model ``fine_tune`` chose; a
+residual model is registry kind ``residual``, stored as plain arrays (``state``: the ridge
+weights and the boosted trees' nodes, ``_Trees``), and the service scores a domain with it like
+a fine-tuned transfer version (hybrid scorer, same fallback rule; ``service.loop.simulators``).
+
 Shapes: z (N, F = NUM_GLOBAL_FEATURES); member scores (E, N).
 """
 
@@ -51,11 +56,14 @@ from sklearn.ensemble import HistGradientBoostingRegressor
 from sklearn.linear_model import Ridge
 from threadpoolctl import threadpool_limits
 
+from simulator.analytical import cluster_arrays, encode, model_arrays
+from simulator.base import Simulator
 from simulator.learned.features import (
     GLOBAL_FEATURE_NAMES,
     NUM_GLOBAL_FEATURES,
     ExtractorCache,
     FeatureExtractor,
+    StrategyGraph,
 )
 from simulator.learned.transfer import (
     DomainZ,
@@ -65,7 +73,7 @@ from simulator.learned.transfer import (
     choose_from_lodo,
 )
 from simulator.metrics import pairwise_accuracy
-from simulator.spec import ClusterSpec, ModelSpec
+from simulator.spec import ClusterSpec, ModelSpec, Strategy
 
 #: Kind name of the residual ensemble (logs, decisions).
 KIND = "residual"
@@ -98,23 +106,87 @@ class ResidualConfig:
 
 
 @dataclass
+class _Trees:
+    """Boosted regression trees as arrays: T trees of up to Nn nodes, prediction = base + sum of
+    the leaves reached (scikit-learn's leaf values already carry the learning rate).
+
+    Taken from a fitted ``HistGradientBoostingRegressor`` (``of``; its ``_predictors`` node
+    records, numerical splits only: x <= threshold goes left, NaN goes where the split says), so
+    a version is plain arrays in the registry (``ResidualEnsemble.state``) and loads without
+    unpickling. Node 0 is each tree's root; padding nodes are leaves of value 0.
+    """
+
+    feature: np.ndarray  # (T, Nn) int64
+    threshold: np.ndarray  # (T, Nn) float64
+    nan_left: np.ndarray  # (T, Nn) bool
+    left: np.ndarray  # (T, Nn) int64
+    right: np.ndarray  # (T, Nn) int64
+    leaf: np.ndarray  # (T, Nn) bool
+    value: np.ndarray  # (T, Nn) float64
+    base: float
+    depth: int
+
+    @classmethod
+    def of(cls, hgb: HistGradientBoostingRegressor) -> _Trees:
+        trees = [it[0].nodes for it in hgb._predictors]
+        if any(bool(n["is_categorical"].any()) for n in trees):
+            raise ValueError("categorical splits are not supported")
+        t, nn = len(trees), max((len(n) for n in trees), default=1)
+        out = cls.empty(t, nn, float(np.asarray(hgb._baseline_prediction).reshape(-1)[0]))
+        for k, n in enumerate(trees):
+            m = len(n)
+            out.feature[k, :m] = n["feature_idx"]
+            out.threshold[k, :m] = n["num_threshold"]
+            out.nan_left[k, :m] = n["missing_go_to_left"].astype(bool)
+            out.left[k, :m] = n["left"]
+            out.right[k, :m] = n["right"]
+            out.leaf[k, :m] = n["is_leaf"].astype(bool)
+            out.value[k, :m] = n["value"]
+            out.depth = max(out.depth, int(n["depth"].max()))
+        return out
+
+    @classmethod
+    def empty(cls, t: int, nn: int, base: float = 0.0) -> _Trees:
+        i = np.zeros((t, nn), dtype=np.int64)
+        return cls(i, np.zeros((t, nn)), np.zeros((t, nn), bool), i.copy(), i.copy(),
+                   np.ones((t, nn), bool), np.zeros((t, nn)), base, 0)  # fmt: skip
+
+    def predict(self, x: np.ndarray) -> np.ndarray:
+        """(N, F') → (N,): every tree walked at once, one level per step."""
+        x = np.asarray(x, dtype=np.float64)
+        t = np.arange(len(self.feature))[:, None]
+        rows = np.arange(len(x))[None, :]
+        node = np.zeros((len(self.feature), len(x)), dtype=np.int64)
+        for _ in range(self.depth):
+            v = x[rows, self.feature[t, node]]
+            go_left = np.where(np.isnan(v), self.nan_left[t, node], v <= self.threshold[t, node])
+            step = np.where(go_left, self.left[t, node], self.right[t, node])
+            node = np.where(self.leaf[t, node], node, step)
+        return self.base + self.value[t, node].sum(axis=0)
+
+
+@dataclass
 class _Member:
-    mean: np.ndarray
+    mean: np.ndarray  # (F,) standardisation of the ridge's input
     std: np.ndarray
-    ridge: Ridge | None
-    hgb: HistGradientBoostingRegressor | None
-    offset: float  # mean residual (used when a part could not be fitted)
+    coef: np.ndarray  # (F,) ridge weights on the standardised z
+    intercept: float
+    trees: _Trees | None  # None: too few strategies to fit; the residual is ``offset``
+    offset: float  # mean residual
 
     def residual(self, z: np.ndarray, log_a: np.ndarray) -> np.ndarray:
-        parts = []
-        if self.ridge is not None:
-            parts.append(self.ridge.predict((z - self.mean) / self.std))
-        if self.hgb is not None:
-            parts.append(self.hgb.predict(np.column_stack([z, log_a])))
-        return np.mean(parts, axis=0) if parts else np.full(len(z), self.offset)
+        if self.trees is None:
+            return np.full(len(z), self.offset)
+        ridge = (z - self.mean) / self.std @ self.coef + self.intercept
+        return 0.5 * (ridge + self.trees.predict(np.column_stack([z, log_a])))
 
 
-class ResidualEnsemble:
+#: Keys of ``ResidualEnsemble.state`` (one row per member; tree arrays padded to common shapes).
+STATE_KEYS = ("mean", "std", "coef", "intercept", "offset", "fitted", "base", "depth",
+              "feature", "threshold", "nan_left", "left", "right", "leaf", "value")  # fmt: skip
+
+
+class ResidualEnsemble(Simulator):
     """Members predicting log seconds = log Eq. 1-3 + residual; lower score = faster."""
 
     name = KIND
@@ -145,6 +217,85 @@ class ResidualEnsemble:
     def extractor(self, model: ModelSpec, cluster: ClusterSpec) -> FeatureExtractor:
         return self._extractors.get(model, cluster)
 
+    def outputs(self, graphs: Sequence[StrategyGraph]) -> np.ndarray:
+        """The score of feature graphs (their global z), shape (N,): the learned simulators' API."""
+        if not graphs:
+            return np.zeros(0)
+        return self.scores(np.stack([g.z for g in graphs]))
+
+    def z_of(self, model: ModelSpec, cluster: ClusterSpec, strategies: Sequence[Strategy]) -> np.ndarray:
+        if not strategies:
+            return np.zeros((0, NUM_GLOBAL_FEATURES))
+        batch = encode(model_arrays(model), cluster_arrays(cluster), list(strategies))
+        return self.extractor(model, cluster).global_z(batch).astype(np.float64)
+
+    def predict(self, model: ModelSpec, cluster: ClusterSpec, strategies: Sequence[Strategy]) -> np.ndarray:
+        """Predicted seconds per iteration (exp of the mean predicted log seconds)."""
+        return np.exp(np.clip(self.scores(self.z_of(model, cluster, strategies)), -60.0, 60.0))
+
+    def hidden(self, model: ModelSpec, cluster: ClusterSpec, strategies: Sequence[Strategy]) -> np.ndarray:
+        m = self._members[0]
+        return (self.z_of(model, cluster, strategies) - m.mean) / m.std
+
+    def state(self) -> dict[str, np.ndarray]:
+        """Plain arrays (the registry's weights), one row per member (``STATE_KEYS``)."""
+        f = NUM_GLOBAL_FEATURES
+        t = max((len(m.trees.feature) for m in self._members if m.trees is not None), default=0)
+        nn = max((m.trees.feature.shape[1] for m in self._members if m.trees is not None), default=1)
+        trees = []
+        for m in self._members:
+            padded = _Trees.empty(t, nn, m.trees.base if m.trees else 0.0)
+            if m.trees is not None:
+                mt, mn = m.trees.feature.shape
+                for name in ("feature", "threshold", "nan_left", "left", "right", "leaf", "value"):
+                    getattr(padded, name)[:mt, :mn] = getattr(m.trees, name)
+                padded.depth = m.trees.depth
+            trees.append(padded)
+        zeros = np.zeros(f)
+        return {
+            "mean": np.stack([m.mean for m in self._members]),
+            "std": np.stack([m.std for m in self._members]),
+            "coef": np.stack([m.coef if m.trees is not None else zeros for m in self._members]),
+            "intercept": np.array([m.intercept for m in self._members]),
+            "offset": np.array([m.offset for m in self._members]),
+            "fitted": np.array([m.trees is not None for m in self._members]),
+            "base": np.array([tr.base for tr in trees]),
+            "depth": np.array([tr.depth for tr in trees], dtype=np.int64),
+            **{
+                name: np.stack([getattr(tr, name) for tr in trees])
+                for name in ("feature", "threshold", "nan_left", "left", "right", "leaf", "value")
+            },
+        }
+
+    @classmethod
+    def from_state(cls, state: dict[str, np.ndarray]) -> ResidualEnsemble:
+        """The ensemble ``state`` describes (the inverse of ``state``)."""
+        missing = [k for k in STATE_KEYS if k not in state]
+        if missing:
+            raise ValueError(f"residual state: missing {', '.join(missing)}")
+        s = {k: np.asarray(state[k]) for k in STATE_KEYS}
+        members = []
+        for e in range(len(s["mean"])):
+            trees = None
+            if bool(s["fitted"][e]):
+                trees = _Trees(
+                    s["feature"][e].astype(np.int64), s["threshold"][e].astype(np.float64),
+                    s["nan_left"][e].astype(bool), s["left"][e].astype(np.int64),
+                    s["right"][e].astype(np.int64), s["leaf"][e].astype(bool),
+                    s["value"][e].astype(np.float64), float(s["base"][e]), int(s["depth"][e]),
+                )  # fmt: skip
+            members.append(
+                _Member(
+                    s["mean"][e].astype(np.float64),
+                    s["std"][e].astype(np.float64),
+                    s["coef"][e].astype(np.float64),
+                    float(s["intercept"][e]),
+                    trees,
+                    float(s["offset"][e]),
+                )
+            )
+        return cls(members)
+
 
 def _fit_member(z: np.ndarray, t: np.ndarray, config: ResidualConfig) -> _Member:
     log_a = analytical_log_seconds(z)
@@ -153,7 +304,7 @@ def _fit_member(z: np.ndarray, t: np.ndarray, config: ResidualConfig) -> _Member
     std = np.where(std > 1e-6, std, 1.0)
     offset = float(y.mean())
     if len(t) < 2:
-        return _Member(mean, std, None, None, offset)
+        return _Member(mean, std, np.zeros(len(mean)), 0.0, None, offset)
     with threadpool_limits(1):
         ridge = Ridge(alpha=config.ridge_alpha).fit((z - mean) / std, y)
         hgb = HistGradientBoostingRegressor(
@@ -163,7 +314,7 @@ def _fit_member(z: np.ndarray, t: np.ndarray, config: ResidualConfig) -> _Member
             min_samples_leaf=config.min_leaf,
             random_state=config.seed,
         ).fit(np.column_stack([z, log_a]), y)
-    return _Member(mean, std, ridge, hgb, offset)
+    return _Member(mean, std, ridge.coef_.astype(np.float64), float(ridge.intercept_), _Trees.of(hgb), offset)
 
 
 def fit_residual(

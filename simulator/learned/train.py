@@ -26,6 +26,7 @@ from simulator.learned.data import EncodedDomain
 from simulator.learned.gat import GATSimulatorNet
 from simulator.learned.linear import LinearRanker, fit_linear
 from simulator.learned.net import SimulatorNet
+from simulator.learned.residual import ResidualEnsemble
 from simulator.learned.rnn import RNNSimulatorNet
 from simulator.learned.simulator import NeuralSimulator
 from simulator.learned.transfer import TransferEnsemble
@@ -199,6 +200,8 @@ def fine_tune(
     return fit([target], [], tuned, start=base).simulator
 
 
-def evaluate(sim: NeuralSimulator | LinearRanker | TransferEnsemble, data: EncodedDomain) -> RankingMetrics:
+def evaluate(
+    sim: NeuralSimulator | LinearRanker | TransferEnsemble | ResidualEnsemble, data: EncodedDomain
+) -> RankingMetrics:
     """Ranking metrics of ``sim`` on already-encoded data."""
     return ranking_metrics(sim.outputs(data.graphs), data.times)

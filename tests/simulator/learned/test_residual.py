@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -86,3 +88,54 @@ def test_fine_tune_chooses_by_cross_validation_on_the_target_only() -> None:
     ranker, decision = fine_tune(trainer, target.subset(range(5)), lodo)
     assert (decision.evidence, decision.choice) == ("lodo", "transfer") and ranker is not None
     assert decision.as_dict()["accuracy"] == {"transfer": 0.8, "analytical": 0.7}
+
+
+def test_trees_as_arrays_predict_like_scikit_learn() -> None:
+    from sklearn.ensemble import HistGradientBoostingRegressor
+
+    from simulator.learned.residual import _Trees
+
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((300, 6))
+    y = x[:, 0] ** 2 + np.sin(x[:, 1]) + 0.1 * rng.standard_normal(300)
+    hgb = HistGradientBoostingRegressor(max_iter=50, max_depth=3, min_samples_leaf=20).fit(x, y)
+    test = rng.standard_normal((200, 6))
+    test[0, 0] = np.nan  # a missing value goes where the split learned
+    np.testing.assert_allclose(_Trees.of(hgb).predict(test), hgb.predict(test), atol=1e-12)
+
+
+def test_registry_roundtrip_and_the_fine_tuned_version_is_the_residual_model(tmp_path: Path) -> None:
+    from simulator.learned.registry import Registry
+    from simulator.learned.residual import KIND, ResidualEnsemble
+
+    train, held = synthetic_z(80, 30, residual=0.5), synthetic_z(30, 31, residual=0.5)
+    ranker = fit_residual(train, ResidualConfig(members=3))
+    few = fit_residual(train.subset([0, 1]), ResidualConfig(members=2))  # trees of one leaf each
+    registry = Registry(tmp_path)
+    for model in (ranker, few, ResidualEnsemble.from_state(ranker.state())):
+        info = registry.save(model, config={}, domains=[], metrics={})
+        assert info.kind == KIND
+        loaded = registry.load(info.version)
+        assert isinstance(loaded, ResidualEnsemble)
+        np.testing.assert_allclose(loaded.member_scores(held.z), model.member_scores(held.z), atol=1e-12)
+    with pytest.raises(ValueError, match="missing"):
+        ResidualEnsemble.from_state({"mean": np.zeros((1, NUM_GLOBAL_FEATURES))})
+
+
+def test_pretrained_version_with_a_target_holds_the_chosen_model(
+    model: ModelSpec, cluster: ClusterSpec, tmp_path: Path
+) -> None:
+    from simulator.learned.pretrained import TrainingSet, pretrain_version
+    from simulator.learned.registry import Registry
+    from simulator.learned.residual import KIND, ResidualEnsemble
+
+    sets = [TrainingSet(f"s{k}", synthetic_domain(model, cluster, 40, seed=k)) for k in range(3)]
+    registry = Registry(tmp_path)
+    info, decision = pretrain_version(sets, registry, TransferConfig(members=2), target="s0")
+    tuned = info.notes["fine_tune"]
+    assert tuned["evidence"] == "cross-validated" and tuned["strategies"] == len(sets[0].domain)
+    assert decision.evidence == "held-out"
+    assert decision.choice == ("analytical" if tuned["choice"] == "analytical" else "learned")
+    assert decision.analytical_accuracy == tuned["accuracy"]["analytical"]
+    loaded = registry.load(info.version)
+    assert (info.kind == KIND) == (tuned["choice"] == "residual") == isinstance(loaded, ResidualEnsemble)
