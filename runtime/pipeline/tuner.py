@@ -25,7 +25,11 @@ The estimate for candidate c (a decision where the paper is vague; it profiles e
   plan in a lull. Re-derived from the current samples, 1F1B pays the burst too. Each evaluation
   logs ``rederived``: the candidates whose transfers were re-derived and how many observations
   old their own samples were; a switch to such a candidate says so in its reason.)
-- pipeline length of c's action lists by event simulation (``simulator.pipeline.cost``);
+- the runtime's host time per action (``Profile.host``: the gap between a stage's computes less its
+  input wait; sends and receives posted, torch's schedule loop) measured with b_c, else the
+  current plan's (per action, not scaled: it does not grow with b);
+- pipeline length of c's action lists by event simulation (``simulator.pipeline.cost``), the host
+  time added before each compute (2026-11-27; before, the tuner's simulation had no host time);
 - plus the plan's *residual*: what its measured steps took beyond its simulated length (the
   runtime's per-action cost, host scheduling, anything the event simulation does not model). The
   paper profiles every plan individually (§5.2); here each candidate's residual is measured while
@@ -38,7 +42,18 @@ The estimate for candidate c (a decision where the paper is vague; it profiles e
   per micro-batch, so the current plan's estimate was always its measured step while the others
   were model figures plus someone else's residual: after a switch to k=4 b=1 its 32 micro-batches
   carried one interval's residual and 1F1B was re-chosen, and back on 1F1B the small residual of
-  8 micro-batches favoured k=4 again.)
+  8 micro-batches favoured k=4 again.) When the profile has the host time (2026-11-27), the
+  per-action cost is in the simulated length already and what is left of the residual is not
+  per micro-batch (under preemption it is the bursts' delay beyond the mean transfer): a
+  candidate that has not run is charged the current plan's residual as it is, per step. The
+  per-micro-batch charge made the first choice under preemption k=2 b=4 in 3 of 3 GPT repeats
+  (2026-11-25d, c7d7109: 1F1B's burst residual x 32 micro-batches put k=8 b=1 at 1748-2854 ms
+  against 882 measured). Replayed offline on the five 2026-11-25d dumps (their fixed 1F1B phase's
+  first step as the first evaluation's input, ``benchmarks/pipeline_tuner_first_choice.py``; a
+  replay, not a tuner run): this rule chooses k=8 b=1 in 15 of 15 repeats (9 of 9 preempted), the
+  per-micro-batch one in 8 of 15 (2 of 9 preempted; k=2 b=4 in 5, k=4 b=2 in 2); on the four
+  2026-11-27a dumps k=8 b=1 in 12 of 12 against 8 of 12 (2 of 6 preempted). Not yet measured
+  online (the 2026-11-27a runs' tuner, c430868, charged per micro-batch).
 
 Why the tuner switched back to 1F1B under preemption (2026-11-23 runs; diagnosed 2026-11-25 with
 ``tuner_log``'s ``measured_s`` and the profile of fixed runs): not the moving-average window and
@@ -112,6 +127,10 @@ class AutoTuner:
     _windows: dict[int, TransferWindow] = field(default_factory=dict)  # by micro-batch size
     _compute: dict[int, tuple[list[float], list[float]]] = field(default_factory=dict)
     _overhead_per_mb: float = 0.0  # the latest residual per micro-batch of the plan that ran (>= 0)
+    # the latest residual per step of the plan that ran (>= 0); None: its profile had no host time
+    # (the prior is then per micro-batch)
+    _overhead_per_step: float | None = None
+    _host: dict[int, list[float]] = field(default_factory=dict)  # by micro-batch size: per stage
     _residuals: dict[int, list[float]] = field(default_factory=dict)  # by candidate: measured - model
     _measured: list[float] = field(default_factory=list)  # the latest interval's step times
     # Per micro-batch size: each link's transfer on the unloaded link (bytes / bandwidth, wall
@@ -141,6 +160,8 @@ class AutoTuner:
         profile.feed(window, floor)
         if any(profile.fwd):
             self._compute[b] = (profile.fwd, profile.bwd)
+        if profile.host:
+            self._host[b] = list(profile.host)
         self._measured = list(step_seconds or [])
         if step_seconds:
             model = self._length(self.current)
@@ -148,12 +169,15 @@ class AutoTuner:
                 excess = statistics.median(step_seconds) - model
                 self._residuals.setdefault(self.current, []).append(excess)
                 self._overhead_per_mb = max(0.0, excess) / plan.replica_micro_batches(0)
+                self._overhead_per_step = max(0.0, excess) if b in self._host else None
 
     def residual(self, index: int) -> float:
         """Seconds added to candidate ``index``'s simulated length (its own, else the prior)."""
         own = self._residuals.get(index)
         if own:
             return statistics.median(own)
+        if self._overhead_per_step is not None:  # the per-action cost is simulated (host time)
+            return self._overhead_per_step
         return self._overhead_per_mb * self.candidates[index].replica_micro_batches(0)
 
     def estimate(self, index: int) -> float | None:
@@ -198,7 +222,8 @@ class AutoTuner:
         own = self._windows.get(b)
         if own and self.stale_age(index) is None:
             transfers.update(own.means())
-        return pipeline_length(plan, fwd, bwd, transfers)
+        host = self._host.get(b) or self._host.get(cur_b)
+        return pipeline_length(plan, fwd, bwd, transfers, host=host)
 
     def decide(self, step: int) -> int:
         """The candidate to run from ``step`` on (the current one unless another is clearly faster)."""

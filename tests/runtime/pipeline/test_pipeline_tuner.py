@@ -218,3 +218,22 @@ def test_floors_count_the_messages_nobody_waited_for() -> None:
         t.observe(prof)
         want = pipeline_length(plan(1, 1), [1.0] * 4, [2.0] * 4, {ln: per_message for ln in links})
         assert t.estimate(0) == pytest.approx(want)
+
+
+def test_host_time_is_simulated_and_the_rest_charged_per_step() -> None:
+    """With the runtime's host time in the profile, the simulation adds it before every compute
+    (it grows with the micro-batch count there), and a candidate that has not run is charged the
+    current plan's remaining excess per step, not per micro-batch."""
+    cands = [plan(1, 4), plan(1, 1)]
+    t = AutoTuner(cands, current=0, config=TunerConfig(margin=0.0))
+    base = profile(transfer=0.0, fwd=4.0)
+    prof = Profile(base.transfers, base.fwd, base.bwd, host=[0.3] * 4)
+    t.observe(prof)
+    zero = {k: 0.0 for k in prof.transfers}
+    want_0 = pipeline_length(cands[0], [4.0] * 4, [8.0] * 4, zero, host=[0.3] * 4)
+    want_1 = pipeline_length(cands[1], [1.0] * 4, [2.0] * 4, zero, host=[0.3] * 4)
+    assert want_1 > pipeline_length(cands[1], [1.0] * 4, [2.0] * 4, zero) + 8 * 0.3  # per action
+    assert t.estimate(0) == pytest.approx(want_0) and t.estimate(1) == pytest.approx(want_1)
+    t.observe(prof, step_seconds=[want_0 + 1.0])
+    assert t.estimate(0) == pytest.approx(want_0 + 1.0)
+    assert t.estimate(1) == pytest.approx(want_1 + 1.0)  # per step (the per-micro-batch rule: + 4.0)
