@@ -312,7 +312,10 @@ def run(
     print(
         "bounds [r, (1 + sqrt(2r - 1)) / 2]. Resolved: pairs whose measured times differ by more than the gap"
     )
-    print("(the 90th percentile of the retest's |log ratio|; 5 % without a retest), share of held-out pairs.")
+    print("(the 90th percentile of the retest's |log ratio|; 5 % without a retest), share of held-out pairs;")
+    print(
+        "tuned>gap / Eq>gap: accuracy on those pairs; ceil>gap: the ceiling estimate on the domain's resolved pairs."
+    )
     print(
         f"{'dataset/domain':30s} {'held n':>6s} {'tuned':>21s} {'Eq.1-3':>21s} {'picks':>5s} "
         f"{'retest':>6s} {'ceiling [bounds]':>22s} {'s':>4s} {'gap':>5s} {'share':>5s} "
