@@ -23,8 +23,8 @@ a uniform falls within ~1e-16 of a cumulative-weight boundary. On 2,000-10,000-s
 BERT-large/B7, NCF-sparse/A2, ResNet50/A2 and CTRDNN/B7 (both priors, temperature 1 and 0,
 constrained and random) every column was equal to the numpy implementation's.
 
-Compile cost and cache: the kernels compile on first use in a process (~3.5 s of CPU for all of
-them on this project's 2-core development VM) and are cached on disk (``cache=True``): in
+Compile cost and cache: the kernels compile on first use in a process (~8 s of CPU for all of
+them in a BERT-large round on this project's 2-core development VM, round_throughput-2026-11-27a) and are cached on disk (``cache=True``): in
 ``NUMBA_CACHE_DIR`` when that is set, else next to this file (``search/samplers/__pycache__``)
 when writable, else in numba's per-user cache directory. A process that finds the cache loads
 the kernels in well under a second. ``benchmarks/round_throughput.py`` prints numba's import time
