@@ -52,8 +52,9 @@ The estimate for candidate c (a decision where the paper is vague; it profiles e
   first step as the first evaluation's input, ``benchmarks/pipeline_tuner_first_choice.py``; a
   replay, not a tuner run): this rule chooses k=8 b=1 in 15 of 15 repeats (9 of 9 preempted), the
   per-micro-batch one in 8 of 15 (2 of 9 preempted; k=2 b=4 in 5, k=4 b=2 in 2); on the four
-  2026-11-27a dumps k=8 b=1 in 12 of 12 against 8 of 12 (2 of 6 preempted). Not yet measured
-  online (the 2026-11-27a runs' tuner, c430868, charged per micro-batch).
+  2026-11-27a dumps k=8 b=1 in 12 of 12 against 8 of 12 (2 of 6 preempted). Measured online
+  on GPT preempted only (pipeline_schedules-2026-11-27a, c715a2b): first choice k=8 b=1 in 3 of 3,
+  adaptive steady 1.00x [0.90, 1.18] of the best fixed plan (0.81x [0.65, 1.04] at c430868).
 
 Why the tuner switched back to 1F1B under preemption (2026-11-23 runs; diagnosed 2026-11-25 with
 ``tuner_log``'s ``measured_s`` and the profile of fixed runs): not the moving-average window and
