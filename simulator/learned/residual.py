@@ -56,20 +56,13 @@ from sklearn.ensemble import HistGradientBoostingRegressor
 from sklearn.linear_model import Ridge
 from threadpoolctl import threadpool_limits
 
-from simulator.analytical import cluster_arrays, encode, model_arrays
-from simulator.base import Simulator
-from simulator.learned.features import (
-    GLOBAL_FEATURE_NAMES,
-    NUM_GLOBAL_FEATURES,
-    ExtractorCache,
-    FeatureExtractor,
-    StrategyGraph,
-)
+from simulator.learned.features import GLOBAL_FEATURE_NAMES, NUM_GLOBAL_FEATURES
 from simulator.learned.transfer import (
     DomainZ,
     EnsembleTrainer,
     ScorerDecision,
     TransferEnsemble,
+    ZEnsemble,
     choose_from_lodo,
 )
 from simulator.metrics import pairwise_accuracy
@@ -186,17 +179,16 @@ STATE_KEYS = ("mean", "std", "coef", "intercept", "offset", "fitted", "base", "d
               "feature", "threshold", "nan_left", "left", "right", "leaf", "value")  # fmt: skip
 
 
-class ResidualEnsemble(Simulator):
+class ResidualEnsemble(ZEnsemble):
     """Members predicting log seconds = log Eq. 1-3 + residual; lower score = faster."""
 
     name = KIND
-    is_ranker = True
 
     def __init__(self, members: Sequence[_Member]) -> None:
         if not members:
             raise ValueError("members: need at least one")
+        super().__init__()
         self._members = list(members)
-        self._extractors = ExtractorCache()
 
     @property
     def members(self) -> int:
@@ -209,29 +201,6 @@ class ResidualEnsemble(Simulator):
         if len(z) == 0:
             return np.zeros((self.members, 0))
         return np.stack([log_a + m.residual(z, log_a) for m in self._members])
-
-    def scores(self, z: np.ndarray) -> np.ndarray:
-        """The ensemble's ranking score (N,): mean predicted log seconds."""
-        return self.member_scores(z).mean(axis=0)
-
-    def extractor(self, model: ModelSpec, cluster: ClusterSpec) -> FeatureExtractor:
-        return self._extractors.get(model, cluster)
-
-    def outputs(self, graphs: Sequence[StrategyGraph]) -> np.ndarray:
-        """The score of feature graphs (their global z), shape (N,): the learned simulators' API."""
-        if not graphs:
-            return np.zeros(0)
-        return self.scores(np.stack([g.z for g in graphs]))
-
-    def z_of(self, model: ModelSpec, cluster: ClusterSpec, strategies: Sequence[Strategy]) -> np.ndarray:
-        if not strategies:
-            return np.zeros((0, NUM_GLOBAL_FEATURES))
-        batch = encode(model_arrays(model), cluster_arrays(cluster), list(strategies))
-        return self.extractor(model, cluster).global_z(batch).astype(np.float64)
-
-    def predict(self, model: ModelSpec, cluster: ClusterSpec, strategies: Sequence[Strategy]) -> np.ndarray:
-        """Predicted seconds per iteration (exp of the mean predicted log seconds)."""
-        return np.exp(np.clip(self.scores(self.z_of(model, cluster, strategies)), -60.0, 60.0))
 
     def hidden(self, model: ModelSpec, cluster: ClusterSpec, strategies: Sequence[Strategy]) -> np.ndarray:
         m = self._members[0]

@@ -117,35 +117,26 @@ def domain_z(domain: Domain, name: str | None = None) -> DomainZ:
     return DomainZ(name or domain.name, z, domain.times.copy(), np.asarray(t, dtype=np.float64), domain.name)
 
 
-class TransferEnsemble(Simulator):
-    """``members`` linear rankers; score = mean of w_m · standardise_m(z) (module docstring)."""
+class ZEnsemble(Simulator):
+    """An ensemble scored on the global z alone: subclasses give ``member_scores(z)`` (E, N), lower =
+    faster, in log seconds or a ranking score; the rest (mean score, the learned simulators' API,
+    the domain's cached feature extractor, z of strategies, predicted seconds) is shared."""
 
-    name = KIND
     is_ranker = True
 
-    def __init__(self, coef: np.ndarray, mean: np.ndarray, std: np.ndarray) -> None:
-        shape = (-1, NUM_GLOBAL_FEATURES)
-        self.coef = np.asarray(coef, dtype=np.float64).reshape(shape)
-        self.mean = np.asarray(mean, dtype=np.float64).reshape(shape)
-        self.std = np.asarray(std, dtype=np.float64).reshape(shape)
-        if not (len(self.coef) == len(self.mean) == len(self.std) >= 1):
-            raise ValueError("coef/mean/std: need the same number (>= 1) of members")
+    def __init__(self) -> None:
         self._extractors = ExtractorCache()
 
     @property
     def members(self) -> int:
-        return len(self.coef)
-
-    def state(self) -> dict[str, np.ndarray]:
-        return {"coef": self.coef, "mean": self.mean, "std": self.std}
+        raise NotImplementedError
 
     def member_scores(self, z: np.ndarray) -> np.ndarray:
         """Every member's score of every strategy, shape (E, N)."""
-        z = np.asarray(z, dtype=np.float64).reshape(-1, NUM_GLOBAL_FEATURES)
-        return np.einsum("enf,ef->en", (z[None] - self.mean[:, None]) / self.std[:, None], self.coef)
+        raise NotImplementedError
 
     def scores(self, z: np.ndarray) -> np.ndarray:
-        """The ensemble's ranking score (N,): lower = faster."""
+        """The ensemble's ranking score (N,): the members' mean, lower = faster."""
         return self.member_scores(z).mean(axis=0)
 
     def outputs(self, graphs: Sequence[StrategyGraph]) -> np.ndarray:
@@ -165,7 +156,35 @@ class TransferEnsemble(Simulator):
         return self.extractor(model, cluster).global_z(batch).astype(np.float64)
 
     def predict(self, model: ModelSpec, cluster: ClusterSpec, strategies: Sequence[Strategy]) -> np.ndarray:
+        """Predicted seconds per iteration (exp of the mean score, read as log seconds)."""
         return np.exp(np.clip(self.scores(self.z_of(model, cluster, strategies)), -60.0, 60.0))
+
+
+class TransferEnsemble(ZEnsemble):
+    """``members`` linear rankers; score = mean of w_m · standardise_m(z) (module docstring)."""
+
+    name = KIND
+
+    def __init__(self, coef: np.ndarray, mean: np.ndarray, std: np.ndarray) -> None:
+        shape = (-1, NUM_GLOBAL_FEATURES)
+        self.coef = np.asarray(coef, dtype=np.float64).reshape(shape)
+        self.mean = np.asarray(mean, dtype=np.float64).reshape(shape)
+        self.std = np.asarray(std, dtype=np.float64).reshape(shape)
+        if not (len(self.coef) == len(self.mean) == len(self.std) >= 1):
+            raise ValueError("coef/mean/std: need the same number (>= 1) of members")
+        super().__init__()
+
+    @property
+    def members(self) -> int:
+        return len(self.coef)
+
+    def state(self) -> dict[str, np.ndarray]:
+        return {"coef": self.coef, "mean": self.mean, "std": self.std}
+
+    def member_scores(self, z: np.ndarray) -> np.ndarray:
+        """Every member's score of every strategy, shape (E, N)."""
+        z = np.asarray(z, dtype=np.float64).reshape(-1, NUM_GLOBAL_FEATURES)
+        return np.einsum("enf,ef->en", (z[None] - self.mean[:, None]) / self.std[:, None], self.coef)
 
     def hidden(self, model: ModelSpec, cluster: ClusterSpec, strategies: Sequence[Strategy]) -> np.ndarray:
         z = self.z_of(model, cluster, strategies)
