@@ -58,6 +58,7 @@ PRELOAD = (
     "simulator.analytical",
     "search",
     "search.heterogeneous",
+    "search.samplers.warm",  # compiles the sampler's numba kernels once, for every forked job
 )
 #: The largest result a job may send back (pickled bytes); a round's K candidates are far smaller.
 MAX_RESULT_BYTES = 64 << 20
