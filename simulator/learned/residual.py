@@ -64,6 +64,7 @@ from simulator.learned.transfer import (
     TransferEnsemble,
     ZEnsemble,
     choose_from_lodo,
+    out_of_fold,
 )
 from simulator.metrics import pairwise_accuracy
 from simulator.spec import ClusterSpec, ModelSpec, Strategy
@@ -334,19 +335,18 @@ def cross_validated(
     """Out-of-fold pairwise accuracy of each candidate on ``target`` (folds by position mod ``folds``).
 
     Each fold is scored by a one-member model fitted on the other folds (as
-    ``transfer.held_out_accuracy``); the analytical model needs no fit.
+    ``transfer.held_out_accuracy``, through the same ``transfer.out_of_fold``); the analytical model
+    needs no fit.
     """
-    n = len(target)
-    folds = max(2, min(config.folds, n))
-    res, tra = np.empty(n), np.empty(n)
-    for f in range(folds):
-        test = np.arange(f, n, folds)
-        train = target.subset(np.setdiff1d(np.arange(n), test))
-        res[test] = fit_residual(train, config, members=1).scores(target.z[test])
-        tra[test] = trainer.fit(train, members=1).scores(target.z[test]) if trainer.sources else np.nan
+    res = out_of_fold(target, config.folds, lambda train: fit_residual(train, config, members=1))
+    tra = (
+        out_of_fold(target, config.folds, lambda train: trainer.fit(train, members=1))
+        if trainer.sources
+        else None
+    )
     return {
         "residual": pairwise_accuracy(res, target.times),
-        "transfer": pairwise_accuracy(tra, target.times) if trainer.sources else float("nan"),
+        "transfer": pairwise_accuracy(tra, target.times) if tra is not None else float("nan"),
         "analytical": pairwise_accuracy(target.analytical, target.times),
     }
 

@@ -43,7 +43,7 @@ from __future__ import annotations
 
 import hashlib
 import subprocess
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -334,14 +334,20 @@ def held_out_accuracy(trainer: EnsembleTrainer, target: DomainZ) -> tuple[float,
     ``folds``. One member, not all: the rule judges the ranker the members share, and the
     cross-fit then costs ``folds`` logistic fits, not ``folds x members``, between rounds.
     """
+    score = out_of_fold(target, trainer.config.folds, lambda train: trainer.fit(train, members=1))
+    return pairwise_accuracy(score, target.times), analytical_accuracy(target)
+
+
+def out_of_fold(target: DomainZ, folds: int, fit: Callable[[DomainZ], Any]) -> np.ndarray:
+    """Scores (N,) of ``target``'s strategies, each by a model ``fit`` on the other folds (folds by
+    position modulo ``folds``, at least 2, at most N): no strategy is scored by a model that saw it."""
     n = len(target)
-    folds = max(2, min(trainer.config.folds, n))
+    folds = max(2, min(folds, n))
     score = np.empty(n)
     for f in range(folds):
         test = np.arange(f, n, folds)
-        train = np.setdiff1d(np.arange(n), test)
-        score[test] = trainer.fit(target.subset(train), members=1).scores(target.z[test])
-    return pairwise_accuracy(score, target.times), analytical_accuracy(target)
+        score[test] = fit(target.subset(np.setdiff1d(np.arange(n), test))).scores(target.z[test])
+    return score
 
 
 Choice = Literal["learned", "analytical"]
