@@ -30,14 +30,13 @@ from typing import Any
 
 from simulator.learned.data import Domain
 from simulator.learned.registry import Registry, VersionInfo
-from simulator.learned.residual import FineTuneDecision, ResidualConfig, ResidualEnsemble, fine_tune
+from simulator.learned.residual import FineTuneDecision, Ranker, ResidualConfig, fine_tune
 from simulator.learned.runtimes import load_runtimes
 from simulator.learned.transfer import (
     DomainZ,
     EnsembleTrainer,
     ScorerDecision,
     TransferConfig,
-    TransferEnsemble,
     choose_from_lodo,
     code_commit,
     domain_z,
@@ -117,7 +116,7 @@ def pretrain_version(
     target_z: DomainZ | None = zs.get(target) if target is not None else None
     tuned: FineTuneDecision | None = None
     if target is None:
-        model: TransferEnsemble | ResidualEnsemble = trainer.fit()
+        model: Ranker = trainer.fit()
         decision = choose_from_lodo(lodo)
     else:
         ranker, tuned = fine_tune(trainer, target_z, lodo, residual)

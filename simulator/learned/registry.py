@@ -26,12 +26,11 @@ from simulator.learned.linear import LinearRanker
 from simulator.learned.residual import KIND as RESIDUAL_KIND
 from simulator.learned.residual import ResidualEnsemble
 from simulator.learned.simulator import NeuralSimulator
-from simulator.learned.train import make_net
+from simulator.learned.train import LearnedSimulator, make_net
 from simulator.learned.transfer import KIND as TRANSFER_KIND
 from simulator.learned.transfer import TransferEnsemble
 
 DEFAULT_ROOT = Path("~/.cache/strategist/simulators")
-LearnedSimulator = NeuralSimulator | LinearRanker | TransferEnsemble | ResidualEnsemble
 
 
 @dataclass(frozen=True)

@@ -302,6 +302,7 @@ def fit_residual(
 
 
 Candidate = Literal["residual", "transfer", "analytical"]
+#: A model ``fine_tune`` may return and the round scorers (``scoring``) take: both score z alone.
 Ranker = ResidualEnsemble | TransferEnsemble
 
 
@@ -334,9 +335,9 @@ def cross_validated(
 ) -> dict[str, float]:
     """Out-of-fold pairwise accuracy of each candidate on ``target`` (folds by position mod ``folds``).
 
-    Each fold is scored by a one-member model fitted on the other folds (as
-    ``transfer.held_out_accuracy``, through the same ``transfer.out_of_fold``); the analytical model
-    needs no fit.
+    Each fold is scored by a one-member model fitted on the other folds (``transfer.out_of_fold``:
+    no strategy is scored by a model that saw it; one member, not all, so the cross-fit costs
+    ``folds`` fits per candidate between rounds); the analytical model needs no fit.
     """
     res = out_of_fold(target, config.folds, lambda train: fit_residual(train, config, members=1))
     tra = (

@@ -40,8 +40,8 @@ import numpy as np
 from scipy.stats import rankdata
 
 from simulator.analytical import AnalyticalSimulator, StrategyBatch
-from simulator.learned.residual import ResidualEnsemble
-from simulator.learned.transfer import TransferEnsemble, disagreement
+from simulator.learned.residual import Ranker
+from simulator.learned.transfer import disagreement
 from simulator.spec import ClusterSpec, ModelSpec
 
 
@@ -77,7 +77,7 @@ class ScoreSet:
 class LearnedScorer:
     """The transfer ensemble alone: ranking scores (not seconds) and the members' disagreement."""
 
-    ensemble: TransferEnsemble | ResidualEnsemble
+    ensemble: Ranker
     name: str = "learned"
     make_scores: Callable[..., Any] = ScoreSet  # search.round.RoundScores in a round
 
@@ -101,7 +101,7 @@ class LearnedScorer:
 class HybridScorer:
     """Learned where the ensemble agrees, analytical where it does not (module docstring)."""
 
-    ensemble: TransferEnsemble | ResidualEnsemble
+    ensemble: Ranker
     analytical: AnalyticalSimulator = field(default_factory=AnalyticalSimulator)
     sure: float = 0.05  # disagreement at or below which the learned order alone counts
     unsure: float = 0.15  # disagreement at or above which the analytical order alone counts

@@ -26,15 +26,17 @@ from simulator.learned.data import EncodedDomain
 from simulator.learned.gat import GATSimulatorNet
 from simulator.learned.linear import LinearRanker, fit_linear
 from simulator.learned.net import SimulatorNet
-from simulator.learned.residual import ResidualEnsemble
+from simulator.learned.residual import Ranker
 from simulator.learned.rnn import RNNSimulatorNet
 from simulator.learned.simulator import NeuralSimulator
-from simulator.learned.transfer import TransferEnsemble
 from simulator.metrics import RankingMetrics, pairwise_accuracy, ranking_metrics
 
 Kind = Literal["rnn", "gat", "linear"]
 Loss = Literal["rank", "mse"]
 KINDS: tuple[str, ...] = ("linear", "rnn", "gat")
+#: Every simulator the registry saves and loads: the networks, AutoSync's linear ranker, and the
+#: z-ensembles (``residual.Ranker``: the transfer ensemble and the residual model).
+LearnedSimulator = NeuralSimulator | LinearRanker | Ranker
 
 
 @dataclass(frozen=True)
@@ -200,8 +202,6 @@ def fine_tune(
     return fit([target], [], tuned, start=base).simulator
 
 
-def evaluate(
-    sim: NeuralSimulator | LinearRanker | TransferEnsemble | ResidualEnsemble, data: EncodedDomain
-) -> RankingMetrics:
+def evaluate(sim: LearnedSimulator, data: EncodedDomain) -> RankingMetrics:
     """Ranking metrics of ``sim`` on already-encoded data."""
     return ranking_metrics(sim.outputs(data.graphs), data.times)

@@ -22,15 +22,15 @@ much as all source domains together, less in proportion below that. The members 
 standardisation (fitted on many more strategies). Source pairs are drawn once per member
 (``EnsembleTrainer``), so a refit costs one logistic regression per member.
 
-The fallback rule (``choose``): the learned ranker is used only when it ranks the domain's
-*held-out* measured strategies at least as well as the analytical model (pairwise accuracy on the
-same strategies). Held out means not trained on: for the pretrained ensemble, every measured
-strategy of a domain it was not trained on; after fine-tuning, out-of-fold predictions of
-``folds``-fold cross-fitting on the domain's measurements (``held_out_accuracy``). With fewer than
-``min_held_out`` measured strategies that evidence is too thin (a dozen points decided the old
-rule), so the decision is the LODO one: the learned ranker is used when its mean LODO accuracy over
-the training domains (each scored by an ensemble trained without it) beats the analytical model's
-mean on the same domains.
+The fallback rule: the learned ranker is used only when it ranks the domain's *held-out* measured
+strategies at least as well as the analytical model (pairwise accuracy on the same strategies).
+Held out means not trained on: for the pretrained ensemble, every measured strategy of a domain it
+was not trained on (``lodo_metrics``); after fine-tuning, out-of-fold predictions (``out_of_fold``)
+on the domain's measurements, judged by ``residual.fine_tune`` together with the residual model.
+With too few measured strategies that evidence is too thin (a dozen points decided the old rule),
+so the decision is the LODO one (``choose_from_lodo``): the learned ranker is used when its mean
+LODO accuracy over the training domains (each scored by an ensemble trained without it) beats the
+analytical model's mean on the same domains.
 
 Provenance (``provenance``): every version records which runtime records trained it: per domain the
 files (path, sha256, record count) or the service's runtime-record ids, the sha256 of each
@@ -74,8 +74,6 @@ class TransferConfig:
     max_pairs: int = 1000  # pairs drawn per domain and member (a fit's cost is linear in them)
     seed: int = 0  # bootstrap and pair sampling
     full_weight_at: int = 20  # a target with this many strategies weighs as much as all sources
-    folds: int = 4  # cross-fitting folds of the held-out accuracy after fine-tuning
-    min_held_out: int = 8  # measured strategies below which the fallback rule uses LODO evidence
 
     def as_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -324,20 +322,6 @@ def lodo_metrics(
     return out
 
 
-def held_out_accuracy(trainer: EnsembleTrainer, target: DomainZ) -> tuple[float, float]:
-    """(learned, analytical) pairwise accuracy on ``target`` from out-of-fold predictions.
-
-    ``folds``-fold cross-fitting: each fold is scored by the ensemble's first member fine-tuned
-    on the other folds, so no strategy is scored by a model that saw it; all pairs of the
-    out-of-fold scores are compared (the folds' models share the sources' standardisation and most
-    of their data, so their scores are on one scale). Folds are assigned by position modulo
-    ``folds``. One member, not all: the rule judges the ranker the members share, and the
-    cross-fit then costs ``folds`` logistic fits, not ``folds x members``, between rounds.
-    """
-    score = out_of_fold(target, trainer.config.folds, lambda train: trainer.fit(train, members=1))
-    return pairwise_accuracy(score, target.times), analytical_accuracy(target)
-
-
 def out_of_fold(target: DomainZ, folds: int, fit: Callable[[DomainZ], Any]) -> np.ndarray:
     """Scores (N,) of ``target``'s strategies, each by a model ``fit`` on the other folds (folds by
     position modulo ``folds``, at least 2, at most N): no strategy is scored by a model that saw it."""
@@ -380,23 +364,6 @@ def choose_from_lodo(lodo: dict[str, dict[str, dict[str, float]]]) -> ScorerDeci
     learned, analytical = (float(np.mean(c)) for c in zip(*rows, strict=True))
     return ScorerDecision(
         "learned" if learned > analytical else "analytical", "lodo", learned, analytical, len(rows)
-    )
-
-
-def choose(
-    trainer: EnsembleTrainer,
-    target: DomainZ | None,
-    lodo: dict[str, dict[str, dict[str, float]]],
-) -> ScorerDecision:
-    """The fallback rule (module docstring): held-out evidence when there is enough, else LODO."""
-    cfg = trainer.config
-    if target is None or len(target) < cfg.min_held_out:
-        return choose_from_lodo(lodo)
-    learned, analytical = held_out_accuracy(trainer, target)
-    if not np.isfinite(learned) or not np.isfinite(analytical):
-        return choose_from_lodo(lodo)
-    return ScorerDecision(
-        "learned" if learned >= analytical else "analytical", "held-out", learned, analytical, len(target)
     )
 
 

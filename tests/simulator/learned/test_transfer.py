@@ -1,4 +1,4 @@
-"""The transfer ensemble, its fallback rule, provenance, and the learned / hybrid round scorers.
+"""The transfer ensemble, its LODO rule, provenance, and the learned / hybrid round scorers.
 
 Labels here are synthetic (conftest: analytical-style times plus noise) and only test mechanics.
 """
@@ -23,7 +23,6 @@ from simulator.learned.transfer import (
     TransferConfig,
     TransferEnsemble,
     accuracy,
-    choose,
     disagreement,
     domain_z,
     key_digest,
@@ -73,27 +72,6 @@ def test_ensemble_transfers_to_an_unseen_domain(zs: list[DomainZ]) -> None:
     lodo = lodo_metrics(zs, CFG)
     assert set(lodo) == {z.name for z in zs}
     assert all(m["lodo"]["pairwise_accuracy"] > 0.75 for m in lodo.values())
-
-
-def test_fallback_rule_uses_held_out_strategies_when_there_are_enough(zs: list[DomainZ]) -> None:
-    trainer = EnsembleTrainer(zs[:3], CFG)
-    lodo = {"x": {"lodo": {"pairwise_accuracy": 0.9}, "analytical": {"pairwise_accuracy": 0.6}}}
-    few = zs[3].subset(range(5))
-    d = choose(trainer, few, lodo)
-    assert (d.evidence, d.choice, d.learned_accuracy) == ("lodo", "learned", 0.9)
-    # A target whose measured order is the reverse of the analytical one: the learned ranker,
-    # even fine-tuned, and the analytical model are judged on held-out strategies; the analytical
-    # model is then perfectly wrong (accuracy 0), so the learned one must not lose to it.
-    t = zs[3]
-    reversed_target = DomainZ("rev", t.z, 1.0 / t.analytical, t.analytical)
-    d = choose(trainer, reversed_target, lodo)
-    assert d.evidence == "held-out" and d.analytical_accuracy == 0.0 and d.strategies == len(t)
-    assert d.choice == ("learned" if d.learned_accuracy >= 0.0 else "analytical")
-    # The same target with the analytical order as truth: the analytical model is perfect (1.0),
-    # a learned ranker with any held-out error loses to it.
-    d = choose(trainer, DomainZ("fwd", t.z, t.analytical.copy(), t.analytical), lodo)
-    assert d.analytical_accuracy == 1.0
-    assert d.choice == ("learned" if d.learned_accuracy >= 1.0 else "analytical")
 
 
 def test_pretrained_version_roundtrip_and_provenance(domains: list[Domain], tmp_path: Path) -> None:
@@ -167,5 +145,3 @@ def test_without_source_domains_the_target_trains_alone(zs: list[DomainZ]) -> No
         trainer.fit()
     ens = trainer.fit(zs[0])
     assert ens.members == 3 and accuracy(ens, zs[0]) > 0.8  # in-domain, analytical-like labels
-    d = choose(trainer, zs[0], {})
-    assert d.evidence == "held-out" and 0.0 <= d.learned_accuracy <= 1.0
