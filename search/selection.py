@@ -176,13 +176,12 @@ class _Rows:
     """sim(i, every candidate), computed on first use."""
 
     def __init__(self, similarity: Similarity, embedded: np.ndarray) -> None:
-        self.similarity = similarity
-        self.embedded = embedded
+        self._row = similarity.rows(embedded)
         self._rows: dict[int, np.ndarray] = {}
 
     def __getitem__(self, i: int) -> np.ndarray:
         if i not in self._rows:
-            self._rows[i] = self.similarity.between(self.embedded[i : i + 1], self.embedded)[0]
+            self._rows[i] = self._row(i)
         return self._rows[i]
 
 

@@ -16,11 +16,15 @@ from a sampler's choice arrays (``search.samplers.arrays.ChoiceArrays``) without
 (strategy, variable) and factor, a 64-bit polynomial hash of the per-shard values (the shard count
 included). Equal choices give equal codes in both; different choices differ up to a 64-bit hash
 collision, as with Python's tuple hash. So ``between`` gives the same similarities on either.
+
+``rows`` (what greedy selection asks for) gives ``between``'s values from per-column ids of one
+embedded set (``FactorRows``), and ``embed_arrays`` is one compiled pass over the rows: see
+``search.similarity.kernels`` for why (issue 16, a 10,000-sample round's select stage).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -34,8 +38,18 @@ if TYPE_CHECKING:
 FACTORS = ("partition", "kind", "server", "replication", "group", "compressor", "algorithm")
 #: Odd 64-bit multiplier of the per-shard polynomial hash (any odd constant with mixed bits).
 _P = np.uint64(0x9E3779B97F4A7C15)
-#: Rows coded at a time by ``embed_arrays`` (its temporaries stay in cache).
-BLOCK_ROWS = 1 << 16
+#: The choice-array columns ``kernels.factor_codes`` reads after ``shard_index``, in its order.
+_CODED = (
+    "is_ps",
+    "axis",
+    "num_shards",
+    "server",
+    "local_replication",
+    "group",
+    "compressor",
+    "rank",
+    "algorithm",
+)
 
 
 class FactorSimilarity(Similarity):
@@ -68,54 +82,31 @@ class FactorSimilarity(Similarity):
         return out
 
     def embed_arrays(self, arrays: ChoiceArrays) -> np.ndarray:
-        """Shape (N, V x 7) uint64, the codes of ``embed``'s meaning from choice arrays.
+        """Shape (N, V x 7) uint64, column-major (a transposed C array), the codes of ``embed``'s
+        meaning from choice arrays.
 
         Rows of each strategy must cover every variable in forward order (the samplers' and
-        ``encode``'s layout), each variable's shards in shard order.
+        ``encode``'s layout), each variable's shards in shard order. One compiled pass over the
+        rows (``kernels.factor_codes``); column-major because ``rows`` reads column by column.
         """
+        from search.similarity.kernels import factor_codes  # numba: imported on first use
+
         v = len(self.variables)
         n = arrays.size
+        out = np.empty((v * len(FACTORS), n), dtype=np.uint64)
         shard = np.asarray(arrays.shard_index)
-        starts = np.flatnonzero(shard == 0)
-        if len(starts) != n * v:
-            raise ValueError(f"arrays: {len(starts)} variable segments, expected {n} x {v}")
-        power = np.cumprod(np.full(int(shard.max()) + 1, _P, dtype=np.uint64))  # P^(i+1)
-        out = np.empty((n * v, len(FACTORS)), dtype=np.uint64)
-        offsets = np.asarray(arrays.offsets)
-        # blocks of whole strategies, about BLOCK_ROWS rows each: the temporaries stay in cache
-        lo = 0
-        while lo < n:
-            base = int(offsets[lo])
-            hi = max(lo + 1, int(np.searchsorted(offsets[1:], base + BLOCK_ROWS, side="right")))
-            self._codes(arrays, int(offsets[lo]), int(offsets[hi]), power, out[lo * v : hi * v])
-            lo = hi
-        return out.reshape(n, v * len(FACTORS))
+        segments = 0
+        if len(shard):
+            power = np.cumprod(np.full(int(shard.max()) + 1, _P, dtype=np.uint64))  # P^(s+1)
+            columns = (np.asarray(getattr(arrays, k)) for k in _CODED)
+            segments = factor_codes(power, out, shard, *columns)
+        if segments != n * v:
+            raise ValueError(f"arrays: {segments} variable segments, expected {n} x {v}")
+        return out.T
 
-    @staticmethod
-    def _codes(arrays: ChoiceArrays, a: int, b: int, power: np.ndarray, out: np.ndarray) -> None:
-        """``embed_arrays``' codes of rows a..b (whole strategies) into ``out`` (segments x 7)."""
-        pos = np.asarray(arrays.shard_index)[a:b]
-        starts = np.flatnonzero(pos == 0)
-        weight = power[pos]
-        ps = np.asarray(arrays.is_ps, dtype=bool)[a:b]
-        cc = ~ps
-
-        def col(name: str) -> np.ndarray:
-            return np.asarray(getattr(arrays, name))[a:b].astype(np.int64)
-
-        def code(values: np.ndarray, f: int) -> None:
-            # sum over the segment's shards of (value + 1) * P^(shard + 1), mod 2^64
-            term = (values + 1).astype(np.uint64)
-            term *= weight
-            out[:, f] = np.add.reduceat(term, starts)
-
-        out[:, 0] = (col("axis")[starts] * 65536 + col("num_shards")[starts]).astype(np.uint64)
-        code(ps.astype(np.int64), 1)
-        code(np.where(ps, col("server") + 1, 0), 2)
-        code(np.where(ps, col("local_replication") + 1, 0), 3)
-        code(np.where(cc, col("group") + 1, 0), 4)
-        code(np.where(cc, col("compressor") * 65536 + col("rank") + 1, 0), 5)
-        code(np.where(cc, col("algorithm") + 1, 0), 6)
+    def rows(self, embedded: np.ndarray) -> Callable[[int], np.ndarray]:
+        """``between(embedded[i], embedded)`` by i, on per-column ids (see ``FactorRows``)."""
+        return FactorRows(embedded)
 
     def between(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
         out = np.empty((len(a), len(b)))
@@ -126,3 +117,39 @@ class FactorSimilarity(Similarity):
             same = (b == a[i]).view(np.uint8)
             out[i] = (same.sum(axis=1, dtype=np.int32) if same.ndim == 2 else same) / width
         return out
+
+
+class FactorRows:
+    """sim(i, every candidate) of one embedded set, i at a time: ``FactorSimilarity.between``'s
+    values (matching columns / D, the same integers and division) from per-column ids.
+
+    Built once per set (``kernels.column_ids``, one pass over the codes, column by column, so
+    column-major ``embedded`` is read in place; a row-major one is copied first): each column's
+    64-bit codes become dense ids, one byte where the column has at most 256 distinct codes, else
+    two (four past 65,536 candidates); constant columns, which every pair matches, are only
+    counted. A row is then one pass over ~D x N bytes (``kernels.match_counts``). Equal ids mean
+    equal codes only within one column of one set, so rows never compare two sets.
+
+    Shapes: embedded (N, D) int64 (``embed``) or uint64 (``embed_arrays``); a row (N,) float64.
+    """
+
+    def __init__(self, embedded: np.ndarray) -> None:
+        if embedded.ndim != 2 or embedded.dtype not in (np.int64, np.uint64):
+            raise ValueError(f"embedded: expected (N, D) 64-bit codes, got {embedded.dtype} {embedded.shape}")
+        from search.similarity.kernels import column_ids, match_counts  # numba: imported on first use
+
+        codes = np.asfortranarray(embedded).view(np.uint64).T  # (D, N), C-contiguous
+        d, n = codes.shape
+        narrow = np.empty((d, n), dtype=np.uint8)
+        wide = np.empty((d, n), dtype=np.uint16 if n <= 1 << 16 else np.uint32)
+        which = np.empty(d, dtype=np.int8)
+        a, b = column_ids(codes, narrow, wide, which)
+        self.narrow, self.wide = narrow[:a], wide[:b]
+        self.constant = d - a - b  # columns where every pair matches
+        self.width = d
+        self._counts = np.empty(n, dtype=np.int32)
+        self._match_counts = match_counts
+
+    def __call__(self, i: int) -> np.ndarray:
+        self._match_counts(self.narrow, self.wide, i, self._counts)
+        return (self._counts + self.constant) / self.width
