@@ -246,7 +246,18 @@ class LazyGeometry(_Lazy, ShardGeometry):
 
 class _SampledBatch(_Lazy, StrategyBatch):
     """A StrategyBatch from ``make_sampled_batch``: the fields the analytical scorer does not read
-    are computed on first access."""
+    are computed on first access; ``_columns`` keeps the sampler's own columns that it does read
+    (``sync_columns``)."""
+
+
+def sync_columns(b: StrategyBatch) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(variable, server, local_replication, algorithm) of ``b``'s rows for the scorer's kernel:
+    a sampled batch's own columns (any integer width), so that scoring it does not compute its
+    int64 fields; else the batch's fields."""
+    columns = b.__dict__.get("_columns")
+    if columns is not None:
+        return columns
+    return b.variable, b.server, b.local_replication, b.algorithm
 
 
 def make_sampled_batch(
@@ -268,67 +279,47 @@ def make_sampled_batch(
     geo: ShardGeometry,
 ) -> StrategyBatch:
     """``make_batch`` for a sampler's rows (``search.samplers.arrays``), field for field the same
-    batch (tests/search/test_round.py), built with fewer passes over the rows.
+    batch (tests/search/test_round.py), with the collective calls numbered in one compiled pass
+    (``kernels.number_calls``).
 
     The rows must be in range and hold the samplers' invariants, which make several of
     make_batch's masks identities: ``server`` -1 and ``local_replication`` False on collective
     rows; ``group`` -1 and ``algorithm``, ``compressor``, ``rank`` 0 on PS rows; staleness 0.
-    Columns may be any integer width (the samplers' int8/int16/int32). The fields the analytical
-    scorer reads (strategy, variable, is_ps, code, bin, call and the per-call arrays, geo's
-    sent_bytes and lowrank) are computed here; the other columns (as int64, like make_batch's)
-    on first access. ``geo`` may be a ``LazyGeometry``.
+    Columns may be any integer width (the samplers' int8/int16/int32). Computed here: offsets,
+    is_ps, call and the per-call arrays (and geo's lowrank, which repeats reads); every other
+    field (as int64, like make_batch's) on first access. The analytical scorer reads the
+    sampler's columns themselves (``sync_columns``) and geo's sent_bytes. ``geo`` may be a
+    ``LazyGeometry``.
     """
+    from simulator.analytical.kernels import number_calls  # numba: imported on first use
+
     n = len(offsets) - 1
     offsets = np.asarray(offsets, dtype=np.int64)
-    strategy = np.repeat(np.arange(n, dtype=np.int64), np.diff(offsets))
     is_ps = np.asarray(is_ps, dtype=bool)
-    cc = ~is_ps
-    # the collective op of each collective row (PS rows' values are not used: masked below)
-    op_cc = np.where(ma.sparse[variable], OP_ALLGATHER, algorithm) if ma.sparse.any() else algorithm
-    gspan = int(group.max()) + 1 if cc.any() else 1
-    rspan = max(int(rank.max()), 0) + 1
-    uspan = gspan * 2 * 3 * rspan
-    key = group.astype(np.int64) * 2  # make_batch's mixed radix, in the same order
-    key += algorithm
-    key *= 3
-    key += compressor
-    key *= rspan
-    key += rank
-    key += strategy * uspan
-    key *= 3
-    key += op_cc
-    call = np.full(strategy.shape, -1, dtype=np.int64)
-    uniq, call[cc] = _dense_rank(key[cc], n * uspan * 3)
-    calls = len(uniq)
-    lowrank_rows = geo.lowrank
-    if lowrank_rows.any():
-        lowrank = np.bincount(call[cc], weights=lowrank_rows[cc], minlength=calls) > 0
-        plain = np.bincount(call[cc], weights=~lowrank_rows[cc], minlength=calls) > 0
-    else:
-        lowrank, plain = np.zeros(calls, dtype=bool), np.ones(calls, dtype=bool)
-    call_op = uniq % 3
-    repeats = np.where(call_op == OP_ALLGATHER, 1.0, plain + comm.POWERSGD_ALLREDUCES * lowrank)
-    j = len(ca.gpus)
-    # code (2·server + I_p, or 2·J + op) in the narrowest type that holds 2·J + 2, widened once
-    narrow = np.int16 if 2 * j + 3 < 2**15 else np.int64
-    code = np.where(
+    call, call_strategy, call_group, call_op, call_repeats = number_calls(
+        offsets,
+        variable,
         is_ps,
-        np.add(np.multiply(server, 2, dtype=narrow), local_replication, dtype=narrow),
-        np.add(op_cc, 2 * j, dtype=narrow),
-    ).astype(np.int64)
+        group,
+        algorithm,
+        compressor,
+        rank,
+        np.asarray(geo.lowrank, dtype=bool),
+        ma.sparse,
+        float(comm.POWERSGD_ALLREDUCES),
+    )
+    j = len(ca.gpus)
     out = object.__new__(_SampledBatch)
     eager: dict[str, Any] = dict(
         offsets=offsets,
-        strategy=strategy,
-        variable=np.asarray(variable, dtype=np.int64),
         is_ps=is_ps,
         call=call,
-        call_strategy=uniq // (3 * uspan),
+        call_strategy=call_strategy,
+        call_group=call_group,
         call_op=call_op,
-        call_repeats=repeats.astype(np.float64),
+        call_repeats=call_repeats,
         geo=geo,
-        code=code,
-        bin=np.where(is_ps, strategy * j + server, n * j + call),
+        _columns=(variable, server, local_replication, algorithm),
     )
     for k, v in eager.items():
         object.__setattr__(out, k, v)
@@ -336,19 +327,25 @@ def make_sampled_batch(
     def as64(a: np.ndarray) -> Callable[[], np.ndarray]:
         return lambda: np.asarray(a, dtype=np.int64)
 
+    def op() -> np.ndarray:  # make_batch's: all-gather for sparse variables, else the algorithm
+        return np.where(is_ps, -1, np.where(ma.sparse[variable], OP_ALLGATHER, algorithm)).astype(np.int64)
+
     lazy: dict[str, Callable[[], np.ndarray]] = dict(
+        strategy=lambda: np.repeat(np.arange(n, dtype=np.int64), np.diff(offsets)),
+        variable=as64(variable),
         axis=as64(axis),
         num_shards=as64(num_shards),
         shard_index=as64(shard_index),
         server=as64(server),
         local_replication=lambda: np.asarray(local_replication, dtype=bool),
-        staleness=lambda: np.zeros(len(strategy), dtype=np.int64),
+        staleness=lambda: np.zeros(len(is_ps), dtype=np.int64),
         group=as64(group),
         algorithm=as64(algorithm),
         compressor=as64(compressor),
         rank=as64(rank),
-        op=lambda: np.where(is_ps, -1, op_cc).astype(np.int64),
-        call_group=lambda: (uniq // (3 * uspan // gspan)) % gspan,
+        op=op,
+        code=lambda: np.where(is_ps, 2 * out.server + out.local_replication, 2 * j + out.op),
+        bin=lambda: np.where(is_ps, out.strategy * j + out.server, n * j + call),
     )
     object.__setattr__(out, "_lazy", lazy)
     return out

@@ -38,6 +38,9 @@ Channels follow ``CostParams.combine`` (the same contention assumption as T_sync
 Decision (the paper is silent on buckets): compute is taken on the slowest worker node (the one
 that bounds T_comp), whose backward sets every ready time; ties in readiness keep batch order.
 
+Where: this module gives the ready times (per layer, and each variable's index among the
+distinct ones); ``kernels.sync_times`` computes E strategy by strategy with them.
+
 Shapes: N strategies, T shard rows, G collective calls, J nodes, V variables, L layers.
 """
 
@@ -51,24 +54,43 @@ from simulator.analytical.params import CostParams
 
 
 def layer_ready_times(ma: ModelArrays, ca: ClusterArrays, params: CostParams) -> np.ndarray:
-    """(L,) seconds after the step starts at which each layer's gradients are final (slowest node).
+    """(L,) seconds after the step starts at which each layer's gradients are final (slowest node)."""
+    return _ready(ma, ca, params)[0]
+
+
+def ready_levels(ma: ModelArrays, ca: ClusterArrays, params: CostParams) -> tuple[np.ndarray, np.ndarray]:
+    """(R,) the distinct layer ready times, ascending, and (V,) int64 each variable's index among
+    them (its layer's): the ready levels of ``kernels.sync_times``' channel tables.
 
     Remembered for the last few (ma, ca, params) objects (all immutable): a round scores its
     samples in many slices with the same three.
     """
+    _, level_ready, var_level = _ready(ma, ca, params)
+    return level_ready, var_level
+
+
+def _ready(
+    ma: ModelArrays, ca: ClusterArrays, params: CostParams
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     key = (id(ma), id(ca), id(params))
     hit = _READY.get(key)
     if hit is not None and hit[0] is ma and hit[1] is ca and hit[2] is params:
         return hit[3]
     ready = _layer_ready_times(ma, ca, params)
-    ready.setflags(write=False)
+    level_ready, layer_level = np.unique(ready, return_inverse=True)
+    out = (ready, level_ready, layer_level[ma.layer].astype(np.int64))
+    for a in out:
+        a.setflags(write=False)
     if len(_READY) >= 16:
         _READY.clear()
-    _READY[key] = (ma, ca, params, ready)
-    return ready
+    _READY[key] = (ma, ca, params, out)
+    return out
 
 
-_READY: dict[tuple[int, int, int], tuple[ModelArrays, ClusterArrays, CostParams, np.ndarray]] = {}
+_READY: dict[
+    tuple[int, int, int],
+    tuple[ModelArrays, ClusterArrays, CostParams, tuple[np.ndarray, np.ndarray, np.ndarray]],
+] = {}
 
 
 def _layer_ready_times(ma: ModelArrays, ca: ClusterArrays, params: CostParams) -> np.ndarray:
@@ -81,121 +103,3 @@ def _layer_ready_times(ma: ModelArrays, ca: ClusterArrays, params: CostParams) -
     assert times is not None, "a cluster has at least one worker node"
     suffix = np.cumsum(times.bwd[::-1])[::-1]  # Σ_{l' ≥ l} bwd
     return float(times.fwd.sum()) + suffix
-
-
-def channel_end(
-    ready: np.ndarray,
-    duration: np.ndarray,
-    channel: np.ndarray,
-    channels: int,
-    tail: np.ndarray | None = None,
-    level: np.ndarray | None = None,
-    level_ready: np.ndarray | None = None,
-) -> np.ndarray:
-    """(channels,) end time of each serial channel: max_u (r_u + Σ_{u' ≥ u in its channel} d_u'),
-    plus the ``tail`` of the channel's last unit (a PS shard's pull; 0 for a collective).
-
-    ``ready``, ``duration``, ``channel``, ``tail`` (U,): each unit's ready time, duration in the
-    channel, channel index and tail. A channel with no unit ends at 0. Units of a channel are
-    taken in order of readiness (ties: input order).
-
-    No sort: units that share a ready time r all start no earlier than r, so the max over the
-    units is the max over the distinct ready times r of r + D(≥ r), D(≥ r) the channel's duration
-    of units ready at r or later (the first unit of a tie has the largest suffix). D is a suffix
-    sum over a (channel, ready level) table. ``level`` (U,) and ``level_ready`` (R,) give each
-    unit's index among the distinct ready times, ascending (``np.unique(ready)``'s, computed when
-    None; a caller whose units take few known ready times, the layers', passes them). The last
-    unit (for ``tail``) is the channel's latest-ready one, ties: the last in input order.
-    """
-    end = np.zeros(channels)
-    if ready.size == 0:
-        return end
-    if level is None or level_ready is None:
-        level_ready, level = np.unique(ready, return_inverse=True)
-    nl = len(level_ready)
-    block = max(1, _TABLE_CELLS // nl)  # channels per (channel, level) table
-    if channels > block:  # bounded tables: channel blocks (a unit belongs to one block)
-        which = channel // block
-        for b in np.unique(which).tolist():
-            sel = np.flatnonzero(which == b)
-            lo = b * block
-            hi = min(channels, lo + block)
-            end[lo:hi] = channel_end(
-                ready[sel],
-                duration[sel],
-                channel[sel] - lo,
-                hi - lo,
-                None if tail is None else tail[sel],
-                level[sel],
-                level_ready,
-            )
-        return end
-    cell = channel * nl + level
-    size = channels * nl
-    present = (np.bincount(cell, minlength=size) > 0).reshape(channels, nl)
-    later = np.bincount(cell, weights=duration, minlength=size).reshape(channels, nl)
-    later = np.cumsum(later[:, ::-1], axis=1)[:, ::-1]  # D(≥ level) per channel
-    end = np.where(present, level_ready[None, :] + later, 0.0).max(axis=1)
-    if tail is not None:
-        top = nl - 1 - np.argmax(present[:, ::-1], axis=1)  # each channel's latest ready level
-        at_top = np.flatnonzero(level == top[channel])
-        last = np.full(channels, -1, dtype=np.int64)
-        np.maximum.at(last, channel[at_top], at_top)
-        has = last >= 0
-        end[has] += tail[last[has]]
-    return end
-
-
-#: Cells of one (channel, ready level) table of ``channel_end`` (32 MB of float64).
-_TABLE_CELLS = 1 << 22
-
-
-def sync_end(
-    *,
-    ma: ModelArrays,
-    ca: ClusterArrays,
-    params: CostParams,
-    n: int,
-    row_variable: np.ndarray,
-    row_is_ps: np.ndarray,
-    row_server: np.ndarray,
-    row_strategy: np.ndarray,
-    row_time: np.ndarray,
-    row_call: np.ndarray,
-    call_strategy: np.ndarray,
-    call_time: np.ndarray,
-    server_time: np.ndarray,
-) -> np.ndarray:
-    """(N,) E, the time the last synchronisation of each strategy ends (see the module docstring).
-
-    Rows: ``row_time`` is a PS row's own Eq. 2 seconds (collective rows are costed per call);
-    ``row_call`` the collective call of a collective row (-1 for PS rows); ``server_time`` (N, J).
-    """
-    layer_ready = layer_ready_times(ma, ca, params)
-    level_ready, layer_level = np.unique(layer_ready, return_inverse=True)
-    row_level = layer_level[ma.layer[row_variable]]
-    row_ready = level_ready[row_level]
-    g = len(call_strategy)
-    call_ready = np.zeros(g)
-    cc = ~row_is_ps
-    np.maximum.at(call_ready, row_call[cc], row_ready[cc])
-    call_level = np.searchsorted(level_ready, call_ready)  # exact: every call has rows
-    j = server_time.shape[1]
-    ps_rows = np.flatnonzero(row_is_ps)
-    half = row_time[ps_rows] / 2  # push and pull (Eq. 2 counts both directions alike)
-    if params.combine == "sum":
-        total = server_time.sum(axis=1)
-        share = np.divide(server_time.max(axis=1), total, out=np.zeros(n), where=total > 0)
-        scaled = half * share[row_strategy[ps_rows]]
-        ready = np.concatenate([call_ready, row_ready[ps_rows]])
-        level = np.concatenate([call_level, row_level[ps_rows]])
-        duration = np.concatenate([call_time, scaled])
-        channel = np.concatenate([call_strategy, row_strategy[ps_rows]])
-        tail = np.concatenate([np.zeros(g), scaled])
-        return channel_end(ready, duration, channel, n, tail, level, level_ready)
-    cc_end = channel_end(call_ready, call_time, call_strategy, n, None, call_level, level_ready)
-    ps_channel = row_strategy[ps_rows] * j + row_server[ps_rows]
-    ps_end = channel_end(
-        row_ready[ps_rows], half, ps_channel, n * j, half, row_level[ps_rows], level_ready
-    ).reshape(n, j)
-    return np.maximum(cc_end, ps_end.max(axis=1) if j else 0.0)

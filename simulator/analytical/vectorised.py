@@ -31,7 +31,7 @@ import numpy as np
 from simulator.analytical import formulas as f
 from simulator.analytical import overlap
 from simulator.analytical.arrays import ClusterArrays, ModelArrays
-from simulator.analytical.batch import StrategyBatch
+from simulator.analytical.batch import StrategyBatch, sync_columns
 from simulator.analytical.params import CostParams
 from simulator.spec import comm
 
@@ -75,47 +75,55 @@ def score(
     """Score every strategy of ``b`` with Eq. 1-3; see the module docstring for how terms combine.
 
     Per row: transfer = c_i(m_i)·coefficient[code] plus, for PS rows, φ·messages + δ; rows are
-    summed into their server (PS) or collective call with one bincount.
+    summed into their server (PS) or collective call, and E computed, strategy by strategy in one
+    compiled loop (``kernels.sync_times``).
     """
+    from simulator.analytical.kernels import sync_times  # numba: imported on first use
+
     n, j, g = b.size, len(ca.gpus), len(b.call_strategy)
-    per_row_const = params.phi * ca.code_phi + params.delta * ca.code_delta + ca.code_latency
-    row_const = per_row_const[b.code]
-    if params.ps_round_s is not None:  # a measured α per PS round replaces messages·φ + δ + latency
-        row_const = np.where(b.is_ps, params.ps_round_s * comm.ps_rounds(ma.sparse[b.variable]), row_const)
-    row_time = b.geo.sent_bytes * ca.code_transfer[b.code] + row_const
-    acc = np.bincount(b.bin, weights=row_time, minlength=n * j + g)
-    server_time = acc[: n * j].reshape(n, j)
-    t_ps = server_time.max(axis=1)
+    code_const = params.phi * ca.code_phi + params.delta * ca.code_delta + ca.code_latency
+    # a measured α per PS round replaces messages·φ + δ + latency (per variable: sparse rounds)
+    ps_const = np.zeros(0) if params.ps_round_s is None else params.ps_round_s * comm.ps_rounds(ma.sparse)
     alphas = params.call_alphas()
     if alphas is not None:  # a measured α per call replaces w·φ + δ
-        call_const = np.asarray(alphas)
+        call_const = np.asarray(alphas, dtype=np.float64)
     else:
         call_const = params.phi * ca.cc_phi + params.delta + ca.cc_latency
-    call_time = acc[n * j :] + call_const[b.call_op] * b.call_repeats
-    if alphas is not None and params.unit_overhead_s:  # the executor's hand-off, once per unit
-        call_time = call_time + params.unit_overhead_s
-    t_cc = np.bincount(b.call_strategy, weights=call_time, minlength=n)
+    # the executor's hand-off, once per unit, only with a measured α
+    unit = float(params.unit_overhead_s) if alphas is not None and params.unit_overhead_s else 0.0
+    bucket = params.overlap == "bucket"
+    if bucket:
+        level_ready, var_level = overlap.ready_levels(ma, ca, params)
+    else:  # T = max(T_comp, T_sync): no ready times needed
+        level_ready, var_level = np.zeros(1), np.zeros(len(ma.layer), dtype=np.int64)
+    variable, server, local_replication, algorithm = sync_columns(b)
+    server_time, call_time, t_ps, t_cc, end = sync_times(
+        b.offsets,
+        variable,
+        b.is_ps,
+        server,
+        local_replication,
+        algorithm,
+        b.call,
+        b.geo.sent_bytes,
+        b.call_strategy,
+        b.call_op,
+        b.call_repeats,
+        ma.sparse,
+        var_level,
+        level_ready,
+        ca.code_transfer,
+        code_const,
+        np.asarray(ps_const, dtype=np.float64),
+        call_const,
+        unit,
+        j,
+        params.combine == "sum",
+        bucket,
+    )
     t_sync = t_ps + t_cc if params.combine == "sum" else np.maximum(t_ps, t_cc)
     t_comp = np.full(n, f.compute_time(ma.model, ca.cluster, params))
-    if params.overlap == "bucket":
-        end = overlap.sync_end(
-            ma=ma,
-            ca=ca,
-            params=params,
-            n=n,
-            row_variable=b.variable,
-            row_is_ps=b.is_ps,
-            row_server=b.server,
-            row_strategy=b.strategy,
-            row_time=row_time,
-            row_call=b.call,
-            call_strategy=b.call_strategy,
-            call_time=call_time,
-            server_time=server_time,
-        )
-        t_iter = np.maximum(t_comp, end)
-    else:
-        t_iter = np.maximum(t_comp, t_sync)
+    t_iter = np.maximum(t_comp, end if bucket else t_sync)
     out: dict[str, np.ndarray] = dict(
         t_comp=t_comp,
         t_ps=t_ps,

@@ -4,11 +4,9 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-import numpy as np
 import pytest
 
 from simulator.analytical import CostParams, compute, cost_breakdown
-from simulator.analytical.overlap import channel_end
 from simulator.analytical.reference import reference_cost
 from simulator.analytical.testing import make_cluster, make_model
 from simulator.spec import CollectiveSync, PSSync, Strategy, Variable, VariableStrategy
@@ -16,16 +14,6 @@ from simulator.spec import CollectiveSync, PSSync, Strategy, Variable, VariableS
 P = CostParams(phi=1e-4, delta=5e-5, efficiency=0.5)
 W0 = Variable(name="w0", shape=(1000, 250))  # 1 MB each
 W1 = Variable(name="w1", shape=(1000, 250))
-
-
-def test_channel_end_is_the_max_plus_recursion() -> None:
-    # channel 0: units (ready 1, 2 s) and (ready 2, 1 s): end = max(2, 1 + 2) + 1 = 4
-    # channel 1: (ready 5, 1 s) after (ready 0, 1 s): end = max(5, 0 + 1) + 1 = 6; channel 2 empty
-    ready = np.array([2.0, 5.0, 1.0, 0.0])
-    dur = np.array([1.0, 1.0, 2.0, 1.0])
-    chan = np.array([0, 1, 0, 1])
-    assert channel_end(ready, dur, chan, 3).tolist() == [4.0, 6.0, 0.0]
-    assert channel_end(np.array([]), np.array([]), np.array([], dtype=np.int64), 2).tolist() == [0.0, 0.0]
 
 
 def _strategy(g0: int, g1: int) -> Strategy:
