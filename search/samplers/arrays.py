@@ -50,6 +50,7 @@ round's object path (the reference) decodes this sampler's draws, so both paths 
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, fields
 from functools import lru_cache, partial
 from typing import Literal
@@ -214,6 +215,7 @@ class ChoiceArrays:
     compressor: np.ndarray
     rank: np.ndarray
     entry: np.ndarray | None = None  # (T,) the row's shard entry of the space's tables (sampler rows)
+    ids: np.ndarray | None = None  # (N,) uint64 ``identity()``, when the sampler computed it while drawing
 
     @property
     def size(self) -> int:
@@ -225,6 +227,7 @@ class ChoiceArrays:
         return ChoiceArrays(
             offsets=self.offsets[lo : hi + 1] - a,
             entry=None if self.entry is None else self.entry[a:b],
+            ids=None if self.ids is None else self.ids[lo:hi],
             **{k: getattr(self, k)[a:b] for k in COLUMNS},
         )
 
@@ -238,6 +241,7 @@ class ChoiceArrays:
         return ChoiceArrays(
             offsets=offsets,
             entry=None if self.entry is None else self.entry[rows],
+            ids=None if self.ids is None else self.ids[index],
             **{k: getattr(self, k)[rows] for k in COLUMNS},
         )
 
@@ -249,9 +253,11 @@ class ChoiceArrays:
         for p in parts[1:]:
             offs.append(p.offsets[1:] + offs[-1][-1])
         entries = [p.entry for p in parts]
+        ids = [p.ids for p in parts]
         return ChoiceArrays(
             offsets=np.concatenate(offs),
             entry=None if any(e is None for e in entries) else np.concatenate(entries),  # type: ignore[arg-type]
+            ids=None if any(i is None for i in ids) else np.concatenate(ids),  # type: ignore[arg-type]
             **{k: np.concatenate([getattr(p, k) for p in parts]) for k in COLUMNS},
         )
 
@@ -262,9 +268,12 @@ class ChoiceArrays:
 
     def identity(self) -> np.ndarray:
         """(N,) uint64 content hash per strategy: equal choices, equal hash (strategy_key's meaning,
-        for strategies without staleness or plan); different ones differ up to a 64-bit collision."""
+        for strategies without staleness or plan); different ones differ up to a 64-bit collision.
+        The sampler's arrays carry it (``ids``, hashed while each strategy's rows were in cache)."""
         from search.samplers.kernels import identity_rows
 
+        if self.ids is not None:
+            return self.ids
         if self.size == 0:
             return np.zeros(0, dtype=np.uint64)
         return identity_rows(self.offsets, *(np.asarray(getattr(self, k)) for k in COLUMNS))
@@ -341,34 +350,42 @@ class ChoiceArrays:
         return LazyGeometry({k: partial(field, k) for k in _GEO_FIELDS})
 
 
-class _Appended:
-    """ChoiceArrays parts copied, as they come, into columns allocated once (``sample_arrays``).
+class _Columns:
+    """The columns a ``sample_arrays`` call fills: allocated once, written by ``kernels.draw_rows``.
 
-    Why: concatenating the chunks at the end writes every row twice, into fresh memory each time
-    (a 10,000-strategy BERT-large draw holds ~10 M rows, ~230 MB: the copy and its page faults
-    took ~0.3 s of CPU). Here each row is copied once, into memory that is kept; the columns are
-    sized from the first part's rows per strategy with a margin (pages never written are never
-    touched) and grow by half when a draw runs over.
+    Why: every row is written once, straight into memory that is kept (a 10,000-strategy
+    BERT-large draw holds ~10 M rows, ~170 MB; concatenating chunks, or copying them in, wrote
+    and paged in each row twice). The columns are sized from the first chunk's rows per strategy
+    with a margin (pages never written are never touched) and grow by half when a draw runs over.
+    A previous call's left-over strategies (``carry``) are copied in first.
     """
 
-    def __init__(self, strategies: int, dtypes: dict[str, type[np.signedinteger]] | None = None) -> None:
-        self.want = max(strategies, 1)
-        self.dtypes = dtypes or {}  # narrower column types than the parts' (values must fit)
+    def __init__(
+        self, want: int, chunk: int, dtypes: dict[str, np.dtype], carry: ChoiceArrays | None
+    ) -> None:
+        extra = 0 if carry is None else carry.size
+        self.want = max(want, 1)
+        self.dtypes = dtypes
+        self.carry = carry
         self.n = 0  # strategies so far
         self.t = 0  # rows so far
         self.cols: dict[str, np.ndarray] = {}
-        self.entry = True  # every part so far carries its entries
-        self.offsets = np.zeros(self.want + 1, dtype=np.int64)
+        self.offsets = np.zeros(self.want + chunk + extra + 1, dtype=np.int64)
+        self.ids = np.zeros(self.want + chunk + extra, dtype=np.uint64)
 
-    def add(self, part: ChoiceArrays) -> None:
-        if part.size == 0:
-            return
-        rows = int(part.offsets[-1])
-        self.entry &= part.entry is not None
+    def room(self, rows: int, strategies: int) -> None:
+        """Make room for ``rows`` more rows of ``strategies`` more strategies."""
         if not self.cols:
-            cap = int(1.5 * rows / part.size * max(self.want, part.size)) + rows
-            names = (*COLUMNS, "entry") if part.entry is not None else COLUMNS
-            self.cols = {k: np.empty(cap, dtype=self.dtypes.get(k, getattr(part, k).dtype)) for k in names}
+            carry = self.carry
+            held = 0 if carry is None else int(carry.offsets[-1])
+            cap = int(1.5 * rows / max(strategies, 1) * self.want) + rows + held
+            self.cols = {k: np.empty(cap, dtype=dt) for k, dt in self.dtypes.items()}
+            if carry is not None and carry.size:
+                for k, a in self.cols.items():
+                    a[:held] = getattr(carry, k)
+                self.offsets[1 : carry.size + 1] = carry.offsets[1:]
+                self.ids[: carry.size] = carry.identity()
+                self.n, self.t = carry.size, held
         end = self.t + rows
         cap = len(self.cols["variable"])
         if end > cap:
@@ -376,25 +393,30 @@ class _Appended:
             for k, a in self.cols.items():
                 self.cols[k] = np.empty(grown, dtype=a.dtype)
                 self.cols[k][: self.t] = a[: self.t]
-        for k, a in self.cols.items():
-            value = getattr(part, k)
-            if value is not None:
-                a[self.t : end] = value
-        if self.n + part.size + 1 > len(self.offsets):
-            self.offsets = np.concatenate((self.offsets, np.zeros(self.n + part.size + 1, dtype=np.int64)))
-        self.offsets[self.n + 1 : self.n + part.size + 1] = part.offsets[1:] + self.t
-        self.n += part.size
-        self.t = end
 
     def result(self) -> ChoiceArrays | None:
         if self.n == 0:
             return None
-        entry = self.cols.get("entry")
         return ChoiceArrays(
             offsets=self.offsets[: self.n + 1],
-            entry=entry[: self.t] if entry is not None and self.entry else None,
-            **{k: self.cols[k][: self.t] for k in COLUMNS},
+            ids=self.ids[: self.n],
+            **{k: a[: self.t] for k, a in self.cols.items()},
         )
+
+
+class _Scratch:
+    """Buffers a ``sample_arrays`` call reuses chunk after chunk (the uniforms, the layouts): the
+    same memory each time, instead of fresh pages to fault in per chunk."""
+
+    def __init__(self) -> None:
+        self.bufs: dict[str, np.ndarray] = {}
+
+    def get(self, name: str, shape: int | tuple[int, ...], dtype: type[np.generic]) -> np.ndarray:
+        size = math.prod(shape) if isinstance(shape, tuple) else shape
+        buf = self.bufs.get(name)
+        if buf is None or len(buf) < size:
+            buf = self.bufs[name] = np.empty(size + size // 4, dtype=dtype)
+        return buf[:size].reshape(shape)
 
 
 class ArraySampler:
@@ -439,18 +461,26 @@ class ArraySampler:
         self._t = _tables(space)
         self._algorithms = np.array([ALGORITHMS.index(a) for a in space.config.algorithms], dtype=np.int64)
         self._ranks = np.array(space.config.powersgd_ranks, dtype=np.int64)
-        # The narrowest signed type of the kept columns (a 10,000-strategy BERT-large draw keeps
-        # ~10 M rows: each byte per row is ~10 MB to write, page in and read back). Only the kept
-        # copy is narrowed (``_Appended``): the draws' own temporaries keep their types, whose
-        # sizes glibc's allocator reuses well (narrowing them too doubled the page faults).
+        bw = np.asarray(space.server_bandwidth, dtype=np.float64)
+        self._share = bw / bw.sum()
+        # Narrow column types (a 10,000-strategy BERT-large draw keeps ~10 M rows: each byte per
+        # row is ~10 MB to write, page in and read back), the same for every ordinary space so
+        # that the compiled kernel has one signature (``search.samplers.warm`` compiles it once
+        # for the service's forked jobs); a wider type only where a value would not fit.
         cfg = space.config
-        self._dtypes: dict[str, type[np.signedinteger]] = {
-            "variable": _int_type(len(space.variables)),
+        self._dtypes: dict[str, np.dtype] = {
+            "variable": np.dtype(np.int16 if len(space.variables) < 2**15 else np.int32),
+            "axis": np.dtype(np.int8),
             "num_shards": _int_type(int(self._t.lay_k.max())),
             "shard_index": _int_type(int(self._t.lay_k.max())),
+            "is_ps": np.dtype(np.bool_),
             "server": _int_type(len(space.servers)),
+            "local_replication": np.dtype(np.bool_),
             "group": _int_type(cfg.max_groups),
+            "algorithm": np.dtype(np.int8),
+            "compressor": np.dtype(np.int8),
             "rank": _int_type(max(cfg.powersgd_ranks, default=0)),
+            "entry": np.dtype(np.int32),
         }
 
     # ------------------------------------------------------------------ public
@@ -458,29 +488,22 @@ class ArraySampler:
         """The next ``n`` strategies (feasible ones when a memory model is set), as arrays."""
         if n < 0:
             raise ValueError(f"n must be >= 0, got {n}")
-        parts = _Appended(n, self._dtypes)
-        if self._buffer is not None:
-            parts.add(self._buffer)
-        have = 0 if self._buffer is None else self._buffer.size
+        carry = self._buffer
+        if carry is not None and carry.size >= n:
+            self._buffer = carry.slice(n, carry.size) if carry.size > n else None
+            return carry.slice(0, n) if carry.size > n else carry
+        out = _Columns(n, self.chunk, self._dtypes, carry)
+        scratch = _Scratch()
         drawn = 0
-        while have < n:
-            chunk, ok = self._draw_chunk(np.random.default_rng([self.seed, self._chunks, 0x5A]))
+        while out.n < n:
+            rejected = self._draw_chunk(np.random.default_rng([self.seed, self._chunks, 0x5A]), out, scratch)
             self._chunks += 1
             drawn += self.chunk
-            if ok is not None:
-                self.rejected += int((~ok).sum())
-                if not ok.all():
-                    chunk = chunk.take(np.flatnonzero(ok))
-                if (
-                    have + chunk.size < n
-                    and drawn > self.max_rejections_per_strategy * max(n, 1) + self.chunk
-                ):
-                    raise InfeasibleSpaceError(
-                        f"{drawn - have - chunk.size} infeasible draws for {have + chunk.size}/{n} strategies"
-                    )
-            parts.add(chunk)
-            have += chunk.size
-        every = parts.result()
+            if self.memory is not None:
+                self.rejected += rejected
+                if out.n < n and drawn > self.max_rejections_per_strategy * max(n, 1) + self.chunk:
+                    raise InfeasibleSpaceError(f"{drawn - out.n} infeasible draws for {out.n}/{n} strategies")
+        every = out.result()
         if every is None or every.size == 0:
             self._buffer = None
             return ChoiceArrays(np.zeros(1, dtype=np.int64), *(np.zeros(0, dtype=np.int64) for _ in COLUMNS))
@@ -493,11 +516,14 @@ class ArraySampler:
         return [arrays.strategy(self.space, i) for i in range(arrays.size)]
 
     # ------------------------------------------------------------------ drawing
-    def _draw_chunk(self, rng: np.random.Generator) -> tuple[ChoiceArrays, np.ndarray | None]:
-        """One chunk of strategies, and (with a memory model) whether each fits.
+    def _draw_chunk(self, rng: np.random.Generator, out: _Columns, scratch: _Scratch) -> int:
+        """One chunk of strategies, appended to ``out`` (those that fit, with a memory model);
+        returns how many did not fit.
 
-        The uniforms are drawn with numpy, in a fixed order and shape (the stream); the rules that
-        turn them into choices run compiled (``search.samplers.kernels``), one pass over the rows.
+        The uniforms are drawn with numpy, in a fixed order and shape (the stream), into
+        ``scratch``'s buffers; the rules that turn them into choices run compiled
+        (``search.samplers.kernels``): the layouts, the chunk's PS count (Algorithm 1's
+        uniforms), then ``draw_rows``, strategy by strategy, into ``out``.
         """
         from search.samplers import kernels  # numba: imported on first use
 
@@ -513,40 +539,49 @@ class ArraySampler:
             kw = np.ones((b, len(kinds)))
             aw = np.ones((b, len(cfg.algorithms)))
         u_groups = rng.random(b)
-        uv = rng.random((3, b, v), dtype=np.float32)
-        lay, offsets = kernels.layouts(
-            p[0], uv, t.n_axes, t.n_axes_f, t.last_axis, t.kmax_tab, t.base, t.whole, t.lay_k
+        uv = rng.random(dtype=np.float32, out=scratch.get("uv", (3, b, v), np.float32))
+        lay = scratch.get("lay", b * v, np.int64)
+        offsets = kernels.layouts(
+            p[0], uv, t.n_axes, t.n_axes_f, t.last_axis, t.kmax_tab, t.base, t.whole, t.lay_k, lay
         )
         rows_total = int(offsets[-1])
-        u_ps = rng.random(rows_total, dtype=np.float32)
-        u_lr = rng.random(rows_total, dtype=np.float32)
+
+        def uniforms(name: str, dtype: type[np.floating] = np.float32, size: int = rows_total) -> np.ndarray:
+            return rng.random(dtype=dtype, out=scratch.get(name, size, dtype))
+
+        u_ps = uniforms("u_ps")
+        u_lr = uniforms("u_lr")
         no_u = np.zeros(0, dtype=np.float32)
         # compressor: a kind among those the shard accepts (weights restricted to them), then a
         # PowerSGD rank uniformly among those allowed (``partial._pick``)
         squeeze = len(kinds) > 1
-        u_kind = rng.random(rows_total, dtype=np.float32) if squeeze else no_u
-        u_rank = rng.random(rows_total, dtype=np.float32) if squeeze else no_u
+        u_kind = uniforms("u_kind") if squeeze else no_u
+        u_rank = uniforms("u_rank") if squeeze else no_u
         kind_col = np.array([kinds.index(k) if k in kinds else -1 for k in COMPRESSORS], dtype=np.int64)
         # algorithm by weight (``partial._choose``: the first whose cumulative weight exceeds u)
         if len(cfg.algorithms) > 1:
             frac = (np.cumsum(aw, axis=1) / aw.sum(axis=1, keepdims=True))[:, :-1].astype(np.float32)
-            u_alg = rng.random(rows_total, dtype=np.float32)
+            u_alg = uniforms("u_alg")
         else:
             frac, u_alg = np.zeros((b, 0), dtype=np.float32), no_u
-        (
-            row_draw,
-            variable,
-            axis,
-            num_shards,
-            shard_index,
-            entry,
-            is_ps,
-            lr,
-            compressor,
-            rank,
-            algorithm,
-            n_cc,
-        ) = kernels.choice_rows(
+        constrained = self.kind == "constrained"
+        balance = constrained and self.constraints.load_balance
+        merge = constrained and self.constraints.adjacent_merge
+        n_ps = kernels.ps_count(offsets, p[1], u_ps) if balance else 0
+        # Algorithm 1: one uniform per PS row, used strategy after strategy in size order;
+        # random placement: one per row
+        u_server = uniforms("u_server", np.float64, n_ps if balance else rows_total)
+        u_group = no_u if merge else uniforms("u_group", np.float64)
+        mm = self.memory
+        if mm is not None:
+            nodes = self.space.cluster.nodes
+            cap = np.array([mm.host_capacity_of(node.name) for node in nodes], dtype=np.float64)
+            memory = (float(mm.state_factor), float(mm.headroom()), cap)
+        else:
+            memory = (0.0, 0.0, np.zeros(len(self._share)))
+        out.room(rows_total, b)
+        cols = tuple(out.cols[k] for k in (*COLUMNS, "entry"))
+        out.n, out.t, rejected = kernels.draw_rows(
             lay,
             offsets,
             v,
@@ -567,56 +602,51 @@ class ArraySampler:
             self._algorithms,
             frac,
             u_alg,
+            u_groups,
+            cfg.max_groups,
+            balance,
+            u_server,
+            self._share,
+            float(self.constraints.temperature),
+            t.msg,
+            t.brank,
+            merge,
+            u_group,
+            mm is not None,
+            t.param,
+            t.model_bytes,
+            *memory,
+            cols,
+            out.offsets,
+            out.ids,
+            out.n,
+            out.t,
         )
-        n_groups = 1 + (u_groups * np.maximum(1, np.minimum(cfg.max_groups, n_cc))).astype(np.int64)
-        if self.kind == "constrained" and self.constraints.load_balance:
-            server = self._load_balance(rng, row_draw, is_ps, entry)  # -1: collective
-        else:
-            server = (rng.random(rows_total) * len(self.space.servers)).astype(np.int16)
-            server[~is_ps] = -1
-        if self.kind == "constrained" and self.constraints.adjacent_merge:
-            group = _adjacent_merge(offsets, ~is_ps, t.msg[entry], n_groups)  # -1: PS
-        else:
-            ng = np.repeat(n_groups, np.diff(offsets))
-            group = np.minimum((rng.random(rows_total) * ng).astype(np.int64), ng - 1).astype(np.int16)
-            group[is_ps] = -1
-        fits = None
-        if self.memory is not None:
-            fits = self._fits_rows(offsets, entry, is_ps, server, compressor)
-        arrays = ChoiceArrays(
-            offsets=offsets,
-            variable=variable,
-            axis=axis,
-            num_shards=num_shards,
-            shard_index=shard_index,
-            is_ps=is_ps,
-            server=server,
-            local_replication=lr,
-            group=group,
-            algorithm=algorithm,
-            compressor=compressor,
-            rank=rank,
-            entry=entry,
-        )
-        return arrays, fits
+        return int(rejected)
 
     def _load_balance(
         self,
         rng: np.random.Generator,
-        row_draw: np.ndarray,
+        offsets: np.ndarray,
         is_ps: np.ndarray,
         entry: np.ndarray,
     ) -> np.ndarray:
-        """Algorithm 1 for every strategy of the chunk (``kernels.load_balance_rows``, compiled):
-        one uniform per PS row, used per strategy in (size descending, row) order. Rows are
-        grouped by strategy (``row_draw``); ``entry`` is each row's shard in the space's tables."""
+        """Algorithm 1 for every strategy of given rows (``kernels.load_balance_rows``: the sizes'
+        order and the placement ``draw_rows`` runs): one uniform per PS row, used strategy after
+        strategy in (size descending, row) order; ``entry`` is each row's shard in the tables."""
         from search.samplers.kernels import load_balance_rows  # numba: imported on first use
 
         u = rng.random(int(np.count_nonzero(is_ps)))
-        bw = np.asarray(self.space.server_bandwidth, dtype=np.float64)
         t = self._t
         return load_balance_rows(
-            row_draw, is_ps, entry, t.msg, t.brank, u, bw / bw.sum(), float(self.constraints.temperature)
+            np.asarray(offsets, dtype=np.int64),
+            np.asarray(is_ps, dtype=bool),
+            np.asarray(entry, dtype=np.int64),
+            t.msg,
+            t.brank,
+            u,
+            self._share,
+            float(self.constraints.temperature),
         )
 
     def _fits_rows(
@@ -660,9 +690,9 @@ class ArraySampler:
         )
 
 
-def _int_type(top: int) -> type[np.signedinteger]:
+def _int_type(top: int) -> np.dtype:
     """The narrowest signed integer type holding -1..top."""
-    return np.int8 if top < 2**7 else np.int16 if top < 2**15 else np.int32
+    return np.dtype(np.int8 if top < 2**7 else np.int16 if top < 2**15 else np.int32)
 
 
 def _layout_entry(t: _Tables, variable: np.ndarray, axis: np.ndarray, k: np.ndarray) -> np.ndarray:

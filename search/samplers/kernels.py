@@ -40,111 +40,6 @@ import numpy as np
 
 
 @numba.njit(cache=True, nogil=True)
-def load_balance_rows(
-    row_draw: np.ndarray,
-    is_ps: np.ndarray,
-    entry: np.ndarray,
-    msg: np.ndarray,
-    brank: np.ndarray,
-    u: np.ndarray,
-    share: np.ndarray,
-    temperature: float,
-) -> np.ndarray:  # pragma: no cover - compiled; tests/search/test_round.py checks it against Algorithm 1
-    """Algorithm 1 for every strategy of a chunk: the server of each PS row (-1 on other rows).
-
-    Rows are grouped by strategy (``row_draw`` non-decreasing); row r's shard is ``entry[r]`` of
-    the tables ``msg`` (bytes) and ``brank`` (size rank). A strategy's PS rows are visited
-    by ``brank`` ascending (size descending; ties in row order) and take the uniforms ``u`` in that
-    order, strategy after strategy. Sizes are in units of temperature x the strategy's mean PS
-    shard (so the logits need no division); ``temperature`` 0 is the argmax rule (ties uniform).
-
-    The order within a strategy comes from a counting sort by ``brank`` when there are few
-    distinct sizes (at most twice the strategy's rows: BERT-large has 136), else from a stable
-    sort; both give (brank, row) order.
-    """
-    n = len(row_draw)
-    j = len(share)
-    out = np.full(n, -1, dtype=np.int16)
-    n_rank = 0
-    for r in range(n):
-        if is_ps[r] and brank[entry[r]] + 1 > n_rank:
-            n_rank = brank[entry[r]] + 1
-    count = np.zeros(n_rank + 1, dtype=np.int64)
-    rows = np.empty(n, dtype=np.int64)  # one strategy's PS rows, by (brank, row)
-    loads = np.zeros(j)
-    w = np.empty(j)
-    used = 0  # uniforms used so far
-    lo = 0
-    while lo < n:
-        hi = lo + 1
-        while hi < n and row_draw[hi] == row_draw[lo]:
-            hi += 1
-        # the strategy's PS rows sorted by (brank, row), and their mean size (summed in row order)
-        m = 0
-        total_msg = 0.0
-        if n_rank <= 2 * (hi - lo):  # counting sort: few distinct sizes (BERT-large: 136)
-            count[:] = 0
-            for r in range(lo, hi):
-                if is_ps[r]:
-                    count[brank[entry[r]] + 1] += 1
-                    total_msg += msg[entry[r]]
-                    m += 1
-            for q in range(n_rank):
-                count[q + 1] += count[q]
-            for r in range(lo, hi):
-                if is_ps[r]:
-                    k = brank[entry[r]]
-                    rows[count[k]] = r
-                    count[k] += 1
-        else:  # many distinct sizes: a stable sort of the strategy's PS rows
-            for r in range(lo, hi):
-                if is_ps[r]:
-                    rows[m] = r
-                    total_msg += msg[entry[r]]
-                    m += 1
-            keys = np.empty(m, dtype=np.int64)
-            for t in range(m):
-                keys[t] = brank[entry[rows[t]]]
-            order = np.argsort(keys, kind="mergesort")
-            rows[:m] = rows[:m][order]
-        lo = hi
-        if m == 0:
-            continue
-        unit = total_msg / m * temperature
-        inv = 1.0 / unit if unit > 0 else 0.0
-        for q in range(j):
-            loads[q] = 0.0
-        total = 0.0
-        for t in range(m):
-            r = rows[t]
-            s = msg[entry[r]] * inv if temperature > 0 else msg[entry[r]]
-            top = -np.inf
-            for q in range(j):
-                w[q] = share[q] * total - loads[q]  # how far server q lags its bandwidth share
-                top = max(top, w[q])
-            if temperature > 0:
-                for q in range(j):
-                    w[q] = math.exp(w[q] - top)
-            else:
-                tol = top - 1e-9 * max(1.0, abs(top))
-                for q in range(j):
-                    w[q] = 1.0 if w[q] >= tol else 0.0
-            for q in range(1, j):
-                w[q] = w[q - 1] + w[q]
-            target = u[used] * w[j - 1]
-            used += 1
-            # inverse CDF: servers whose cumulative weight is <= target are passed (the last
-            # takes what rounding leaves)
-            pick = 0
-            for q in range(j - 1):
-                pick += w[q] <= target
-            out[r] = pick
-            loads[pick] += s
-            total += s
-    return out
-
-
-@numba.njit(cache=True, nogil=True)
 def layouts(
     p_split: np.ndarray,
     uv: np.ndarray,
@@ -155,15 +50,16 @@ def layouts(
     base: np.ndarray,
     whole: np.ndarray,
     lay_k: np.ndarray,
-) -> tuple[np.ndarray, np.ndarray]:  # pragma: no cover - compiled; tests/search/test_round.py
-    """Each (strategy, variable)'s layout and the strategies' row offsets.
+    lay: np.ndarray,
+) -> np.ndarray:  # pragma: no cover - compiled; tests/search/test_round.py
+    """Each (strategy, variable)'s layout, written into ``lay`` (b x v,), and the strategies' row
+    offsets.
 
     Per variable: split with probability p_split[d] when it has a splittable axis, the axis
     uniformly among them (float32 product, as drawn), the shard count uniformly in 2..k_max
     (the float32 uniform times k_max - 1, in float64). ``uv`` (3, b, v) float32 uniforms.
     """
     b, v = uv.shape[1], uv.shape[2]
-    lay = np.empty(b * v, dtype=np.int64)
     offsets = np.zeros(b + 1, dtype=np.int64)
     for d in range(b):
         rows = 0
@@ -177,11 +73,270 @@ def layouts(
                 lay[d * v + i] = whole[i]
             rows += lay_k[lay[d * v + i]]
         offsets[d + 1] = offsets[d] + rows
-    return lay, offsets
+    return offsets
 
 
 @numba.njit(cache=True, nogil=True)
-def choice_rows(
+def ps_count(offsets: np.ndarray, p_ps: np.ndarray, u_ps: np.ndarray) -> int:  # pragma: no cover - compiled
+    """The chunk's PS rows (how many uniforms Algorithm 1 takes): a row is PS when its float32
+    uniform is below its strategy's p_ps (``draw_rows``' rule)."""
+    n_ps = 0
+    for d in range(len(offsets) - 1):
+        p = p_ps[d]
+        for r in range(offsets[d], offsets[d + 1]):
+            n_ps += u_ps[r] < p
+    return n_ps
+
+
+@numba.njit(cache=True, nogil=True)
+def size_order(
+    ps_e: np.ndarray, m: int, brank: np.ndarray, count: np.ndarray, order: np.ndarray
+) -> None:  # pragma: no cover - compiled; tests/search/test_round.py
+    """Positions 0..m-1 of a strategy's PS shards (entries ``ps_e``, in row order) by size rank
+    ``brank`` ascending (size descending), ties in row order, into ``order[:m]``.
+
+    A counting sort when the ranks are few against the shards (``count``: n_rank + 1 slots;
+    BERT-large has 136 ranks), else a stable sort; both give the same order.
+    """
+    n_rank = len(count) - 1
+    if n_rank <= 4 * m:
+        count[:] = 0
+        for x in range(m):
+            count[brank[ps_e[x]] + 1] += 1
+        for q in range(n_rank):
+            count[q + 1] += count[q]
+        for x in range(m):
+            k = brank[ps_e[x]]
+            order[count[k]] = x
+            count[k] += 1
+    else:
+        keys = np.empty(m, dtype=np.int64)
+        for x in range(m):
+            keys[x] = brank[ps_e[x]]
+        order[:m] = np.argsort(keys, kind="mergesort")
+
+
+@numba.njit(cache=True, nogil=True)
+def place(
+    ps_e: np.ndarray,
+    order: np.ndarray,
+    m: int,
+    msg: np.ndarray,
+    u: np.ndarray,
+    used: int,
+    share: np.ndarray,
+    temperature: float,
+    loads: np.ndarray,
+    w: np.ndarray,
+    picks: np.ndarray,
+) -> None:  # pragma: no cover - compiled; tests/search/test_round.py checks it against Algorithm 1
+    """Algorithm 1 for one strategy: the server of each of its m PS shards into ``picks`` (by
+    position in row order), visiting them in ``order`` (size descending) and taking the uniforms
+    ``u[used:used + m]`` in that order.
+
+    Sizes are in units of temperature x the strategy's mean PS shard (summed in row order), so the
+    logits need no division; ``temperature`` 0 is the argmax rule (ties uniform).
+    """
+    j = len(share)
+    total_msg = 0.0
+    for x in range(m):
+        total_msg += msg[ps_e[x]]
+    unit = total_msg / m * temperature
+    inv = 1.0 / unit if unit > 0 else 0.0
+    for q in range(j):
+        loads[q] = 0.0
+    total = 0.0
+    for t in range(m):
+        x = order[t]
+        s = msg[ps_e[x]] * inv if temperature > 0 else msg[ps_e[x]]
+        top = -np.inf
+        for q in range(j):
+            w[q] = share[q] * total - loads[q]  # how far server q lags its bandwidth share
+            top = max(top, w[q])
+        if temperature > 0:
+            for q in range(j):
+                w[q] = math.exp(w[q] - top)
+        else:
+            tol = top - 1e-9 * max(1.0, abs(top))
+            for q in range(j):
+                w[q] = 1.0 if w[q] >= tol else 0.0
+        for q in range(1, j):
+            w[q] = w[q - 1] + w[q]
+        target = u[used + t] * w[j - 1]
+        # inverse CDF: servers whose cumulative weight is <= target are passed (the last takes
+        # what rounding leaves)
+        pick = 0
+        for q in range(j - 1):
+            pick += w[q] <= target
+        picks[x] = pick
+        loads[pick] += s
+        total += s
+
+
+@numba.njit(cache=True, nogil=True)
+def merge_groups(
+    cc_bytes: np.ndarray, n: int, g: int, cum: np.ndarray, groups: np.ndarray
+) -> None:  # pragma: no cover - compiled; tests/search/test_round.py checks it against Algorithm 2
+    """Algorithm 2 for one strategy: the merge group of each of its n collective shards, given in
+    back-propagation order (``cc_bytes[:n]``), into ``groups[:n]``.
+
+    A group closes at the first shard where the cumulative bytes (summed in the order given)
+    reach the group's start plus total / N.
+    """
+    cum[0] = 0.0
+    for x in range(n):
+        cum[x + 1] = cum[x] + cc_bytes[x]
+    avg = (cum[n] - cum[0]) / max(g, 1)
+    group = 0
+    cur = 0
+    nxt_mark = -1  # position of the next boundary (a new group starts there)
+    boundaries = 0
+    pos = 0
+    while pos < n:
+        if nxt_mark < 0 and boundaries < g - 1:
+            # first position >= cur + 1 whose cumulative bytes reach cum[cur] + avg
+            target = cum[cur] + avg
+            nxt = cur + 1
+            while nxt < n and cum[nxt] < target:
+                nxt += 1
+            nxt_mark = nxt if nxt < n else n
+        if pos == nxt_mark:
+            group += 1
+            boundaries += 1
+            cur = pos
+            nxt_mark = -1
+            continue
+        groups[pos] = group
+        pos += 1
+
+
+@numba.njit(cache=True, nogil=True)
+def fits_one(
+    lo: int,
+    hi: int,
+    entry: np.ndarray,
+    is_ps: np.ndarray,
+    server: np.ndarray,
+    compressor: np.ndarray,
+    param: np.ndarray,
+    model_bytes: float,
+    state_factor: float,
+    headroom: float,
+    cap: np.ndarray,
+    hosted: np.ndarray,
+) -> bool:  # pragma: no cover - compiled; tests/search/test_round.py
+    """Rows lo..hi-1 (one strategy) fit in device and PS-host memory (``MemoryModel.check``'s rule).
+
+    Device: optimizer state of the collective shards (the model's bytes less the PS bytes) and
+    PowerSGD's buffers within ``headroom``; per PS server: its shards x (2 + state factor) within
+    its capacity. Byte counts are integers, exact in float64 whatever the summation order.
+    """
+    for q in range(len(cap)):
+        hosted[q] = 0.0
+    lowrank = 0.0
+    for r in range(lo, hi):
+        if is_ps[r]:
+            hosted[server[r]] += param[entry[r]]
+        elif compressor[r] == 2:
+            lowrank += param[entry[r]]
+    return fits(hosted, lowrank, model_bytes, state_factor, headroom, cap)
+
+
+@numba.njit(cache=True, nogil=True)
+def fits(
+    hosted: np.ndarray,
+    lowrank: float,
+    model_bytes: float,
+    state_factor: float,
+    headroom: float,
+    cap: np.ndarray,
+) -> bool:  # pragma: no cover - compiled; tests/search/test_round.py
+    """The memory rule on a strategy's sums: PS bytes per server ``hosted``, PowerSGD bytes ``lowrank``."""
+    ps_bytes = 0.0
+    ok = True
+    for q in range(len(cap)):
+        ps_bytes += hosted[q]
+        if hosted[q] * (2.0 + state_factor) > cap[q]:
+            ok = False
+    return ok and state_factor * (model_bytes - ps_bytes) + lowrank <= headroom
+
+
+_M0 = np.uint64(0x9E3779B97F4A7C15)
+_M1 = np.uint64(0xC2B2AE3D27D4EB4F)
+_M2 = np.uint64(0x165667B19E3779F9)
+_M3 = np.uint64(0xD6E8FEB86659FD93)
+_FIN = np.uint64(0xBF58476D1CE4E5B9)
+
+
+@numba.njit(cache=True, nogil=True)
+def identity_one(
+    lo: int,
+    hi: int,
+    c0: np.ndarray,
+    c1: np.ndarray,
+    c2: np.ndarray,
+    c3: np.ndarray,
+    c4: np.ndarray,
+    c5: np.ndarray,
+    c6: np.ndarray,
+    c7: np.ndarray,
+    c8: np.ndarray,
+    c9: np.ndarray,
+    c10: np.ndarray,
+) -> np.uint64:  # pragma: no cover - compiled; tests/search/test_round.py checks it against numpy
+    """``ChoiceArrays.identity`` of rows lo..hi-1: the wrapping sum over the rows of a mixed row hash.
+
+    Row hash: x = 0, then for the 11 choice columns in order (``arrays.COLUMNS``) x = x * MIX[i % 4]
+    + value (as uint64: -1 wraps to 2^64 - 1, whatever the column's integer width), then
+    x ^= x >> 31, x *= 0xBF58476D1CE4E5B9, x ^= x >> 29. All arithmetic mod 2^64.
+    """
+    s31 = np.uint64(31)
+    s29 = np.uint64(29)
+    acc = np.uint64(0)
+    for r in range(lo, hi):
+        x = np.uint64(c0[r])
+        x = x * _M1 + np.uint64(c1[r])
+        x = x * _M2 + np.uint64(c2[r])
+        x = x * _M3 + np.uint64(c3[r])
+        x = x * _M0 + np.uint64(c4[r])
+        x = x * _M1 + np.uint64(c5[r])
+        x = x * _M2 + np.uint64(c6[r])
+        x = x * _M3 + np.uint64(c7[r])
+        x = x * _M0 + np.uint64(c8[r])
+        x = x * _M1 + np.uint64(c9[r])
+        x = x * _M2 + np.uint64(c10[r])
+        x ^= x >> s31
+        x *= _FIN
+        x ^= x >> s29
+        acc += x
+    return acc
+
+
+@numba.njit(cache=True, nogil=True)
+def identity_rows(
+    offsets: np.ndarray,
+    c0: np.ndarray,
+    c1: np.ndarray,
+    c2: np.ndarray,
+    c3: np.ndarray,
+    c4: np.ndarray,
+    c5: np.ndarray,
+    c6: np.ndarray,
+    c7: np.ndarray,
+    c8: np.ndarray,
+    c9: np.ndarray,
+    c10: np.ndarray,
+) -> np.ndarray:  # pragma: no cover - compiled; tests/search/test_round.py checks it against numpy
+    """``ChoiceArrays.identity``: ``identity_one`` of every strategy."""
+    b = len(offsets) - 1
+    out = np.zeros(b, dtype=np.uint64)
+    for d in range(b):
+        out[d] = identity_one(offsets[d], offsets[d + 1], c0, c1, c2, c3, c4, c5, c6, c7, c8, c9, c10)
+    return out
+
+
+@numba.njit(cache=True, nogil=True)
+def draw_rows(
     lay: np.ndarray,
     offsets: np.ndarray,
     v: int,
@@ -202,54 +357,104 @@ def choice_rows(
     algorithms: np.ndarray,
     frac: np.ndarray,
     u_alg: np.ndarray,
-) -> tuple[np.ndarray, ...]:  # pragma: no cover - compiled; tests/search/test_round.py
-    """The per-shard choices of every row (``ArraySampler._draw_chunk``'s factor-by-factor rules).
+    u_groups: np.ndarray,
+    max_groups: int,
+    balance: bool,
+    u_server: np.ndarray,
+    share: np.ndarray,
+    temperature: float,
+    msg: np.ndarray,
+    brank: np.ndarray,
+    merge: bool,
+    u_group: np.ndarray,
+    check: bool,
+    param: np.ndarray,
+    model_bytes: float,
+    state_factor: float,
+    headroom: float,
+    cap: np.ndarray,
+    cols: tuple[np.ndarray, ...],
+    out_offsets: np.ndarray,
+    out_ids: np.ndarray,
+    n0: int,
+    t0: int,
+) -> tuple[int, int, int]:  # pragma: no cover - compiled; tests/search/test_round.py
+    """A chunk's strategies, one after the other, written straight into the sample's columns.
 
-    ``kinds`` (3,): the column of kw holding the none / fp16 / PowerSGD weight, -1 when that kind
-    is not on offer; all -1 (or ``u_kind`` empty) draws no compressor. ``frac`` (b, A-1) float32
-    cumulative algorithm weights (empty: the single algorithm ``algorithms[0]``). Comparisons are
-    the numpy rules' own: float32 uniforms against float32 thresholds, or, where a float32 uniform
-    meets float64 weights or an integer count, in float64.
+    Per strategy: its rows (variable, layout, PS or collective, replication, compressor and rank,
+    algorithm; ``ArraySampler._draw_chunk``'s factor-by-factor rules), its merge-group count, the
+    servers of its PS rows (Algorithm 1, ``place``, when ``balance``; else uniform from
+    ``u_server``), the groups of its collective rows (Algorithm 2, ``merge_groups``, when
+    ``merge``; else uniform from ``u_group``), the memory check (``fits_one``, when ``check``) and
+    its content hash (``identity_one``). A strategy that does not fit is not kept: the next one
+    is written over its rows.
 
-    Returns row_draw, variable, axis, num_shards, shard_index, entry, is_ps, local_replication,
-    compressor, rank, algorithm and the strategies' collective row counts.
+    ``cols``: the 12 output columns (``arrays.COLUMNS`` then ``entry``); the chunk's kept
+    strategies go to strategies n0.. and rows t0.. (``out_offsets``, ``out_ids``), which the
+    caller sized for the whole chunk. ``kinds`` (3,): the column of kw holding the none / fp16 /
+    PowerSGD weight, -1 when that kind is not on offer; all -1 (or ``u_kind`` empty) draws no
+    compressor. ``frac`` (b, A-1) float32 cumulative algorithm weights (empty: the single
+    algorithm ``algorithms[0]``). Comparisons are the former numpy rules' own: float32 uniforms
+    against float32 thresholds, or, where a float32 uniform meets float64 weights or an integer
+    count, in float64. Uniforms are indexed by the row's position in the chunk (Algorithm 1's:
+    strategy after strategy, each in its size order).
+
+    Returns the strategies and rows written so far (n, t) and the strategies that did not fit.
     """
+    variable, axis, num_shards, shard_index, is_ps, server, lr, group, algorithm, compressor, rank, entry = (
+        cols
+    )
     b = len(offsets) - 1
-    n = offsets[b]
-    row_draw = np.empty(n, dtype=np.int32)
-    variable = np.empty(n, dtype=np.int32)
-    axis = np.empty(n, dtype=np.int8)
-    num_shards = np.empty(n, dtype=np.int16)
-    shard_index = np.empty(n, dtype=np.int16)
-    entry = np.empty(n, dtype=np.int32)
-    is_ps = np.empty(n, dtype=np.bool_)
-    lr = np.empty(n, dtype=np.bool_)
-    compressor = np.zeros(n, dtype=np.int8)
-    rank = np.zeros(n, dtype=np.int16)
-    algorithm = np.empty(n, dtype=np.int8)
-    n_cc = np.zeros(b, dtype=np.int64)
+    j = len(share)
+    most = 0
+    for d in range(b):
+        most = max(most, offsets[d + 1] - offsets[d])
+    ps_e = np.empty(most, dtype=np.int64)  # the strategy's PS shards, in row order: entry, row
+    ps_x = np.empty(most, dtype=np.int64)
+    cc_x = np.empty(most, dtype=np.int64)  # its collective rows, in row order
+    cc_bytes = np.empty(most)
+    order = np.empty(most, dtype=np.int64)
+    picks = np.empty(most, dtype=np.int64)
+    cum = np.empty(most + 1)
+    n_rank = 0
+    for e in range(len(brank)):
+        n_rank = max(n_rank, brank[e] + 1)
+    count = np.zeros(n_rank + 1, dtype=np.int64)
+    loads = np.zeros(j)
+    w = np.empty(j)
+    hosted = np.zeros(j)
     squeeze = len(u_kind) > 0
     n_frac = frac.shape[1]
     n_r = len(ranks)
-    r = 0
+    n, t = n0, t0
+    used = 0  # Algorithm 1's uniforms used so far
+    rejected = 0
     for d in range(b):
         w_none = kw[d, kinds[0]] if squeeze and kinds[0] >= 0 else 0.0
         w_fp16 = kw[d, kinds[1]] if squeeze and kinds[1] >= 0 else 0.0
         w_psgd = kw[d, kinds[2]] if squeeze and kinds[2] >= 0 else 0.0
+        r = offsets[d]  # row in the chunk (uniforms)
+        x = t  # row in the output
+        m = 0
+        n_cc = 0
+        lowrank = 0.0  # memory check: PowerSGD buffers, and each server's PS bytes (``fits``)
+        for q in range(j):
+            hosted[q] = 0.0
         for i in range(v):
             lay_i = lay[d * v + i]
             k = lay_k[lay_i]
             for q in range(k):
-                row_draw[r] = d
-                variable[r] = i
-                axis[r] = lay_axis[lay_i]
-                num_shards[r] = k
-                shard_index[r] = q
                 e = lay_start[lay_i] + q
-                entry[r] = e
+                variable[x] = i
+                axis[x] = lay_axis[lay_i]
+                num_shards[x] = k
+                shard_index[x] = q
+                entry[x] = e
                 ps = u_ps[r] < p_ps[d]
-                is_ps[r] = ps
-                lr[r] = ps and u_lr[r] < p_replication[d]
+                is_ps[x] = ps
+                lr[x] = ps and u_lr[r] < p_replication[d]
+                kind = 0
+                rk = 0
                 if squeeze and not ps:
                     fp_ok = fp16[e]
                     allowed = 0
@@ -268,100 +473,147 @@ def choice_rows(
                         kind = 2
                     else:
                         kind = 1 if fp_ok else 0
-                    compressor[r] = kind
                     if kind == 2:
                         pick = min(np.int64(np.float64(u_rank[r]) * np.float64(allowed)), allowed - 1)
                         seen = 0
                         for c in range(n_r):
                             if ranks[c] < min_side[e]:
                                 if seen == pick:
-                                    rank[r] = ranks[c]
+                                    rk = ranks[c]
                                     break
                                 seen += 1
-                if ps:
-                    algorithm[r] = 0
-                else:
-                    n_cc[d] += 1
-                    alg = 0
-                    for c in range(n_frac):
-                        if u_alg[r] >= frac[d, c]:
-                            alg += 1
-                    algorithm[r] = algorithms[alg]
+                compressor[x] = kind
+                rank[x] = rk
+                if kind == 2:
+                    lowrank += param[e]
+                # PS or collective is a coin flip: selects and unconditional writes, no branch
+                alg = 0
+                for c in range(n_frac):
+                    alg += u_alg[r] >= frac[d, c]
+                algorithm[x] = 0 if ps else algorithms[alg]
+                group[x] = -1
+                srv = 0 if balance else np.int64(u_server[r] * j)
+                server[x] = srv if ps else -1
+                if not balance:
+                    hosted[srv] += param[e] if ps else 0.0
+                ps_e[m] = e
+                ps_x[m] = x
+                cc_x[n_cc] = x
+                m += ps
+                n_cc += not ps
                 r += 1
-    return (
-        row_draw,
-        variable,
-        axis,
-        num_shards,
-        shard_index,
-        entry,
-        is_ps,
-        lr,
-        compressor,
-        rank,
-        algorithm,
-        n_cc,
-    )
+                x += 1
+        # merge groups N uniform in 1..max_groups(collective shards)
+        g = 1 + np.int64(u_groups[d] * np.float64(max(1, min(max_groups, n_cc))))
+        if balance and m > 0:
+            size_order(ps_e, m, brank, count, order)
+            place(ps_e, order, m, msg, u_server, used, share, temperature, loads, w, picks)
+            used += m
+            for y in range(m):
+                server[ps_x[y]] = picks[y]
+                hosted[picks[y]] += param[ps_e[y]]
+        if n_cc > 0:
+            if merge:
+                for y in range(n_cc):  # back-propagation order
+                    cc_bytes[y] = msg[entry[cc_x[n_cc - 1 - y]]]
+                merge_groups(cc_bytes, n_cc, int(g), cum, picks)
+                for y in range(n_cc):
+                    group[cc_x[n_cc - 1 - y]] = picks[y]
+            else:
+                for y in range(n_cc):
+                    group[cc_x[y]] = min(np.int64(u_group[offsets[d] + cc_x[y] - t] * np.float64(g)), g - 1)
+        if check and not fits(hosted, lowrank, model_bytes, state_factor, headroom, cap):
+            rejected += 1
+            continue
+        out_ids[n] = identity_one(
+            t,
+            x,
+            variable,
+            axis,
+            num_shards,
+            shard_index,
+            is_ps,
+            server,
+            lr,
+            group,
+            algorithm,
+            compressor,
+            rank,
+        )
+        out_offsets[n + 1] = x
+        n += 1
+        t = x
+    return n, t, rejected
+
+
+@numba.njit(cache=True, nogil=True)
+def load_balance_rows(
+    offsets: np.ndarray,
+    is_ps: np.ndarray,
+    entry: np.ndarray,
+    msg: np.ndarray,
+    brank: np.ndarray,
+    u: np.ndarray,
+    share: np.ndarray,
+    temperature: float,
+) -> np.ndarray:  # pragma: no cover - compiled; tests/search/test_round.py checks it against Algorithm 1
+    """Algorithm 1 (``size_order`` + ``place``, as ``draw_rows`` runs them) for every strategy of
+    given rows: the server of each PS row (-1 on other rows); uniforms strategy after strategy."""
+    n = len(is_ps)
+    out = np.full(n, -1, dtype=np.int16)
+    n_rank = 0
+    for e in range(len(brank)):
+        n_rank = max(n_rank, brank[e] + 1)
+    count = np.zeros(n_rank + 1, dtype=np.int64)
+    ps_e = np.empty(n, dtype=np.int64)
+    ps_x = np.empty(n, dtype=np.int64)
+    order = np.empty(n, dtype=np.int64)
+    picks = np.empty(n, dtype=np.int64)
+    loads = np.zeros(len(share))
+    w = np.empty(len(share))
+    used = 0
+    for d in range(len(offsets) - 1):
+        m = 0
+        for r in range(offsets[d], offsets[d + 1]):
+            if is_ps[r]:
+                ps_e[m] = entry[r]
+                ps_x[m] = r
+                m += 1
+        if m == 0:
+            continue
+        size_order(ps_e, m, brank, count, order)
+        place(ps_e, order, m, msg, u, used, share, temperature, loads, w, picks)
+        used += m
+        for y in range(m):
+            out[ps_x[y]] = picks[y]
+    return out
 
 
 @numba.njit(cache=True, nogil=True)
 def adjacent_merge_rows(
     offsets: np.ndarray, cc: np.ndarray, msg: np.ndarray, n_groups: np.ndarray
 ) -> np.ndarray:  # pragma: no cover - compiled; tests/search/test_round.py checks it against Algorithm 2
-    """Algorithm 2 for every strategy: the merge group of each collective row (-1 on PS rows).
-
-    A strategy's collective shards in back-propagation order (the reverse of row order); a group
-    closes at the first shard where the cumulative bytes reach the group's start plus total / N.
-    The cumulative bytes run over the whole chunk in reverse row order (the former numpy code's
-    one cumsum, summed in the same order), so the boundaries are the same to the last bit.
-    """
+    """Algorithm 2 (``merge_groups``, as ``draw_rows`` runs it) for every strategy of given rows:
+    the merge group of each collective row (-1 on PS rows), bytes ``msg`` per row."""
     b = len(offsets) - 1
     n = len(cc)
     out = np.full(n, -1, dtype=np.int16)
-    m = 0
-    for r in range(n):
-        if cc[r]:
-            m += 1
-    rows = np.empty(m, dtype=np.int64)  # collective rows, reversed
-    cum = np.zeros(m + 1)
-    seg_start = np.zeros(b, dtype=np.int64)
-    seg_end = np.zeros(b, dtype=np.int64)
-    p = 0
-    for d in range(b - 1, -1, -1):
-        seg_start[d] = p
+    rows = np.empty(n, dtype=np.int64)
+    cc_bytes = np.empty(n)
+    groups = np.empty(n, dtype=np.int64)
+    cum = np.empty(n + 1)
+    for d in range(b):
+        c = 0
         for r in range(offsets[d + 1] - 1, offsets[d] - 1, -1):
             if cc[r]:
-                rows[p] = r
-                cum[p + 1] = cum[p] + msg[r]
-                p += 1
-        seg_end[d] = p
-    for d in range(b):
-        lo, hi = seg_start[d], seg_end[d]
-        if hi == lo:
+                rows[c] = r
+                cc_bytes[c] = msg[r]
+                c += 1
+        if c == 0:
             continue
-        g = n_groups[d]
-        avg = (cum[hi] - cum[lo]) / max(g, 1)
-        group = 0
-        cur = lo
-        nxt_mark = -1  # position of the next boundary (a new group starts there)
-        boundaries = 0
-        pos = lo
-        while pos < hi:
-            if nxt_mark < 0 and boundaries < g - 1:
-                # first position >= cur + 1 whose cumulative bytes reach cum[cur] + avg
-                target = cum[cur] + avg
-                nxt = cur + 1
-                while nxt < hi and cum[nxt] < target:
-                    nxt += 1
-                nxt_mark = nxt if nxt < hi else hi
-            if pos == nxt_mark:
-                group += 1
-                boundaries += 1
-                cur = pos
-                nxt_mark = -1
-                continue
-            out[rows[pos]] = group
-            pos += 1
+        merge_groups(cc_bytes, c, n_groups[d], cum, groups)
+        for y in range(c):
+            out[rows[y]] = groups[y]
     return out
 
 
@@ -378,85 +630,23 @@ def fits_rows(
     headroom: float,
     cap: np.ndarray,
 ) -> np.ndarray:  # pragma: no cover - compiled; tests/search/test_round.py
-    """Per strategy: fits in device and PS-host memory (``MemoryModel.check``'s rule).
-
-    Device: optimizer state of the collective shards (the model's bytes less the PS bytes) and
-    PowerSGD's buffers within ``headroom``; per PS server: its shards x (2 + state factor) within
-    its capacity. Byte counts are integers, exact in float64 whatever the summation order.
-    """
+    """``fits_one`` of every strategy of given rows."""
     b = len(offsets) - 1
-    j = len(cap)
     ok = np.empty(b, dtype=np.bool_)
-    hosted = np.zeros(j)
+    hosted = np.zeros(len(cap))
     for d in range(b):
-        for q in range(j):
-            hosted[q] = 0.0
-        lowrank = 0.0
-        for r in range(offsets[d], offsets[d + 1]):
-            if is_ps[r]:
-                hosted[server[r]] += param[entry[r]]
-            elif compressor[r] == 2:
-                lowrank += param[entry[r]]
-        ps_bytes = 0.0
-        fits = True
-        for q in range(j):
-            ps_bytes += hosted[q]
-            if hosted[q] * (2.0 + state_factor) > cap[q]:
-                fits = False
-        fits = fits and state_factor * (model_bytes - ps_bytes) + lowrank <= headroom
-        ok[d] = fits
+        ok[d] = fits_one(
+            offsets[d],
+            offsets[d + 1],
+            entry,
+            is_ps,
+            server,
+            compressor,
+            param,
+            model_bytes,
+            state_factor,
+            headroom,
+            cap,
+            hosted,
+        )
     return ok
-
-
-_M0 = np.uint64(0x9E3779B97F4A7C15)
-_M1 = np.uint64(0xC2B2AE3D27D4EB4F)
-_M2 = np.uint64(0x165667B19E3779F9)
-_M3 = np.uint64(0xD6E8FEB86659FD93)
-_FIN = np.uint64(0xBF58476D1CE4E5B9)
-
-
-@numba.njit(cache=True, nogil=True)
-def identity_rows(
-    offsets: np.ndarray,
-    c0: np.ndarray,
-    c1: np.ndarray,
-    c2: np.ndarray,
-    c3: np.ndarray,
-    c4: np.ndarray,
-    c5: np.ndarray,
-    c6: np.ndarray,
-    c7: np.ndarray,
-    c8: np.ndarray,
-    c9: np.ndarray,
-    c10: np.ndarray,
-) -> np.ndarray:  # pragma: no cover - compiled; tests/search/test_round.py checks it against numpy
-    """``ChoiceArrays.identity``: per strategy, the wrapping sum over its rows of a mixed row hash.
-
-    Row hash: x = 0, then for the 11 choice columns in order (``arrays.COLUMNS``) x = x * MIX[i % 4] + value (as
-    uint64: -1 wraps to 2^64 - 1, whatever the column's integer width), then x ^= x >> 31,
-    x *= 0xBF58476D1CE4E5B9, x ^= x >> 29. All arithmetic mod 2^64.
-    """
-    b = len(offsets) - 1
-    out = np.zeros(b, dtype=np.uint64)
-    s31 = np.uint64(31)
-    s29 = np.uint64(29)
-    for d in range(b):
-        acc = np.uint64(0)
-        for r in range(offsets[d], offsets[d + 1]):
-            x = np.uint64(c0[r])
-            x = x * _M1 + np.uint64(c1[r])
-            x = x * _M2 + np.uint64(c2[r])
-            x = x * _M3 + np.uint64(c3[r])
-            x = x * _M0 + np.uint64(c4[r])
-            x = x * _M1 + np.uint64(c5[r])
-            x = x * _M2 + np.uint64(c6[r])
-            x = x * _M3 + np.uint64(c7[r])
-            x = x * _M0 + np.uint64(c8[r])
-            x = x * _M1 + np.uint64(c9[r])
-            x = x * _M2 + np.uint64(c10[r])
-            x ^= x >> s31
-            x *= _FIN
-            x ^= x >> s29
-            acc += x
-        out[d] = acc
-    return out

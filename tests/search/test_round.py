@@ -189,8 +189,7 @@ def test_array_load_balance_is_algorithm_1(
     e = _layout_entry(t, arrays.variable, arrays.axis, arrays.num_shards) + arrays.shard_index
     is_ps = np.asarray(arrays.is_ps)
     u = np.random.default_rng(3).random(int(is_ps.sum()))
-    row_draw = np.repeat(np.arange(arrays.size), np.diff(arrays.offsets))
-    server = sampler._load_balance(_Uniforms(u), row_draw, is_ps, e)  # type: ignore[arg-type]
+    server = sampler._load_balance(_Uniforms(u), arrays.offsets, is_ps, e)  # type: ignore[arg-type]
     # the lockstep consumes uniforms per strategy, in (strategy, size descending) order
     used = 0
     for d in range(arrays.size):
