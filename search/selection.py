@@ -25,7 +25,7 @@ chosen set's similarity monotone in alpha. With alpha = 0 the greedy takes the K
 from __future__ import annotations
 
 import itertools
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -84,7 +84,7 @@ def select_diverse(
     ever picked, so the ladder costs little besides O(K x M) arithmetic per start.
     """
     f_hat, f = _prepare(strategies, scores, k, alpha)
-    chosen, sim = _solve(f, k, alpha, _Rows(similarity, similarity.embed(strategies)), ladder)
+    chosen, sim = _solve(f, k, alpha, _Rows(similarity.rows(similarity.embed(strategies)), len(f)), ladder)
     return _selection(strategies, f_hat, f, chosen, sim, alpha)
 
 
@@ -110,8 +110,22 @@ def select_embedded(
     """``select_diverse`` on candidates already embedded (``similarity.embed`` or an array
     embedding of the same meaning, e.g. ``FactorSimilarity.embed_arrays``): the array path of a
     round, which never builds the M Strategy objects. Same solver, same result for equal rows."""
-    f_hat, f = _prepare(range(len(embedded)), scores, k, alpha)
-    chosen, sim = _solve(f, k, alpha, _Rows(similarity, embedded), ladder)
+    if np.shape(scores) != (len(embedded),):
+        raise ValueError(f"scores: shape {np.shape(scores)}, expected ({len(embedded)},)")
+    return select_rows(similarity.rows(embedded), scores, k, alpha, ladder)
+
+
+def select_rows(
+    rows: Callable[[int], np.ndarray],
+    scores: Sequence[float] | np.ndarray,
+    k: int,
+    alpha: float,
+    ladder: Sequence[float] = ALPHA_LADDER,
+) -> Choice:
+    """``select_embedded`` given the similarity rows of the candidates (i -> sim(i, every
+    candidate), as ``Similarity.rows`` or ``FactorSimilarity.rows_arrays`` return)."""
+    f_hat, f = _prepare(range(np.size(scores)), scores, k, alpha)
+    chosen, sim = _solve(f, k, alpha, _Rows(rows, len(f)), ladder)
     return Choice(
         indices=tuple(chosen),
         predicted=tuple(float(f_hat[i]) for i in chosen),
@@ -175,13 +189,17 @@ def _prepare(
 class _Rows:
     """sim(i, every candidate), computed on first use."""
 
-    def __init__(self, similarity: Similarity, embedded: np.ndarray) -> None:
-        self._row = similarity.rows(embedded)
+    def __init__(self, row: Callable[[int], np.ndarray], size: int) -> None:
+        self._row = row
+        self._size = size
         self._rows: dict[int, np.ndarray] = {}
 
     def __getitem__(self, i: int) -> np.ndarray:
         if i not in self._rows:
-            self._rows[i] = self._row(i)
+            r = self._row(i)
+            if r.shape != (self._size,):
+                raise ValueError(f"similarity rows: shape {r.shape}, expected ({self._size},)")
+            self._rows[i] = r
         return self._rows[i]
 
 

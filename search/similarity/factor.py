@@ -38,6 +38,8 @@ if TYPE_CHECKING:
 FACTORS = ("partition", "kind", "server", "replication", "group", "compressor", "algorithm")
 #: Odd 64-bit multiplier of the per-shard polynomial hash (any odd constant with mixed bits).
 _P = np.uint64(0x9E3779B97F4A7C15)
+#: Variables coded at a time by ``rows_arrays`` (7 x 16 uint64 codes of 2,500 candidates: 2.2 MB).
+ROWS_BLOCK = 16
 #: The choice-array columns ``kernels.factor_codes`` reads after ``shard_index``, in its order.
 _CODED = (
     "is_ps",
@@ -106,7 +108,28 @@ class FactorSimilarity(Similarity):
 
     def rows(self, embedded: np.ndarray) -> Callable[[int], np.ndarray]:
         """``between(embedded[i], embedded)`` by i, on per-column ids (see ``FactorRows``)."""
-        return FactorRows(embedded)
+        return FactorRows.of_codes(embedded)
+
+    def rows_arrays(self, arrays: ChoiceArrays, index: np.ndarray | None = None) -> FactorRows:
+        """``rows(embed_arrays(arrays.take(index)))`` (all strategies when ``index`` is None) without
+        the take or the (N, V x 7) codes: ``kernels.factor_ids`` codes ``ROWS_BLOCK`` variables at a
+        time into a buffer that stays in the cache and turns them into ids at once. Same layout
+        requirement as ``embed_arrays``."""
+        from search.similarity.kernels import factor_ids  # numba: imported on first use
+
+        v = len(self.variables)
+        picked = np.arange(arrays.size) if index is None else np.asarray(index, dtype=np.int64)
+        n, d = len(picked), v * len(FACTORS)
+        narrow, wide, which = _id_buffers(d, n)
+        shard = np.asarray(arrays.shard_index)
+        top = int(shard.max()) + 1 if len(shard) else 1
+        power = np.cumprod(np.full(top, _P, dtype=np.uint64))  # P^(s+1)
+        columns = (np.asarray(getattr(arrays, k)) for k in _CODED)
+        offsets = np.asarray(arrays.offsets, dtype=np.int64)
+        a, b = factor_ids(power, picked, offsets, v, ROWS_BLOCK, narrow, wide, which, shard, *columns)
+        if a < 0:
+            raise ValueError(f"arrays: a strategy's rows are not {v} variable segments")
+        return FactorRows(narrow[:a], wide[:b], d)
 
     def between(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
         out = np.empty((len(a), len(b)))
@@ -120,36 +143,49 @@ class FactorSimilarity(Similarity):
 
 
 class FactorRows:
-    """sim(i, every candidate) of one embedded set, i at a time: ``FactorSimilarity.between``'s
+    """sim(i, every candidate) of one set of candidates, i at a time: ``FactorSimilarity.between``'s
     values (matching columns / D, the same integers and division) from per-column ids.
 
-    Built once per set (``kernels.column_ids``, one pass over the codes, column by column, so
-    column-major ``embedded`` is read in place; a row-major one is copied first): each column's
-    64-bit codes become dense ids, one byte where the column has at most 256 distinct codes, else
-    two (four past 65,536 candidates); constant columns, which every pair matches, are only
-    counted. A row is then one pass over ~D x N bytes (``kernels.match_counts``). Equal ids mean
-    equal codes only within one column of one set, so rows never compare two sets.
+    Each column's 64-bit codes become dense ids (``kernels.column_ids``), one byte where the
+    column has at most 256 distinct codes, else two (four past 65,536 candidates); constant
+    columns, which every pair matches, are only counted. A row is then one pass over ~D x N bytes
+    (``kernels.match_counts``). Equal ids mean equal codes only within one column of one set, so
+    rows never compare two sets. Built by ``of_codes`` (from ``embed`` / ``embed_arrays``) or
+    ``FactorSimilarity.rows_arrays`` (from choice arrays, without the codes).
 
-    Shapes: embedded (N, D) int64 (``embed``) or uint64 (``embed_arrays``); a row (N,) float64.
+    Shapes: narrow (D8, N) uint8, wide (D16, N) uint16 or uint32, width D >= D8 + D16; a row (N,)
+    float64.
     """
 
-    def __init__(self, embedded: np.ndarray) -> None:
+    def __init__(self, narrow: np.ndarray, wide: np.ndarray, width: int) -> None:
+        from search.similarity.kernels import match_counts  # numba: imported on first use
+
+        self.narrow, self.wide = narrow, wide
+        self.constant = width - len(narrow) - len(wide)  # columns where every pair matches
+        self.width = width
+        self._counts = np.empty(narrow.shape[1], dtype=np.int32)
+        self._match_counts = match_counts
+
+    @classmethod
+    def of_codes(cls, embedded: np.ndarray) -> FactorRows:
+        """From (N, D) codes, int64 (``embed``) or uint64 (``embed_arrays``); read column by column,
+        so a column-major ``embedded`` is read in place and a row-major one copied first."""
         if embedded.ndim != 2 or embedded.dtype not in (np.int64, np.uint64):
             raise ValueError(f"embedded: expected (N, D) 64-bit codes, got {embedded.dtype} {embedded.shape}")
-        from search.similarity.kernels import column_ids, match_counts  # numba: imported on first use
+        from search.similarity.kernels import column_ids  # numba: imported on first use
 
         codes = np.asfortranarray(embedded).view(np.uint64).T  # (D, N), C-contiguous
         d, n = codes.shape
-        narrow = np.empty((d, n), dtype=np.uint8)
-        wide = np.empty((d, n), dtype=np.uint16 if n <= 1 << 16 else np.uint32)
-        which = np.empty(d, dtype=np.int8)
+        narrow, wide, which = _id_buffers(d, n)
         a, b = column_ids(codes, narrow, wide, which)
-        self.narrow, self.wide = narrow[:a], wide[:b]
-        self.constant = d - a - b  # columns where every pair matches
-        self.width = d
-        self._counts = np.empty(n, dtype=np.int32)
-        self._match_counts = match_counts
+        return cls(narrow[:a], wide[:b], d)
 
     def __call__(self, i: int) -> np.ndarray:
         self._match_counts(self.narrow, self.wide, i, self._counts)
         return (self._counts + self.constant) / self.width
+
+
+def _id_buffers(d: int, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Room for every column's ids in either width (pages past the rows used are never touched)."""
+    wide = np.uint16 if n <= 1 << 16 else np.uint32
+    return np.empty((d, n), dtype=np.uint8), np.empty((d, n), dtype=wide), np.empty(d, dtype=np.int8)

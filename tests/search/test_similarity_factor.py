@@ -10,7 +10,7 @@ import pytest
 
 from search import ArraySampler, Space, SpaceConfig
 from search.samplers.arrays import ChoiceArrays
-from search.selection import select_diverse, select_embedded
+from search.selection import select_diverse, select_embedded, select_rows
 from search.similarity import FactorSimilarity, HiddenSimilarity
 from search.similarity.factor import FactorRows
 from simulator import zoo
@@ -93,7 +93,7 @@ def test_rows_are_between_on_constant_narrow_and_wide_columns(order: Literal["C"
     distinct = [1, 2, 256, 257, 600, 1, 3, 40]
     codes: np.ndarray = np.asarray(_codes_with_cardinalities(700, distinct, 0).view(dtype), order=order)
     sim = FactorSimilarity(zoo.model("BERT-large"))
-    rows = FactorRows(codes)
+    rows = FactorRows.of_codes(codes)
     assert rows.constant == 2 and rows.narrow.shape == (4, 700) and rows.wide.shape == (2, 700)
     assert rows.narrow.dtype == np.uint8 and rows.wide.dtype == np.uint16
     expected = sim.between(codes, codes)
@@ -108,7 +108,7 @@ def test_rows_with_colliding_table_slots() -> None:
     column = np.concatenate([low, low << np.uint64(40), [np.uint64(0), np.uint64(2**64 - 1)]])
     rng = np.random.default_rng(1)
     codes = np.stack([rng.permutation(np.tile(column, 2)), rng.permutation(np.tile(column, 2))], axis=1)
-    rows = FactorRows(codes)
+    rows = FactorRows.of_codes(codes)
     expected = FactorSimilarity(zoo.model("BERT-large")).between(codes, codes)
     for i in range(0, len(codes), 7):
         assert np.array_equal(rows(i), expected[i])
@@ -117,7 +117,7 @@ def test_rows_with_colliding_table_slots() -> None:
 def test_rows_past_65536_candidates_use_four_byte_ids() -> None:
     n = 70_000
     codes = np.stack([np.arange(n, dtype=np.uint64), np.arange(n, dtype=np.uint64) % np.uint64(3)], axis=1)
-    rows = FactorRows(codes)
+    rows = FactorRows.of_codes(codes)
     assert rows.wide.dtype == np.uint32 and rows.wide.shape == (1, n) and rows.narrow.shape == (1, n)
     r = rows(4)
     assert (
@@ -127,9 +127,9 @@ def test_rows_past_65536_candidates_use_four_byte_ids() -> None:
 
 def test_rows_refuse_other_embeddings() -> None:
     with pytest.raises(ValueError, match="64-bit codes"):
-        FactorRows(np.zeros((3, 4)))
+        FactorRows.of_codes(np.zeros((3, 4)))
     with pytest.raises(ValueError, match="64-bit codes"):
-        FactorRows(np.zeros(3, dtype=np.int64))
+        FactorRows.of_codes(np.zeros(3, dtype=np.int64))
 
 
 def test_object_and_array_rows_agree(model: ModelSpec, cluster: ClusterSpec) -> None:
@@ -152,6 +152,41 @@ def test_selection_on_arrays_is_selection_on_objects(model: ModelSpec, cluster: 
         a = select_embedded(sim.embed_arrays(arrays), scores, 6, alpha, sim)
         o = select_diverse(objects, scores, 6, alpha, sim)
         assert a.indices == o.indices and a.similarity == o.similarity and a.objective == o.objective
+
+
+def test_rows_from_arrays_are_the_rows_of_their_codes() -> None:
+    model, cluster = zoo.model("BERT-large"), zoo.cluster("B7")
+    _, arrays = _sampled(model, cluster, 700, 2)
+    sim = FactorSimilarity(model)
+    index = np.random.default_rng(3).permutation(700)[:650]  # unsorted, some left out
+    for picked in (None, index):
+        direct = sim.rows_arrays(arrays, picked)
+        sub = arrays if picked is None else arrays.take(picked)
+        via_codes = sim.rows(sim.embed_arrays(sub))
+        assert isinstance(via_codes, FactorRows) and direct.width == via_codes.width
+        assert np.array_equal(direct.narrow, via_codes.narrow) and np.array_equal(direct.wide, via_codes.wide)
+        assert direct.constant == via_codes.constant and len(direct.wide) > 0  # BERT-large: wide columns
+        for i in (0, 17, len(sub.offsets) - 2):
+            assert np.array_equal(direct(i), via_codes(i))
+
+
+def test_rows_from_arrays_refuse_another_model(model: ModelSpec, cluster: ClusterSpec) -> None:
+    _, arrays = _sampled(model, cluster, 10, 0)
+    with pytest.raises(ValueError, match="variable segments"):
+        FactorSimilarity(zoo.model("BERT-large")).rows_arrays(arrays)
+
+
+def test_select_rows_is_select_embedded(model: ModelSpec, cluster: ClusterSpec) -> None:
+    _, arrays = _sampled(model, cluster, 150, 4)
+    scores = np.random.default_rng(5).uniform(1.0, 2.0, arrays.size)
+    sim = FactorSimilarity(model)
+    for alpha in (0.0, 0.3):
+        by_rows = select_rows(sim.rows_arrays(arrays), scores, 5, alpha)
+        assert by_rows == select_embedded(sim.embed_arrays(arrays), scores, 5, alpha, sim)
+    with pytest.raises(ValueError, match="similarity rows"):
+        select_rows(sim.rows_arrays(arrays), scores[:100], 5, 0.3)
+    with pytest.raises(ValueError, match="scores"):
+        select_embedded(sim.embed_arrays(arrays), scores[:100], 5, 0.3, sim)
 
 
 def test_default_rows_ask_between(model: ModelSpec, cluster: ClusterSpec) -> None:
