@@ -246,18 +246,28 @@ class LazyGeometry(_Lazy, ShardGeometry):
 
 class _SampledBatch(_Lazy, StrategyBatch):
     """A StrategyBatch from ``make_sampled_batch``: the fields the analytical scorer does not read
-    are computed on first access; ``_columns`` keeps the sampler's own columns that it does read
-    (``sync_columns``)."""
+    are computed on first access; ``_columns`` keeps the sampler's own columns (``sync_columns``)."""
 
 
-def sync_columns(b: StrategyBatch) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """(variable, server, local_replication, algorithm) of ``b``'s rows for the scorer's kernel:
-    a sampled batch's own columns (any integer width), so that scoring it does not compute its
-    int64 fields; else the batch's fields."""
+def sync_columns(
+    b: StrategyBatch,
+) -> tuple[
+    tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray],
+    tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None,
+]:
+    """What ``kernels.sync_times`` reads of ``b``'s rows: (variable, server, local_replication,
+    algorithm), and (group, compressor, rank, lowrank) when the batch's calls are not numbered yet
+    (a sampled batch whose call fields nobody read: the kernel numbers them itself, the same way),
+    else None. A sampled batch gives its own columns (any integer width), so that scoring it
+    computes none of its int64 fields."""
     columns = b.__dict__.get("_columns")
-    if columns is not None:
-        return columns
-    return b.variable, b.server, b.local_replication, b.algorithm
+    if columns is None:
+        return (b.variable, b.server, b.local_replication, b.algorithm), None
+    variable, server, local_replication, algorithm, group, compressor, rank = columns
+    rows = (variable, server, local_replication, algorithm)
+    if "call" in b.__dict__:  # numbered already (a field was read)
+        return rows, None
+    return rows, (group, compressor, rank, np.asarray(b.geo.lowrank, dtype=bool))
 
 
 def make_sampled_batch(
@@ -279,50 +289,57 @@ def make_sampled_batch(
     geo: ShardGeometry,
 ) -> StrategyBatch:
     """``make_batch`` for a sampler's rows (``search.samplers.arrays``), field for field the same
-    batch (tests/search/test_round.py), with the collective calls numbered in one compiled pass
-    (``kernels.number_calls``).
+    batch (tests/search/test_round.py), every field but offsets, is_ps and geo computed on first
+    access: the collective calls (call and the per-call arrays) in one compiled pass
+    (``kernels.number_calls``), the other columns as int64 like make_batch's. The analytical
+    scorer reads none of them: it takes the sampler's columns (``sync_columns``) and numbers the
+    calls as it goes.
 
     The rows must be in range and hold the samplers' invariants, which make several of
     make_batch's masks identities: ``server`` -1 and ``local_replication`` False on collective
     rows; ``group`` -1 and ``algorithm``, ``compressor``, ``rank`` 0 on PS rows; staleness 0.
-    Columns may be any integer width (the samplers' int8/int16/int32). Computed here: offsets,
-    is_ps, call and the per-call arrays (and geo's lowrank, which repeats reads); every other
-    field (as int64, like make_batch's) on first access. The analytical scorer reads the
-    sampler's columns themselves (``sync_columns``) and geo's sent_bytes. ``geo`` may be a
+    Columns may be any integer width (the samplers' int8/int16/int32). ``geo`` may be a
     ``LazyGeometry``.
     """
-    from simulator.analytical.kernels import number_calls  # numba: imported on first use
-
     n = len(offsets) - 1
     offsets = np.asarray(offsets, dtype=np.int64)
     is_ps = np.asarray(is_ps, dtype=bool)
-    call, call_strategy, call_group, call_op, call_repeats = number_calls(
-        offsets,
-        variable,
-        is_ps,
-        group,
-        algorithm,
-        compressor,
-        rank,
-        np.asarray(geo.lowrank, dtype=bool),
-        ma.sparse,
-        float(comm.POWERSGD_ALLREDUCES),
-    )
     j = len(ca.gpus)
     out = object.__new__(_SampledBatch)
     eager: dict[str, Any] = dict(
         offsets=offsets,
         is_ps=is_ps,
-        call=call,
-        call_strategy=call_strategy,
-        call_group=call_group,
-        call_op=call_op,
-        call_repeats=call_repeats,
         geo=geo,
-        _columns=(variable, server, local_replication, algorithm),
+        _columns=(variable, server, local_replication, algorithm, group, compressor, rank),
     )
     for k, v in eager.items():
         object.__setattr__(out, k, v)
+    calls: list[tuple[np.ndarray, ...]] = []
+
+    def numbered(
+        i: int,
+    ) -> Callable[[], np.ndarray]:  # call, call_strategy, call_group, call_op, call_repeats
+        def field() -> np.ndarray:
+            if not calls:
+                from simulator.analytical.kernels import number_calls  # numba: imported on first use
+
+                calls.append(
+                    number_calls(
+                        offsets,
+                        variable,
+                        is_ps,
+                        group,
+                        algorithm,
+                        compressor,
+                        rank,
+                        np.asarray(geo.lowrank, dtype=bool),
+                        ma.sparse,
+                        float(comm.POWERSGD_ALLREDUCES),
+                    )
+                )
+            return calls[0][i]
+
+        return field
 
     def as64(a: np.ndarray) -> Callable[[], np.ndarray]:
         return lambda: np.asarray(a, dtype=np.int64)
@@ -344,8 +361,13 @@ def make_sampled_batch(
         compressor=as64(compressor),
         rank=as64(rank),
         op=op,
+        call=numbered(0),
+        call_strategy=numbered(1),
+        call_group=numbered(2),
+        call_op=numbered(3),
+        call_repeats=numbered(4),
         code=lambda: np.where(is_ps, 2 * out.server + out.local_replication, 2 * j + out.op),
-        bin=lambda: np.where(is_ps, out.strategy * j + out.server, n * j + call),
+        bin=lambda: np.where(is_ps, out.strategy * j + out.server, n * j + out.call),
     )
     object.__setattr__(out, "_lazy", lazy)
     return out

@@ -1,10 +1,12 @@
 """Compiled loops of the vectorised scorer (numba): a batch's collective calls and its Eq. 1-3 sums.
 
-``number_calls`` numbers the collective calls of a sampler's rows (``batch.make_sampled_batch``);
 ``sync_times`` is the per-row part of ``vectorised.score``: each row's Eq. 2/3 seconds, summed
-into its server or call, T_sync^PS and T_sync^CC, and E of the overlap model (``overlap``'s
-module docstring) — strategy by strategy, so a strategy's rows, calls and ready-level table stay
-in cache and no (T,) temporary is written.
+into its server or collective call, T_sync^PS and T_sync^CC, and E of the overlap model
+(``overlap``'s module docstring), strategy by strategy, so that a strategy's rows, calls and
+ready-level table stay in cache and no (T,) temporary is written. On a batch whose calls are
+numbered it reads ``call``; on a sampler's rows (``batch.make_sampled_batch``) it numbers each
+strategy's calls itself (``_calls_of``), and ``number_calls`` numbers them the same way for the
+batch's ``call`` fields, which are computed only when read.
 
 Why compiled (issue 16): a 10,000-strategy BERT-large round scores ~10 M shard rows. The numpy
 scorer made a few dozen whole-array passes over them (masks, mixed-radix keys, bincounts, the
@@ -29,6 +31,115 @@ import numpy as np
 
 #: Collective op of a sparse variable's rows (``arrays.OP_ALLGATHER``).
 _ALLGATHER = 2
+
+
+@numba.njit(cache=True, nogil=True)
+def _key_space(
+    is_ps: np.ndarray, group: np.ndarray, rank: np.ndarray, lowrank: np.ndarray, most: int
+) -> tuple[np.ndarray, int, int, bool, np.ndarray]:  # pragma: no cover - compiled
+    """The call keys of a chunk's collective rows: (rank_index, rspan, width, any_lowrank, slot).
+
+    A row's key is make_batch's mixed radix of (group, algorithm, compressor, rank, op), the rank
+    replaced by its index among the ranks present (``rank_index``, ``rspan`` of them; same order):
+    ``width`` = 18·rspan keys per group. ``slot`` maps a key to its call among the strategy's (-1:
+    not seen yet); its last cell, every PS row's key, holds ``most`` (a scratch slot, never a call).
+    """
+    gspan = 1
+    top_rank = 0
+    any_lowrank = False
+    for r in range(len(is_ps)):
+        if not is_ps[r]:
+            gspan = max(gspan, int(group[r]) + 1)
+            top_rank = max(top_rank, int(rank[r]))
+        any_lowrank |= lowrank[r]
+    rank_index = np.zeros(top_rank + 1, dtype=np.int64)
+    for r in range(len(is_ps)):
+        if not is_ps[r]:
+            rank_index[rank[r]] = 1
+    rspan = 0
+    for q in range(top_rank + 1):
+        seen = rank_index[q]
+        rank_index[q] = rspan
+        rspan += seen
+    width = 18 * rspan  # 2 algorithms x 3 compressors x rspan ranks x 3 ops
+    slot = np.full(gspan * width + 1, -1, dtype=np.int64)
+    slot[gspan * width] = most
+    return rank_index, rspan, width, any_lowrank, slot
+
+
+@numba.njit(cache=True, nogil=True)
+def _calls_of(
+    lo: int,
+    hi: int,
+    variable: np.ndarray,
+    is_ps: np.ndarray,
+    group: np.ndarray,
+    algorithm: np.ndarray,
+    compressor: np.ndarray,
+    rank: np.ndarray,
+    lowrank: np.ndarray,
+    sparse: np.ndarray,
+    rank_index: np.ndarray,
+    rspan: int,
+    any_lowrank: bool,
+    slot: np.ndarray,
+    scratch: np.ndarray,
+    local: np.ndarray,
+    call_key: np.ndarray,
+    call_flags: np.ndarray,
+) -> int:  # pragma: no cover - compiled
+    """Number the collective calls of rows lo:hi (one strategy) in key order; returns their count m.
+
+    Afterwards ``local[r - lo]`` is row r's call among the strategy's (0 on a PS row: unused),
+    ``call_key[i]`` and ``call_flags[i]`` call i's key and flags (1: an uncompressed row, 2: a
+    PowerSGD row); ``slot`` is clear again. ``scratch`` is (4, most + 1) int64 with
+    ``scratch[3, most]`` = 0; ``local``, ``call_key``, ``call_flags`` hold ``most`` cells.
+    """
+    ps_key = len(slot) - 1
+    keys, flags, order, position = scratch[0], scratch[1], scratch[2], scratch[3]
+    m = 0
+    for r in range(lo, hi):
+        # selects by arithmetic, not branches (PS and collective rows alternate at random)
+        ps = int(is_ps[r])
+        a = int(algorithm[r])
+        op = a + int(sparse[variable[r]]) * (_ALLGATHER - a)
+        key = (int(group[r]) * 2 + a) * 3 + int(compressor[r])
+        if rspan > 1:
+            key = key * rspan + rank_index[max(int(rank[r]), 0)]
+        key = ps * ps_key + (1 - ps) * (key * 3 + op)
+        k = slot[key]
+        if k < 0:  # a new call (slots in first-seen order)
+            k = m
+            slot[key] = m
+            keys[m] = key
+            flags[m] = 0 if any_lowrank else 1  # without PowerSGD rows every call is plain
+            m += 1
+        if any_lowrank:
+            flags[k] |= 1 + int(lowrank[r])
+        local[r - lo] = k
+    for i in range(m):  # slots by key (insertion sort: a strategy has a few dozen calls)
+        q = i
+        while q > 0 and keys[order[q - 1]] > keys[i]:
+            order[q] = order[q - 1]
+            q -= 1
+        order[q] = i
+    for i in range(m):
+        k = order[i]
+        position[k] = i
+        call_key[i] = keys[k]
+        call_flags[i] = flags[k]
+        slot[keys[k]] = -1
+    for r in range(lo, hi):
+        local[r - lo] = position[local[r - lo]]
+    return m
+
+
+@numba.njit(cache=True, nogil=True)
+def _most_rows(offsets: np.ndarray) -> int:  # pragma: no cover - compiled
+    most = 0
+    for s in range(len(offsets) - 1):
+        most = max(most, offsets[s + 1] - offsets[s])
+    return most
 
 
 @numba.njit(cache=True, nogil=True)
@@ -58,76 +169,42 @@ def number_calls(
     """
     t = len(variable)
     n = len(offsets) - 1
-    gspan = 1
-    top_rank = 0
-    for r in range(t):
-        if not is_ps[r]:
-            gspan = max(gspan, group[r] + 1)
-            top_rank = max(top_rank, rank[r])
-    # ranks by their index among the ranks present (same order, a small key space)
-    rank_index = np.zeros(top_rank + 1, dtype=np.int64)
-    for r in range(t):
-        if not is_ps[r]:
-            rank_index[rank[r]] = 1
-    rspan = 0
-    for q in range(top_rank + 1):
-        seen = rank_index[q]
-        rank_index[q] = rspan
-        rspan += seen
-    width = 18 * rspan  # keys per group: 2 algorithms x 3 compressors x rspan ranks x 3 ops
-    # key -> slot in this strategy (-1 unseen); PS rows look up the last cell, slot t (no call),
-    # so that the row loop has no branch on is_ps (PS and collective rows alternate at random)
-    slot = np.full(gspan * width + 1, -1, dtype=np.int64)
-    slot[gspan * width] = t
+    most = _most_rows(offsets)
+    rank_index, rspan, width, any_lowrank, slot = _key_space(is_ps, group, rank, lowrank, most)
+    scratch = np.zeros((4, most + 1), dtype=np.int64)
+    local = np.empty(most, dtype=np.int64)
+    call_key = np.empty(most, dtype=np.int64)
+    call_flags = np.empty(most, dtype=np.int64)
     call = np.empty(t, dtype=np.int64)
-    keys = np.empty(t, dtype=np.int64)  # this strategy's distinct keys, first-seen order
-    flags = np.zeros(t + 1, dtype=np.int64)  # per slot: 1 an uncompressed row, 2 a PowerSGD row
-    order_of = np.empty(t + 1, dtype=np.int64)
-    order_of[t] = -1
     call_strategy = np.empty(t, dtype=np.int64)
     call_group = np.empty(t, dtype=np.int64)
     call_op = np.empty(t, dtype=np.int64)
     call_repeats = np.empty(t)
-    ps_key = gspan * width
     g = 0
     for s in range(n):
-        m = 0
-        for r in range(offsets[s], offsets[s + 1]):
-            a = algorithm[r]
-            op = _ALLGATHER if sparse[variable[r]] else a
-            key = (((group[r] * 2 + a) * 3 + compressor[r]) * rspan + rank_index[max(rank[r], 0)]) * 3 + op
-            key = ps_key if is_ps[r] else key
-            k = slot[key]
-            if k < 0:
-                k = m
-                slot[key] = m
-                keys[m] = key
-                flags[m] = 0
-                m += 1
-            flags[k] |= 2 if lowrank[r] else 1
-            call[r] = k
-        if m == 0:
-            for r in range(offsets[s], offsets[s + 1]):
-                call[r] = -1
-            continue
-        order = np.argsort(keys[:m])
+        lo, hi = offsets[s], offsets[s + 1]
+        m = _calls_of(
+            lo, hi, variable, is_ps, group, algorithm, compressor, rank, lowrank, sparse,
+            rank_index, rspan, any_lowrank, slot, scratch, local, call_key, call_flags,
+        )  # fmt: skip
+        for r in range(lo, hi):
+            call[r] = -1 if is_ps[r] else g + local[r - lo]
         for i in range(m):
-            k = order[i]
-            order_of[k] = g + i
-            key = keys[k]
-            slot[key] = -1
-            op = key % 3
             call_strategy[g + i] = s
-            call_group[g + i] = key // width
-            call_op[g + i] = op
-            if op == _ALLGATHER:
-                call_repeats[g + i] = 1.0
-            else:
-                call_repeats[g + i] = (flags[k] & 1) + powersgd_allreduces * (flags[k] >> 1)
-        for r in range(offsets[s], offsets[s + 1]):
-            call[r] = order_of[call[r]]
+            call_group[g + i] = call_key[i] // width
+            call_op[g + i] = call_key[i] % 3
+            call_repeats[g + i] = _repeats(call_key[i] % 3, call_flags[i], powersgd_allreduces)
         g += m
     return call, call_strategy[:g].copy(), call_group[:g].copy(), call_op[:g].copy(), call_repeats[:g].copy()
+
+
+@numba.njit(cache=True, nogil=True)
+def _repeats(op: int, flags: int, powersgd_allreduces: float) -> float:  # pragma: no cover - compiled
+    """How many times a call runs its op: 1 for an all-gather; else 1 for an uncompressed part
+    (flags bit 1) plus ``powersgd_allreduces`` for a PowerSGD part (bit 2)."""
+    if op == _ALLGATHER:
+        return 1.0
+    return (flags & 1) + powersgd_allreduces * (flags >> 1)
 
 
 @numba.njit(cache=True, nogil=True)
@@ -167,15 +244,13 @@ def _numpy_sum(a: np.ndarray) -> float:  # pragma: no cover - compiled
 def sync_times(
     offsets: np.ndarray,
     variable: np.ndarray,
-    is_ps: np.ndarray,
     server: np.ndarray,
     local_replication: np.ndarray,
     algorithm: np.ndarray,
-    call: np.ndarray,
+    is_ps: np.ndarray,
     sent_bytes: np.ndarray,
-    call_strategy: np.ndarray,
-    call_op: np.ndarray,
-    call_repeats: np.ndarray,
+    numbered: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray],
+    unnumbered: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray],
     sparse: np.ndarray,
     var_level: np.ndarray,
     level_ready: np.ndarray,
@@ -184,21 +259,24 @@ def sync_times(
     ps_const: np.ndarray,
     call_const: np.ndarray,
     unit_overhead: float,
+    powersgd_allreduces: float,
     j: int,
     combine_sum: bool,
     bucket: bool,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:  # pragma: no cover - compiled
     """Eq. 2/3 per row, summed; T_sync^PS, T_sync^CC and the overlap model's E per strategy.
 
-    Rows of strategy s are ``offsets[s]:offsets[s+1]``; its calls (``call``, numbered strategy
-    by strategy as ``make_batch`` does; ``call_strategy`` ascending) are contiguous. A row's code
-    is 2·server + I_p (PS) or 2·J + op (collective; op from ``sparse`` and ``algorithm``); its
-    seconds are sent_bytes·code_transfer[code] + const, const = ``ps_const[variable]`` for a PS
-    row when ``ps_const`` is not empty (a measured α per PS round), else ``code_const[code]``. A
-    call takes its rows' seconds + call_const[op]·repeats (+ ``unit_overhead``). ``var_level`` is
-    each variable's index in ``level_ready`` (ascending ready times, ``overlap``); ``bucket``
-    False skips E (``overlap='full'``). ``combine_sum``: one channel (CostParams.combine 'sum'),
-    else a collective channel and one per server.
+    Rows of strategy s are ``offsets[s]:offsets[s+1]``. Its collective calls: ``numbered`` =
+    (call, call_strategy, call_op, call_repeats), the batch's, numbered strategy by strategy as
+    ``make_batch`` does (``call_strategy`` ascending); or, when ``numbered[0]`` is empty, from
+    ``unnumbered`` = (group, compressor, rank, lowrank) by ``_calls_of`` (``number_calls``'
+    numbering). A row's code is 2·server + I_p (PS) or 2·J + op (collective; op from ``sparse``
+    and ``algorithm``); its seconds are sent_bytes·code_transfer[code] + const, const =
+    ``ps_const[variable]`` for a PS row when ``ps_const`` is not empty (a measured α per PS
+    round), else ``code_const[code]``. A call takes its rows' seconds + call_const[op]·repeats
+    (+ ``unit_overhead``). ``var_level`` is each variable's index in ``level_ready`` (ascending
+    ready times, ``overlap``); ``bucket`` False skips E (``overlap='full'``). ``combine_sum``:
+    one channel (CostParams.combine 'sum'), else a collective channel and one per server.
 
     The row loop has no branch on is_ps (PS and collective rows alternate at random): a row adds
     into bin ``server`` or J + its call's index in the strategy, and a PS row's half-time and level
@@ -206,20 +284,32 @@ def sync_times(
 
     Returns server_time (N, J), call_time (G,), t_ps, t_cc, end (N,) (end 0 without ``bucket``).
     """
+    call, call_strategy, call_op, call_repeats = numbered
+    group, compressor, rank, lowrank = unnumbered
+    has_calls = len(call) > 0
+    t = len(variable)
     n = len(offsets) - 1
-    g = len(call_op)
     nl = len(level_ready)
     by_alpha = len(ps_const) > 0
-    most = 0  # the most rows of one strategy
-    for s in range(n):
-        most = max(most, offsets[s + 1] - offsets[s])
-    acc = np.zeros(j + most)  # bins of one strategy: servers, then its calls
+    most = _most_rows(offsets)
+    # numbering scratch (``_calls_of``), used without ``numbered``
+    rank_index, rspan, _, any_lowrank, slot = _key_space(
+        is_ps[:0] if has_calls else is_ps, group, rank, lowrank, most
+    )
+    scratch = np.zeros((4, most + 1), dtype=np.int64)
+    local = np.zeros(most, dtype=np.int64)  # each row's call among the strategy's
+    call_key = np.empty(most, dtype=np.int64)
+    call_flags = np.empty(most, dtype=np.int64)
+    # one strategy's bins (servers, then its calls) and PS rows (half their seconds: push; pull)
+    acc = np.zeros(j + most)
     top_level = np.full(j + most, -1, dtype=np.int64)
-    ps_half = np.empty(most)  # one strategy's PS rows: half their seconds (push; pull)
+    ps_half = np.empty(most)
     ps_level = np.empty(most, dtype=np.int64)
     ps_channel = np.empty(most, dtype=np.int64)
+    op_of = np.empty(most, dtype=np.int64)  # the strategy's calls: op and repeats
+    repeats_of = np.empty(most)
     server_time = np.zeros((n, j))
-    call_time = np.zeros(g)
+    call_time = np.zeros(len(call_op) if has_calls else t)
     t_ps = np.zeros(n)
     t_cc = np.zeros(n)
     end = np.zeros(n)
@@ -231,26 +321,46 @@ def sync_times(
     lo_level = np.full(channels, nl, dtype=np.int64)
     c0 = 0
     for s in range(n):
-        c1 = c0
-        while c1 < g and call_strategy[c1] == s:
-            c1 += 1
+        lo, hi = offsets[s], offsets[s + 1]
+        if has_calls:
+            c1 = c0
+            while c1 < len(call_strategy) and call_strategy[c1] == s:
+                op_of[c1 - c0] = call_op[c1]
+                repeats_of[c1 - c0] = call_repeats[c1]
+                c1 += 1
+            for r in range(lo, hi):
+                local[r - lo] = max(call[r] - c0, 0)
+        else:
+            m = _calls_of(
+                lo, hi, variable, is_ps, group, algorithm, compressor, rank, lowrank, sparse,
+                rank_index, rspan, any_lowrank, slot, scratch, local, call_key, call_flags,
+            )  # fmt: skip
+            for i in range(m):
+                op_of[i] = call_key[i] % 3
+                repeats_of[i] = _repeats(op_of[i], call_flags[i], powersgd_allreduces)
+            c1 = c0 + m
         m = 0
-        for r in range(offsets[s], offsets[s + 1]):
+        for r in range(lo, hi):
+            # selects by arithmetic on ps (0 or 1), not branches: PS and collective rows
+            # alternate at random, and a mispredicted branch per row cost more than the row
             v = variable[r]
-            ps = is_ps[r]
-            srv = server[r]
-            code = 2 * srv + (1 if local_replication[r] else 0)
-            code = code if ps else 2 * j + (_ALLGATHER if sparse[v] else algorithm[r])
-            const = ps_const[v] if by_alpha and ps else code_const[code]
+            ps = int(is_ps[r])
+            srv = int(server[r])
+            a = int(algorithm[r])
+            op = a + int(sparse[v]) * (_ALLGATHER - a)
+            code = ps * (2 * srv + int(local_replication[r])) + (1 - ps) * (2 * j + op)
+            const = code_const[code]
+            if by_alpha and ps:
+                const = ps_const[v]
             seconds = sent_bytes[r] * code_transfer[code] + const
-            b = srv if ps else j + call[r] - c0
+            b = ps * srv + (1 - ps) * (j + local[r - lo])
             acc[b] += seconds
             level = var_level[v]
             top_level[b] = max(top_level[b], level)
             ps_half[m] = seconds / 2
             ps_level[m] = level
             ps_channel[m] = 1 + srv
-            m += 1 if ps else 0
+            m += ps
         busiest = 0.0
         for q in range(j):
             server_time[s, q] = acc[q]
@@ -258,8 +368,7 @@ def sync_times(
         t_ps[s] = busiest
         cc = 0.0
         for c in range(c0, c1):
-            b = j + c - c0
-            ct = acc[b] + call_const[call_op[c]] * call_repeats[c]
+            ct = acc[j + c - c0] + call_const[op_of[c - c0]] * repeats_of[c - c0]
             if unit_overhead != 0.0:
                 ct = ct + unit_overhead
             call_time[c] = ct
@@ -312,4 +421,4 @@ def sync_times(
             acc[b] = 0.0
             top_level[b] = -1
         c0 = c1
-    return server_time, call_time, t_ps, t_cc, end
+    return server_time, call_time if has_calls else call_time[:c0].copy(), t_ps, t_cc, end

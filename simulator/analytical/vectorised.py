@@ -80,7 +80,7 @@ def score(
     """
     from simulator.analytical.kernels import sync_times  # numba: imported on first use
 
-    n, j, g = b.size, len(ca.gpus), len(b.call_strategy)
+    n, j = b.size, len(ca.gpus)
     code_const = params.phi * ca.code_phi + params.delta * ca.code_delta + ca.code_latency
     # a measured α per PS round replaces messages·φ + δ + latency (per variable: sparse rounds)
     ps_const = np.zeros(0) if params.ps_round_s is None else params.ps_round_s * comm.ps_rounds(ma.sparse)
@@ -96,19 +96,20 @@ def score(
         level_ready, var_level = overlap.ready_levels(ma, ca, params)
     else:  # T = max(T_comp, T_sync): no ready times needed
         level_ready, var_level = np.zeros(1), np.zeros(len(ma.layer), dtype=np.int64)
-    variable, server, local_replication, algorithm = sync_columns(b)
+    rows, unnumbered = sync_columns(b)
+    none = np.zeros(0, dtype=np.int64)
+    if unnumbered is None:  # the batch's own call numbering
+        numbered = (b.call, b.call_strategy, b.call_op, b.call_repeats)
+        unnumbered = (none, none, none, np.zeros(0, dtype=bool))
+    else:  # a sampled batch: the kernel numbers its calls (``number_calls``' numbering)
+        numbered = (none, none, none, np.zeros(0))
     server_time, call_time, t_ps, t_cc, end = sync_times(
         b.offsets,
-        variable,
+        *rows,
         b.is_ps,
-        server,
-        local_replication,
-        algorithm,
-        b.call,
         b.geo.sent_bytes,
-        b.call_strategy,
-        b.call_op,
-        b.call_repeats,
+        numbered,
+        unnumbered,
         ma.sparse,
         var_level,
         level_ready,
@@ -117,6 +118,7 @@ def score(
         np.asarray(ps_const, dtype=np.float64),
         call_const,
         unit,
+        float(comm.POWERSGD_ALLREDUCES),
         j,
         params.combine == "sum",
         bucket,
@@ -136,7 +138,7 @@ def score(
         call_time=call_time,
     )
     if detail:
-        out.update(_detail(ca, b, n, j, g))
+        out.update(_detail(ca, b, n, j, len(call_time)))
         busiest = server_time.argmax(axis=1)
         ps_terms = out["server_terms"][np.arange(n), busiest]
         ct = out["call_terms"]

@@ -18,7 +18,7 @@ from simulator import zoo
 from simulator.analytical import CostParams, cluster_arrays, encode, model_arrays, score
 from simulator.analytical import formulas as f
 from simulator.analytical.arrays import ClusterArrays, ModelArrays
-from simulator.analytical.batch import StrategyBatch
+from simulator.analytical.batch import StrategyBatch, sync_columns
 from simulator.analytical.kernels import _numpy_sum
 from simulator.analytical.overlap import layer_ready_times
 from simulator.analytical.testing import make_cluster, make_model, random_strategies
@@ -76,8 +76,13 @@ def test_sampled_rows_score_as_numpy_did(model_name: str, cluster_name: str, par
     model, cluster = zoo.model(model_name), zoo.cluster(cluster_name)
     space = Space(model, cluster, SpaceConfig(compressors=("none", "fp16", "powersgd")))
     batch = ArraySampler(space, 4, None, chunk=100).sample_arrays(100).batch(space)
-    assert "_columns" in batch.__dict__  # make_sampled_batch's: the kernel reads the narrow columns
-    _assert_equal(model_arrays(model), cluster_arrays(cluster), batch, PARAMS[params_name])
+    ma, ca, params = model_arrays(model), cluster_arrays(cluster), PARAMS[params_name]
+    assert sync_columns(batch)[1] is not None  # calls not numbered yet: the kernel numbers them
+    fresh = score(ma, ca, batch, params)
+    _assert_equal(ma, ca, batch, params)  # the oracle reads the batch's call fields
+    assert sync_columns(batch)[1] is None  # now numbered: the kernel reads them
+    for name in FIELDS:
+        assert np.array_equal(getattr(fresh, name), getattr(score(ma, ca, batch, params), name)), name
 
 
 def test_numpy_sum_is_numpys_order() -> None:
