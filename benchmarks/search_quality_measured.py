@@ -14,8 +14,9 @@ their median); no testbed runs. Searchers, each for ``--seeds`` seeds:
               fewer than 8 measured strategies the transfer ensemble pretrained leave-one-domain-out
               (every set of the domain under test, from any dataset, is excluded), fine-tuned on
               what there is, when the LODO rule says learned, else Eq. 1-3; from 8 on, whichever of
-              the residual model (log Eq. 1-3 + learned residual), the fine-tuned transfer
-              ensemble and Eq. 1-3 ranks the domain's measured strategies best out of fold.
+              the residual model on its two bases (log Eq. 1-3, or the domain's linear price list
+              of its sync terms, + a learned residual), the fine-tuned transfer ensemble and
+              Eq. 1-3 ranks the domain's measured strategies best out of fold.
 (b) analytical the same loop scored by Eq. 1-3 (default constants) alone.
 (c) random    the pool in a seeded random order (the pool was drawn by the collector's sampler:
               'constrained' = under c_lb, c_am and memory; 'random' = uniform: printed per domain).
@@ -130,7 +131,8 @@ def loop(
             ranker, _ = fine_tune(trainer, tz, prior)
             if ranker is not None:
                 learned_rounds += 1
-                seconds, _, _ = HybridScorer(ranker).blend(ranker.member_scores(z[sample]), seconds)
+                members = ranker.member_scores(z[sample], target.z.sync_terms[sample])
+                seconds, _, _ = HybridScorer(ranker).blend(members, seconds)
         rows = embedded[sample]
         qualified, choice = qualify_and_select(
             seconds, min(K, len(sample)), rows.__getitem__, similarity, DEFAULTS
@@ -181,7 +183,7 @@ def fine_tuned(target: MeasuredSet, trainer: EnsembleTrainer, gap: float) -> lis
         tr, te = split_index(target, seed)
         train, held = target.z.subset(tr), target.z.subset(te)
         ranker, decision = fine_tune(trainer, train, {})
-        score = ranker.scores(held.z) if ranker is not None else held.analytical
+        score = ranker.scores(held.z, held.sync_terms) if ranker is not None else held.analytical
         out.append(
             TunedSplit(
                 len(held),
@@ -294,11 +296,12 @@ def run(
     print(
         "Fine-tuned in-domain (simulator.learned.residual.fine_tune): the LODO trainer and the domain's train"
     )
-    print("split (70 %, seeded hash split) -> residual on Eq. 1-3 / fine-tuned transfer / Eq. 1-3, chosen by")
+    print("split (70 %, seeded hash split) -> residual on the price line of the sync terms / residual on")
+    print("Eq. 1-3 / fine-tuned transfer / Eq. 1-3, chosen by")
     print("4-fold CV on the train split only; judged on the other 30 % next to Eq. 1-3. Mean [min, max] over")
     print(
         f"split seeds {SPLIT_SEEDS[0]}-{SPLIT_SEEDS[-1]} (seeds 0-4 were seen while designing the model). picks: "
-        "r = residual, t = transfer, a = Eq. 1-3."
+        "p = physical (residual on the price line), r = residual on Eq. 1-3, t = transfer, a = Eq. 1-3."
     )
     print(
         "Noise ceiling (simulator.learned.noise): retest = pairwise agreement of the collection with its retest"

@@ -36,6 +36,7 @@ from simulator.analytical import (
 from simulator.analytical.compute import layer_times
 from simulator.analytical.formulas import node_compute_times
 from simulator.learned.graph import shard_edges, variable_edges
+from simulator.learned.terms import sync_terms
 from simulator.spec import ClusterSpec, ModelSpec, Strategy
 
 #: Bumped whenever the meaning or order of a feature changes; checkpoints record it.
@@ -164,6 +165,10 @@ class FeatureExtractor:
         The array path of a search round (``simulator.learned.scoring``): no Strategy objects.
         """
         return self._arrays(batch)[1]
+
+    def sync_terms(self, batch: StrategyBatch) -> np.ndarray:
+        """The additive synchronisation terms of an encoded batch, (N, NUM_TERMS) (``terms``)."""
+        return sync_terms(self._ma, self._ca, batch)
 
     def _many(self, strategies: Sequence[Strategy]) -> list[StrategyGraph]:
         b = encode(self._ma, self._ca, strategies)

@@ -150,7 +150,7 @@ def _as_scorer_decision(tuned: FineTuneDecision) -> ScorerDecision:
     """``fine_tune``'s verdict in the fallback rule's terms (what the service reads): learned when
     a learned model was chosen; its accuracy is the chosen (else the best learned) candidate's."""
     acc = tuned.accuracy
-    learned = [c for c in ("residual", "transfer") if c in acc and acc[c] == acc[c]]
+    learned = [c for c in ("physical", "residual", "transfer") if c in acc and acc[c] == acc[c]]
     best: str | None = tuned.choice if tuned.choice != "analytical" else None
     if best is None and learned:
         best = max(learned, key=lambda c: acc[c])

@@ -83,8 +83,8 @@ class LearnedScorer:
 
     def parts(self, batch: _Batch) -> tuple[np.ndarray, np.ndarray]:
         """(member scores (E, M), disagreement (M,)) of a batch."""
-        z = self.ensemble.extractor(batch.model, batch.cluster).global_z(batch.arrays)
-        members = self.ensemble.member_scores(z)
+        z, terms = self.ensemble.batch_inputs(batch.model, batch.cluster, batch.arrays)
+        members = self.ensemble.member_scores(z, terms)
         return members, disagreement(members)
 
     def score(self, batch: _Batch) -> Any:

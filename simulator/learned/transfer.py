@@ -53,11 +53,12 @@ from scipy.stats import rankdata
 from sklearn.linear_model import LogisticRegression
 from threadpoolctl import threadpool_limits
 
-from simulator.analytical import AnalyticalSimulator, cluster_arrays, encode, model_arrays
+from simulator.analytical import AnalyticalSimulator, StrategyBatch, cluster_arrays, encode, model_arrays
 from simulator.base import Simulator
 from simulator.learned.data import Domain
 from simulator.learned.features import NUM_GLOBAL_FEATURES, ExtractorCache, FeatureExtractor, StrategyGraph
 from simulator.learned.linear import pairs_of
+from simulator.learned.terms import NUM_TERMS
 from simulator.metrics import pairwise_accuracy
 from simulator.spec import ClusterSpec, ModelSpec, Strategy
 
@@ -81,10 +82,13 @@ class TransferConfig:
 
 @dataclass(frozen=True)
 class DomainZ:
-    """One domain reduced to what the ranker needs: global z, measured times, analytical times.
+    """One domain reduced to what the rankers need: global z, sync terms, measured and analytical times.
 
     z (N, F) float64; times (N,) measured seconds; analytical (N,) Eq. 1-3 seconds (default
-    constants), kept to judge the analytical model on exactly the same strategies.
+    constants), kept to judge the analytical model on exactly the same strategies; terms (N,
+    NUM_TERMS) the additive synchronisation terms (``terms``; the residual model's inputs beside
+    z). Without ``terms`` (a DomainZ made of z alone) they are zeros: the residual model's
+    ``physical`` base is then a constant and its cross-validation does not pick it.
     """
 
     name: str
@@ -92,17 +96,30 @@ class DomainZ:
     times: np.ndarray
     analytical: np.ndarray
     domain: str = ""  # "<model>__<cluster>" (default: name); LODO leaves out every set of it
+    terms: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         if not self.domain:
             object.__setattr__(self, "domain", self.name)
+        if self.terms is None:
+            object.__setattr__(self, "terms", np.zeros((len(self.times), NUM_TERMS)))
+        elif self.terms.shape != (len(self.times), NUM_TERMS):
+            raise ValueError(f"terms: expected shape {(len(self.times), NUM_TERMS)}, got {self.terms.shape}")
+
+    @property
+    def sync_terms(self) -> np.ndarray:
+        """``terms`` as an array (never None after construction)."""
+        assert self.terms is not None
+        return self.terms
 
     def __len__(self) -> int:
         return len(self.times)
 
     def subset(self, index: Sequence[int] | np.ndarray) -> DomainZ:
         idx = np.asarray(index, dtype=np.int64)
-        return DomainZ(self.name, self.z[idx], self.times[idx], self.analytical[idx], self.domain)
+        return DomainZ(
+            self.name, self.z[idx], self.times[idx], self.analytical[idx], self.domain, self.sync_terms[idx]
+        )
 
 
 def domain_z(domain: Domain, name: str | None = None) -> DomainZ:
@@ -110,17 +127,28 @@ def domain_z(domain: Domain, name: str | None = None) -> DomainZ:
     (e.g. "runtimes-v2/BERT-3L__B5" when two datasets measured one domain)."""
     ma, ca = model_arrays(domain.model), cluster_arrays(domain.cluster)
     batch = encode(ma, ca, list(domain.strategies))
-    z = FeatureExtractor(domain.model, domain.cluster).global_z(batch).astype(np.float64)
+    fx = FeatureExtractor(domain.model, domain.cluster)
+    z = fx.global_z(batch).astype(np.float64)
     t = AnalyticalSimulator().score_batch(domain.model, domain.cluster, batch).t_iter
-    return DomainZ(name or domain.name, z, domain.times.copy(), np.asarray(t, dtype=np.float64), domain.name)
+    return DomainZ(
+        name or domain.name,
+        z,
+        domain.times.copy(),
+        np.asarray(t, dtype=np.float64),
+        domain.name,
+        fx.sync_terms(batch),
+    )
 
 
 class ZEnsemble(Simulator):
-    """An ensemble scored on the global z alone: subclasses give ``member_scores(z)`` (E, N), lower =
-    faster, in log seconds or a ranking score; the rest (mean score, the learned simulators' API,
-    the domain's cached feature extractor, z of strategies, predicted seconds) is shared."""
+    """An ensemble scored on the global z (and, where ``needs_terms``, the sync terms): subclasses
+    give ``member_scores(z, terms)`` (E, N), lower = faster, in log seconds or a ranking score; the
+    rest (mean score, the learned simulators' API, the domain's cached feature extractor, the
+    inputs of strategies or of an encoded batch, predicted seconds) is shared."""
 
     is_ranker = True
+    #: Whether ``member_scores`` reads the sync terms (``terms``); if not, they are not computed.
+    needs_terms = False
 
     def __init__(self) -> None:
         self._extractors = ExtractorCache()
@@ -129,16 +157,17 @@ class ZEnsemble(Simulator):
     def members(self) -> int:
         raise NotImplementedError
 
-    def member_scores(self, z: np.ndarray) -> np.ndarray:
+    def member_scores(self, z: np.ndarray, terms: np.ndarray | None = None) -> np.ndarray:
         """Every member's score of every strategy, shape (E, N)."""
         raise NotImplementedError
 
-    def scores(self, z: np.ndarray) -> np.ndarray:
+    def scores(self, z: np.ndarray, terms: np.ndarray | None = None) -> np.ndarray:
         """The ensemble's ranking score (N,): the members' mean, lower = faster."""
-        return self.member_scores(z).mean(axis=0)
+        return self.member_scores(z, terms).mean(axis=0)
 
     def outputs(self, graphs: Sequence[StrategyGraph]) -> np.ndarray:
-        """The score of feature graphs (their global z), shape (N,): the learned simulators' API."""
+        """The score of feature graphs (their global z), shape (N,): the learned simulators' API
+        (graphs carry no sync terms: an ensemble that ``needs_terms`` raises)."""
         if not graphs:
             return np.zeros(0)
         return self.scores(np.stack([g.z for g in graphs]))
@@ -147,15 +176,30 @@ class ZEnsemble(Simulator):
         """The domain's feature extractor, cached per (model, cluster) object (thread-safe)."""
         return self._extractors.get(model, cluster)
 
+    def batch_inputs(
+        self, model: ModelSpec, cluster: ClusterSpec, batch: StrategyBatch
+    ) -> tuple[np.ndarray, np.ndarray | None]:
+        """(z, terms) of an encoded batch; terms None unless ``needs_terms`` (a round's array path)."""
+        fx = self.extractor(model, cluster)
+        z = fx.global_z(batch).astype(np.float64)
+        return z, fx.sync_terms(batch) if self.needs_terms else None
+
     def z_of(self, model: ModelSpec, cluster: ClusterSpec, strategies: Sequence[Strategy]) -> np.ndarray:
+        return self.inputs_of(model, cluster, strategies)[0]
+
+    def inputs_of(
+        self, model: ModelSpec, cluster: ClusterSpec, strategies: Sequence[Strategy]
+    ) -> tuple[np.ndarray, np.ndarray | None]:
         if not strategies:
-            return np.zeros((0, NUM_GLOBAL_FEATURES))
-        batch = encode(model_arrays(model), cluster_arrays(cluster), list(strategies))
-        return self.extractor(model, cluster).global_z(batch).astype(np.float64)
+            return np.zeros((0, NUM_GLOBAL_FEATURES)), np.zeros((0, NUM_TERMS))
+        return self.batch_inputs(
+            model, cluster, encode(model_arrays(model), cluster_arrays(cluster), list(strategies))
+        )
 
     def predict(self, model: ModelSpec, cluster: ClusterSpec, strategies: Sequence[Strategy]) -> np.ndarray:
         """Predicted seconds per iteration (exp of the mean score, read as log seconds)."""
-        return np.exp(np.clip(self.scores(self.z_of(model, cluster, strategies)), -60.0, 60.0))
+        z, terms = self.inputs_of(model, cluster, strategies)
+        return np.exp(np.clip(self.scores(z, terms), -60.0, 60.0))
 
 
 class TransferEnsemble(ZEnsemble):
@@ -179,8 +223,8 @@ class TransferEnsemble(ZEnsemble):
     def state(self) -> dict[str, np.ndarray]:
         return {"coef": self.coef, "mean": self.mean, "std": self.std}
 
-    def member_scores(self, z: np.ndarray) -> np.ndarray:
-        """Every member's score of every strategy, shape (E, N)."""
+    def member_scores(self, z: np.ndarray, terms: np.ndarray | None = None) -> np.ndarray:
+        """Every member's score of every strategy, shape (E, N) (``terms`` are not read)."""
         z = np.asarray(z, dtype=np.float64).reshape(-1, NUM_GLOBAL_FEATURES)
         return np.einsum("enf,ef->en", (z[None] - self.mean[:, None]) / self.std[:, None], self.coef)
 
@@ -330,7 +374,8 @@ def out_of_fold(target: DomainZ, folds: int, fit: Callable[[DomainZ], Any]) -> n
     score = np.empty(n)
     for f in range(folds):
         test = np.arange(f, n, folds)
-        score[test] = fit(target.subset(np.setdiff1d(np.arange(n), test))).scores(target.z[test])
+        model = fit(target.subset(np.setdiff1d(np.arange(n), test)))
+        score[test] = model.scores(target.z[test], target.sync_terms[test])
     return score
 
 

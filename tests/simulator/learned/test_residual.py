@@ -41,23 +41,25 @@ def test_the_analytical_column_of_z_is_eq_1_3(model: ModelSpec, cluster: Cluster
 def test_residual_learns_what_eq_1_3_misses_and_keeps_what_it_gets() -> None:
     train, held = synthetic_z(150, 0, residual=0.5), synthetic_z(80, 1, residual=0.5)
     ranker = fit_residual(train)
-    learned = pairwise_accuracy(ranker.scores(held.z), held.times)
+    learned = pairwise_accuracy(ranker.scores(held.z, held.sync_terms), held.times)
     analytical = pairwise_accuracy(held.analytical, held.times)
     assert learned > analytical + 0.1, (learned, analytical)
     # No residual to learn: it stays on the analytical ranking (not below it).
     train, held = synthetic_z(150, 2, residual=0.0), synthetic_z(80, 3, residual=0.0)
     ranker = fit_residual(train)
-    learned = pairwise_accuracy(ranker.scores(held.z), held.times)
+    learned = pairwise_accuracy(ranker.scores(held.z, held.sync_terms), held.times)
     assert learned >= pairwise_accuracy(held.analytical, held.times) - 0.02
 
 
 def test_members_scores_and_the_hybrid_blend() -> None:
     train, held = synthetic_z(60, 5, residual=0.5), synthetic_z(20, 6, residual=0.5)
     ranker = fit_residual(train, ResidualConfig(members=3))
-    members = ranker.member_scores(held.z)
+    members = ranker.member_scores(held.z, held.sync_terms)
     assert members.shape == (3, 20)
     assert not np.allclose(members[0], members[1])  # bootstrap members differ
-    np.testing.assert_allclose(ranker.scores(held.z), members.mean(axis=0))
+    np.testing.assert_allclose(ranker.scores(held.z, held.sync_terms), members.mean(axis=0))
+    with pytest.raises(ValueError, match="terms"):
+        ranker.member_scores(held.z)
     seconds, u, labels = HybridScorer(ranker).blend(members, held.analytical)
     assert seconds.shape == u.shape == labels.shape == (20,)
     # The hybrid's seconds are quantiles of Eq. 1-3's seconds of the batch.
@@ -93,7 +95,7 @@ def test_fine_tune_chooses_by_cross_validation_on_the_target_only() -> None:
 def test_trees_as_arrays_predict_like_scikit_learn() -> None:
     from sklearn.ensemble import HistGradientBoostingRegressor
 
-    from simulator.learned.residual import _Trees
+    from simulator.learned.trees import ArrayTrees
 
     rng = np.random.default_rng(0)
     x = rng.standard_normal((300, 6))
@@ -101,7 +103,7 @@ def test_trees_as_arrays_predict_like_scikit_learn() -> None:
     hgb = HistGradientBoostingRegressor(max_iter=50, max_depth=3, min_samples_leaf=20).fit(x, y)
     test = rng.standard_normal((200, 6))
     test[0, 0] = np.nan  # a missing value goes where the split learned
-    np.testing.assert_allclose(_Trees.of(hgb).predict(test), hgb.predict(test), atol=1e-12)
+    np.testing.assert_allclose(ArrayTrees.of(hgb).predict(test), hgb.predict(test), atol=1e-12)
 
 
 def test_registry_roundtrip_and_the_fine_tuned_version_is_the_residual_model(tmp_path: Path) -> None:
@@ -117,7 +119,8 @@ def test_registry_roundtrip_and_the_fine_tuned_version_is_the_residual_model(tmp
         assert info.kind == KIND
         loaded = registry.load(info.version)
         assert isinstance(loaded, ResidualEnsemble)
-        np.testing.assert_allclose(loaded.member_scores(held.z), model.member_scores(held.z), atol=1e-12)
+        scores = loaded.member_scores(held.z, held.sync_terms)
+        np.testing.assert_allclose(scores, model.member_scores(held.z, held.sync_terms), atol=1e-12)
     with pytest.raises(ValueError, match="missing"):
         ResidualEnsemble.from_state({"mean": np.zeros((1, NUM_GLOBAL_FEATURES))})
 
@@ -139,3 +142,41 @@ def test_pretrained_version_with_a_target_holds_the_chosen_model(
     assert decision.analytical_accuracy == tuned["accuracy"]["analytical"]
     loaded = registry.load(info.version)
     assert (info.kind == KIND) == (tuned["choice"] == "residual") == isinstance(loaded, ResidualEnsemble)
+
+
+def linear_terms_z(n: int, seed: int) -> DomainZ:
+    """Times linear in the sync terms (a price list), Eq. 1-3's column uninformative."""
+    from simulator.learned.terms import NUM_TERMS
+
+    rng = np.random.default_rng(seed)
+    z = rng.standard_normal((n, NUM_GLOBAL_FEATURES))
+    analytical = np.exp(rng.uniform(np.log(0.01), np.log(0.1), n))
+    z[:, ESTIMATE_COLUMN] = np.log1p(analytical * 1e3)
+    terms = rng.integers(0, 20, (n, NUM_TERMS)).astype(np.float64)
+    price = np.random.default_rng(99).uniform(0, 1e-3, NUM_TERMS)
+    times = (0.005 + terms @ price) * np.exp(0.01 * rng.standard_normal(n))
+    return DomainZ(f"linear-{seed}", z, times, analytical, terms=terms)
+
+
+def test_the_physical_base_prices_the_terms_and_is_chosen_where_they_explain_the_times(
+    tmp_path: Path,
+) -> None:
+    from simulator.learned.registry import Registry
+
+    train, held = linear_terms_z(120, 40), linear_terms_z(60, 41)
+    ranker = fit_residual(train, ResidualConfig(members=3), base="physical")
+    assert ranker.base == "physical" and fit_residual(train, members=1).base == "analytical"
+    learned = pairwise_accuracy(ranker.scores(held.z, held.sync_terms), held.times)
+    assert learned > 0.95 > 0.6 > pairwise_accuracy(held.analytical, held.times), learned
+    from simulator.learned.residual import ResidualEnsemble
+
+    loaded = Registry(tmp_path).load(
+        Registry(tmp_path).save(ranker, config={}, domains=[], metrics={}).version
+    )
+    assert isinstance(loaded, ResidualEnsemble) and loaded.base == "physical"
+    np.testing.assert_allclose(
+        loaded.scores(held.z, held.sync_terms), ranker.scores(held.z, held.sync_terms), atol=1e-12
+    )
+    tuned, decision = fine_tune(EnsembleTrainer([], TransferConfig(members=2)), train, {})
+    assert decision.choice == "physical" and decision.accuracy["physical"] > decision.accuracy["residual"]
+    assert isinstance(tuned, ResidualEnsemble) and tuned.base == "physical"
