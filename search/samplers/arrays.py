@@ -25,21 +25,23 @@ c_lb / c_am or uniform placement and groups), factor by factor:
   reach total / N); random: servers and groups uniform.
 
 How: the uniforms are drawn with numpy, chunk by chunk, in a fixed order and shape (that is the
-stream); the rules above turn them into rows in compiled loops (``search.samplers.kernels``,
-numba): the layouts, one pass over the rows for the per-shard choices, Algorithm 1 strategy by
-strategy (it is sequential within a strategy: each shard's server depends on the loads the larger
-ones left), Algorithm 2 and the memory check. Shard sizes in Algorithm 1 are pre-divided by the
-softmax unit (temperature x the strategy's mean PS shard) so that the logits need no division;
-Algorithm 2's boundaries come from one cumulative sum over the chunk's collective rows in reverse
-row order. Both give the same result as the scalar functions on the same shards and uniforms
-(tests/search/test_round.py), up to float rounding: a draw can differ only where its uniform
-falls within rounding of a cumulative-weight boundary, or at exact ties of non-integer byte
-counts. The compiled loops replaced numpy versions (a lockstep over the chunk's strategies for
-Algorithm 1) draw for draw: every column of the same seeds' draws is equal (issue 16).
+stream), into buffers reused chunk after chunk; the rules above turn them into rows in compiled
+loops (``search.samplers.kernels``, numba): the layouts, then one pass over the chunk, strategy by
+strategy (Algorithm 1 is sequential within a strategy: each shard's server depends on the loads
+the larger ones left), that writes every row, server, group, the memory check and the content
+hash straight into the columns ``sample_arrays`` returns (``_Columns``). Shard sizes in Algorithm
+1 are pre-divided by the softmax unit (temperature x the strategy's mean PS shard) so that the
+logits need no division; Algorithm 2's boundaries come from one running sum over the chunk's
+collective rows in reverse row order. Both give the same result as the scalar functions on the
+same shards and uniforms (tests/search/test_round.py), up to float rounding: a draw can differ
+only where its uniform falls within rounding of a cumulative-weight boundary, or at exact ties of
+non-integer byte counts. The compiled loops replaced numpy versions draw for draw: every column
+of the same seeds' draws is equal (issue 16).
 
 Each row keeps its ``entry`` in the space's shard table, so the scorer's shard sizes are table
 lookups (``ChoiceArrays.batch``) and the memory check sums PS bytes only (a strategy's collective
-bytes are the model's bytes less its PS bytes).
+bytes are the model's bytes less its PS bytes). Each strategy keeps its content hash
+(``ChoiceArrays.ids``), so the round's duplicate and already-tried checks read no rows.
 
 Reproducibility: chunk c of a sampler seeded s uses ``np.random.default_rng([s, c, 0x5A])``
 (``chunk`` strategies per chunk, whatever n is asked), so the same seed and chunk size give the
@@ -199,7 +201,8 @@ class ChoiceArrays:
     ``offsets`` (N+1,) int64; every column of ``COLUMNS`` (T,), small integer types or bool
     (a 10,000-strategy BERT-large round holds ~10 M rows); ``server`` is a node index (-1 for
     collective rows), ``group`` -1 for PS rows. ``batch()`` is the scorer's StrategyBatch of
-    them, ``strategy(space, i)`` one Strategy object, ``identity()`` a content hash per strategy.
+    them, ``strategy(space, i)`` one Strategy object, ``identity()`` a content hash per strategy
+    (``ids``: the sampler's, hashed as it drew them; None for other arrays).
     """
 
     offsets: np.ndarray
@@ -480,7 +483,7 @@ class ArraySampler:
             "algorithm": np.dtype(np.int8),
             "compressor": np.dtype(np.int8),
             "rank": _int_type(max(cfg.powersgd_ranks, default=0)),
-            "entry": np.dtype(np.int32),
+            "entry": np.dtype(np.uint16 if len(self._t.msg) <= 2**16 else np.int32),
         }
 
     # ------------------------------------------------------------------ public
@@ -522,8 +525,9 @@ class ArraySampler:
 
         The uniforms are drawn with numpy, in a fixed order and shape (the stream), into
         ``scratch``'s buffers; the rules that turn them into choices run compiled
-        (``search.samplers.kernels``): the layouts, the chunk's PS count (Algorithm 1's
-        uniforms), then ``draw_rows``, strategy by strategy, into ``out``.
+        (``search.samplers.kernels``): the layouts, a pass for the chunk's PS count (Algorithm 1's
+        uniforms) and Algorithm 2's running bytes, then ``draw_rows``, strategy by strategy, into
+        ``out``.
         """
         from search.samplers import kernels  # numba: imported on first use
 
@@ -567,7 +571,9 @@ class ArraySampler:
         constrained = self.kind == "constrained"
         balance = constrained and self.constraints.load_balance
         merge = constrained and self.constraints.adjacent_merge
-        n_ps = kernels.ps_count(offsets, p[1], u_ps) if balance else 0
+        # the chunk's PS rows, and Algorithm 2's running bytes where each strategy starts
+        merge_start = scratch.get("merge_start", b, np.float64)
+        n_ps = kernels.prepass(lay, offsets, v, t.lay_k, t.lay_start, p[1], u_ps, t.msg, merge_start)
         # Algorithm 1: one uniform per PS row, used strategy after strategy in size order;
         # random placement: one per row
         u_server = uniforms("u_server", np.float64, n_ps if balance else rows_total)
@@ -611,6 +617,7 @@ class ArraySampler:
             t.msg,
             t.brank,
             merge,
+            merge_start,
             u_group,
             mm is not None,
             t.param,

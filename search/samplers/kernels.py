@@ -1,34 +1,47 @@
 """Compiled loops of the array sampler (numba): turning a chunk's uniforms into choice rows.
 
 ``ArraySampler._draw_chunk`` draws its uniforms with numpy (the stream: same calls, shapes and
-order as before these kernels existed) and hands them to: ``layouts`` (each variable's partition),
-``choice_rows`` (one pass over the rows: PS or collective, replication, compressor and rank,
-algorithm), ``load_balance_rows`` (Algorithm 1, c_lb), ``adjacent_merge_rows`` (Algorithm 2,
-c_am) and ``fits_rows`` (the memory check); ``identity_rows`` is ``ChoiceArrays.identity``.
+order as before these kernels existed) and hands them to ``layouts`` (each variable's partition),
+``prepass`` (the chunk's PS count, i.e. how many uniforms Algorithm 1 takes, and Algorithm 2's
+running bytes) and ``draw_rows``: one pass over the chunk, strategy by strategy, that writes each
+strategy's rows (PS or collective, replication, compressor and rank, algorithm), its servers
+(``size_order`` + ``place``: Algorithm 1, c_lb), its groups (``merge_groups``: Algorithm 2, c_am),
+checks its memory (``fits``) and hashes it (``identity_one``), straight into the sample's kept
+columns; a strategy that does not fit is written over by the next. ``load_balance_rows``,
+``adjacent_merge_rows``, ``fits_rows`` and ``identity_rows`` run the same per-strategy functions
+over given rows (the tests' entry points, and ``ChoiceArrays.identity`` of other arrays).
 
-Why compiled (issue 16): a 10,000-strategy BERT-large round is ~10 M shard rows. Algorithm 1 is
-sequential within a strategy (each shard's server depends on the loads the larger shards left);
-in numpy it ran in lockstep over a chunk's strategies (one step per shard rank, ~17 numpy calls a
-step) and cost ~0.85 s of a ~2.5 s round, and the other rules made dozens of passes over the
-rows. Each kernel here does the former numpy code's arithmetic once per row.
+Why compiled, and why one pass (issue 16): a 10,000-strategy BERT-large round is ~10 M shard rows.
+Algorithm 1 is sequential within a strategy (each shard's server depends on the loads the larger
+shards left); in numpy it ran in lockstep over a chunk's strategies and cost ~0.85 s of a ~2.5 s
+round. Separate kernels per rule then made ~60 MB of temporaries per chunk and re-read every row
+per rule; one pass per strategy keeps its ~1,000 rows in cache from the draw to the hash, and
+writes each row once. Where PS-or-collective (a coin flip per row) picks a value, the code loads
+first and then selects: a conditional load stays a branch, mispredicted half the time.
 
-Same draws: every kernel does the former numpy operations in the same order and precision
-(float32 uniforms against float32 thresholds, float64 where numpy promoted to float64, the same
-left-to-right sums), so the same seed gives the same strategies (``tests/search/test_round.py``
-pins digests of the numpy implementation's draws). The one operation that can differ is ``exp``
-in Algorithm 1: numba calls the C library's ``exp`` (as the scalar reference
-``search.constraints.load_balance`` does through ``math.exp``), while numpy's vectorised ``exp``
-differs from it in the last bit for a few per cent of arguments; a server can differ only where
-a uniform falls within ~1e-16 of a cumulative-weight boundary. On 2,000-10,000-strategy draws of
-BERT-large/B7, NCF-sparse/A2, ResNet50/A2 and CTRDNN/B7 (both priors, temperature 1 and 0,
-constrained and random) every column was equal to the numpy implementation's.
+Same draws: every rule does the former numpy operations in the same order and precision (float32
+uniforms against float32 thresholds, float64 where numpy promoted to float64, the same
+left-to-right sums; Algorithm 2's cumulative bytes run over the whole chunk in reverse row order,
+as numpy's one cumsum did), so the same seed gives the same strategies
+(``tests/search/test_round.py`` pins digests of the numpy implementation's draws). The one
+operation that can differ is ``exp`` in Algorithm 1: numba calls the C library's ``exp`` (as the
+scalar reference ``search.constraints.load_balance`` does through ``math.exp``), while numpy's
+vectorised ``exp`` differs from it in the last bit for a few per cent of arguments; a server can
+differ only where a uniform falls within ~1e-16 of a cumulative-weight boundary. On
+600-2,000-strategy draws of BERT-large/B7, NCF-sparse/A2, ResNet50/A2 (both priors, temperature
+1, 0.3 and 0, constrained and random, with and without lossy compressors) and NCF-sparse/A2,
+ResNet50/A2, BERT-base/B7 under tight memory (up to 4,099 strategies rejected), every column and
+every content hash was equal to those of 43b47cb (the separate kernels).
 
 Compile cost and cache: the kernels compile on first use in a process (~8 s of CPU for all of
-them in a BERT-large round on this project's 2-core development VM, round_throughput-2026-11-27a) and are cached on disk (``cache=True``): in
-``NUMBA_CACHE_DIR`` when that is set, else next to this file (``search/samplers/__pycache__``)
-when writable, else in numba's per-user cache directory. A process that finds the cache loads
-the kernels in well under a second. ``benchmarks/round_throughput.py`` prints numba's import time
-and the first (warm-up) round's CPU time, which holds the compile or the cache load.
+them in a BERT-large round on this project's 2-core development VM, round_throughput-2026-11-27a)
+and are cached on disk (``cache=True``): in ``NUMBA_CACHE_DIR`` when that is set, else next to
+this file (``search/samplers/__pycache__``) when writable, else in numba's per-user cache
+directory. A process that finds the cache loads the kernels in well under a second.
+``draw_rows`` compiles once per set of column types: ``ArraySampler`` keeps them the same for every
+ordinary space (``search.samplers.warm`` compiles that set for the service's forked jobs).
+``benchmarks/round_throughput.py`` prints numba's import time and the first (warm-up) round's CPU
+time, which holds the compile or the cache load.
 """
 
 from __future__ import annotations
@@ -77,14 +90,45 @@ def layouts(
 
 
 @numba.njit(cache=True, nogil=True)
-def ps_count(offsets: np.ndarray, p_ps: np.ndarray, u_ps: np.ndarray) -> int:  # pragma: no cover - compiled
-    """The chunk's PS rows (how many uniforms Algorithm 1 takes): a row is PS when its float32
-    uniform is below its strategy's p_ps (``draw_rows``' rule)."""
+def prepass(
+    lay: np.ndarray,
+    offsets: np.ndarray,
+    v: int,
+    lay_k: np.ndarray,
+    lay_start: np.ndarray,
+    p_ps: np.ndarray,
+    u_ps: np.ndarray,
+    msg: np.ndarray,
+    merge_start: np.ndarray,
+) -> int:  # pragma: no cover - compiled; tests/search/test_round.py
+    """The chunk's PS rows (how many uniforms Algorithm 1 takes) and, per strategy, into
+    ``merge_start``, Algorithm 2's running byte count where the strategy's collective shards start.
+
+    Algorithm 2's cumulative bytes run over the whole chunk in reverse row order (strategy b-1's
+    last row first), as the former numpy code's one cumsum did; ``merge_groups`` continues that
+    sum strategy by strategy from these values, so its group boundaries are the same to the bit
+    (with non-integer byte counts a sum from zero per strategy moved a boundary now and then).
+    A row is PS when its float32 uniform is below the strategy's p_ps (``draw_rows``' rule).
+    """
+    b = len(offsets) - 1
+    acc = 0.0
     n_ps = 0
-    for d in range(len(offsets) - 1):
+    for dd in range(b):
+        d = b - 1 - dd
+        merge_start[d] = acc
         p = p_ps[d]
-        for r in range(offsets[d], offsets[d + 1]):
-            n_ps += u_ps[r] < p
+        r = offsets[d + 1] - 1
+        for ii in range(v):
+            li = lay[d * v + v - 1 - ii]
+            e1 = lay_start[li] + lay_k[li] - 1  # the layout's last shard
+            for qq in range(lay_k[li]):
+                # PS or not is a coin flip: load first, then select (a conditional load
+                # stays a branch, mispredicted half the time)
+                ps = u_ps[r - qq] < p
+                size = msg[e1 - qq]
+                n_ps += ps
+                acc += 0.0 if ps else size
+            r -= lay_k[li]
     return n_ps
 
 
@@ -151,8 +195,9 @@ def place(
         s = msg[ps_e[x]] * inv if temperature > 0 else msg[ps_e[x]]
         top = -np.inf
         for q in range(j):
-            w[q] = share[q] * total - loads[q]  # how far server q lags its bandwidth share
-            top = max(top, w[q])
+            lag = share[q] * total - loads[q]  # how far server q lags its bandwidth share
+            w[q] = lag
+            top = lag if lag > top else top  # a select (no NaN here): which server leads is random
         if temperature > 0:
             for q in range(j):
                 w[q] = math.exp(w[q] - top)
@@ -175,15 +220,15 @@ def place(
 
 @numba.njit(cache=True, nogil=True)
 def merge_groups(
-    cc_bytes: np.ndarray, n: int, g: int, cum: np.ndarray, groups: np.ndarray
+    cc_bytes: np.ndarray, n: int, start: float, g: int, cum: np.ndarray, groups: np.ndarray
 ) -> None:  # pragma: no cover - compiled; tests/search/test_round.py checks it against Algorithm 2
     """Algorithm 2 for one strategy: the merge group of each of its n collective shards, given in
     back-propagation order (``cc_bytes[:n]``), into ``groups[:n]``.
 
-    A group closes at the first shard where the cumulative bytes (summed in the order given)
-    reach the group's start plus total / N.
+    A group closes at the first shard where the cumulative bytes reach the group's start plus
+    total / N. The cumulative bytes continue from ``start`` (``prepass``), in the order given.
     """
-    cum[0] = 0.0
+    cum[0] = start
     for x in range(n):
         cum[x + 1] = cum[x] + cc_bytes[x]
     avg = (cum[n] - cum[0]) / max(g, 1)
@@ -366,6 +411,7 @@ def draw_rows(
     msg: np.ndarray,
     brank: np.ndarray,
     merge: bool,
+    merge_start: np.ndarray,
     u_group: np.ndarray,
     check: bool,
     param: np.ndarray,
@@ -452,7 +498,7 @@ def draw_rows(
                 entry[x] = e
                 ps = u_ps[r] < p_ps[d]
                 is_ps[x] = ps
-                lr[x] = ps and u_lr[r] < p_replication[d]
+                lr[x] = ps & (u_lr[r] < p_replication[d])
                 kind = 0
                 rk = 0
                 if squeeze and not ps:
@@ -486,16 +532,21 @@ def draw_rows(
                 rank[x] = rk
                 if kind == 2:
                     lowrank += param[e]
-                # PS or collective is a coin flip: selects and unconditional writes, no branch
+                # PS or collective is a coin flip: loads first, then selects and unconditional
+                # writes (a conditional load stays a branch, mispredicted half the time)
                 alg = 0
                 for c in range(n_frac):
                     alg += u_alg[r] >= frac[d, c]
-                algorithm[x] = 0 if ps else algorithms[alg]
+                a_id = algorithms[alg]
+                algorithm[x] = 0 if ps else a_id
                 group[x] = -1
-                srv = 0 if balance else np.int64(u_server[r] * j)
-                server[x] = srv if ps else -1
-                if not balance:
-                    hosted[srv] += param[e] if ps else 0.0
+                if balance:
+                    server[x] = 0 if ps else -1
+                else:
+                    srv = np.int64(u_server[r] * j)
+                    server[x] = srv if ps else -1
+                    size = param[e]
+                    hosted[srv] += size if ps else 0.0
                 ps_e[m] = e
                 ps_x[m] = x
                 cc_x[n_cc] = x
@@ -516,7 +567,7 @@ def draw_rows(
             if merge:
                 for y in range(n_cc):  # back-propagation order
                     cc_bytes[y] = msg[entry[cc_x[n_cc - 1 - y]]]
-                merge_groups(cc_bytes, n_cc, int(g), cum, picks)
+                merge_groups(cc_bytes, n_cc, merge_start[d], int(g), cum, picks)
                 for y in range(n_cc):
                     group[cc_x[n_cc - 1 - y]] = picks[y]
             else:
@@ -594,7 +645,8 @@ def adjacent_merge_rows(
     offsets: np.ndarray, cc: np.ndarray, msg: np.ndarray, n_groups: np.ndarray
 ) -> np.ndarray:  # pragma: no cover - compiled; tests/search/test_round.py checks it against Algorithm 2
     """Algorithm 2 (``merge_groups``, as ``draw_rows`` runs it) for every strategy of given rows:
-    the merge group of each collective row (-1 on PS rows), bytes ``msg`` per row."""
+    the merge group of each collective row (-1 on PS rows), bytes ``msg`` per row; the cumulative
+    bytes start where the later strategies' end (``prepass``)."""
     b = len(offsets) - 1
     n = len(cc)
     out = np.full(n, -1, dtype=np.int16)
@@ -602,6 +654,13 @@ def adjacent_merge_rows(
     cc_bytes = np.empty(n)
     groups = np.empty(n, dtype=np.int64)
     cum = np.empty(n + 1)
+    start = np.zeros(b)
+    acc = 0.0
+    for d in range(b - 1, -1, -1):
+        start[d] = acc
+        for r in range(offsets[d + 1] - 1, offsets[d] - 1, -1):
+            if cc[r]:
+                acc += msg[r]
     for d in range(b):
         c = 0
         for r in range(offsets[d + 1] - 1, offsets[d] - 1, -1):
@@ -611,7 +670,7 @@ def adjacent_merge_rows(
                 c += 1
         if c == 0:
             continue
-        merge_groups(cc_bytes, c, n_groups[d], cum, groups)
+        merge_groups(cc_bytes, c, start[d], n_groups[d], cum, groups)
         for y in range(c):
             out[rows[y]] = groups[y]
     return out

@@ -20,7 +20,8 @@ log = logging.getLogger("strategist.search")
 
 
 def compile_kernels() -> None:
-    """Run one 64-sample round on the toy domain, so that every kernel is compiled in this process."""
+    """Run two 64-sample rounds on the toy domain (the second with an already-tried strategy), so
+    that every kernel a round runs is compiled in this process."""
     from search.round import run_round
     from simulator.analytical import AnalyticalSimulator
     from simulator.spec import ClusterSpec, DeviceType, Layer, ModelSpec, Node, Variable
@@ -47,7 +48,9 @@ def compile_kernels() -> None:
         Node(name="n1", device="T4", gpus=2, nic_gbps=25.0),
     )
     cluster = ClusterSpec(name="warm-up", device_types=(gpu,), nodes=nodes, intra_node_gbps=100.0)
-    run_round(model, cluster, AnalyticalSimulator(), samples=64, k=2, seed=0)
+    first = run_round(model, cluster, AnalyticalSimulator(), samples=64, k=2, seed=0)
+    # a round that excludes tried strategies hashes them from their encoded (int64) columns
+    run_round(model, cluster, AnalyticalSimulator(), samples=64, k=2, seed=1, exclude=first.strategies[:1])
 
 
 try:

@@ -286,6 +286,22 @@ def test_the_draws_are_the_numpy_implementations(
     assert (h.hexdigest()[:16], int(arrays.offsets[-1])) == (digest, rows)
 
 
+def test_draws_with_rejections_and_fractional_bytes_are_the_former_ones() -> None:
+    """Strategies that do not fit are dropped inside the compiled pass (later ones written over
+    their rows), and Algorithm 2 sums NCF-sparse's non-integer byte counts over the whole chunk
+    as the numpy implementation did (a sum from zero per strategy moved one group boundary here).
+    Digest of 43b47cb's draws (the last commit before the one-pass kernel)."""
+    model, cluster = zoo.model("NCF-sparse"), zoo.cluster("A2")
+    memory = MemoryModel(model, cluster, MemoryConfig(host_usable=0.01, device_usable=0.2))
+    sampler = ArraySampler(Space(model, cluster), 3, memory, chunk=200)
+    arrays = sampler.sample_arrays(300)
+    h = hashlib.sha256()
+    for k in ("offsets", *COLUMNS):
+        h.update(np.ascontiguousarray(getattr(arrays, k)).astype(np.int64).tobytes())
+    assert (h.hexdigest()[:16], int(arrays.offsets[-1]), sampler.rejected) == ("bae379cddd5a129a", 5889, 181)
+    assert np.array_equal(arrays.identity(), _identity_reference(arrays))  # the hashes drawn with them
+
+
 def _identity_reference(arrays: ChoiceArrays) -> np.ndarray:
     """``ChoiceArrays.identity``'s hash in numpy (the implementation before the compiled kernel)."""
     mix = (0x9E3779B97F4A7C15, 0xC2B2AE3D27D4EB4F, 0x165667B19E3779F9, 0xD6E8FEB86659FD93)
