@@ -486,19 +486,24 @@ def draw_rows(
         lowrank = 0.0  # memory check: PowerSGD buffers, and each server's PS bytes (``fits``)
         for q in range(j):
             hosted[q] = 0.0
+        # the strategy's and the layout's constants in locals: the output columns could alias
+        # the inputs as far as the compiler knows, so it would reload them after every store
+        p_d, p_rep = p_ps[d], p_replication[d]
         for i in range(v):
             lay_i = lay[d * v + i]
             k = lay_k[lay_i]
+            e0 = lay_start[lay_i]
+            a_x = lay_axis[lay_i]
             for q in range(k):
-                e = lay_start[lay_i] + q
+                e = e0 + q
                 variable[x] = i
-                axis[x] = lay_axis[lay_i]
+                axis[x] = a_x
                 num_shards[x] = k
                 shard_index[x] = q
                 entry[x] = e
-                ps = u_ps[r] < p_ps[d]
+                ps = u_ps[r] < p_d
                 is_ps[x] = ps
-                lr[x] = ps & (u_lr[r] < p_replication[d])
+                lr[x] = ps & (u_lr[r] < p_rep)
                 kind = 0
                 rk = 0
                 if squeeze and not ps:
