@@ -10,7 +10,10 @@ batch's ``call`` fields, which are computed only when read.
 
 Why compiled (issue 16): a 10,000-strategy BERT-large round scores ~10 M shard rows. The numpy
 scorer made a few dozen whole-array passes over them (masks, mixed-radix keys, bincounts, the
-(channel, ready level) table of the overlap model) and took ~0.6 s of a round's CPU time.
+(channel, ready level) table of the overlap model): 0.44 s of the round's CPU time, 0.16 s with
+these loops (benchmarks/results/round_throughput-2026-11-28b.txt), of which ``sync_times`` ~0.12 s
+(~12 ns a row: numbering, Eq. 2/3 and the channel tables) and the sampler's shard-size gather
+(``ChoiceArrays.batch``'s geometry) ~0.03 s.
 
 Same numbers: every sum is taken in the numpy scorer's order (np.bincount adds in row order from
 0.0; a channel's suffix sums run from its latest ready level down; T_sync^PS's share divides the
@@ -20,8 +23,11 @@ last bit (tests/simulator/analytical/test_analytical_kernels.py: equal on sample
 batches of several domains and every CostParams branch).
 
 Compile cost and cache: like ``search.samplers.kernels`` (``cache=True``: in ``NUMBA_CACHE_DIR``,
-else next to this file, else numba's per-user cache). The kernels specialise on the integer
-widths of the columns they read (the array sampler narrows them per model).
+else next to this file, else numba's per-user cache); with an empty cache these kernels add
+~2 s of CPU to the first round (search.samplers.warm's round: 7.0 s before them, 9.1 s with them,
+on the loaded 2-core development VM). They specialise on the integer widths of the columns they
+read: the sampler's narrow columns (one signature for every model at present) and int64 for
+batches from ``make_batch``/``encode`` (``AnalyticalSimulator.predict``).
 """
 
 from __future__ import annotations

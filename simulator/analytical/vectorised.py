@@ -94,8 +94,10 @@ def score(
     bucket = params.overlap == "bucket"
     if bucket:
         level_ready, var_level = overlap.ready_levels(ma, ca, params)
-    else:  # T = max(T_comp, T_sync): no ready times needed
+    else:  # T = max(T_comp, T_sync): no ready times (read-only like ready_levels': one signature)
         level_ready, var_level = np.zeros(1), np.zeros(len(ma.layer), dtype=np.int64)
+        level_ready.setflags(write=False)
+        var_level.setflags(write=False)
     rows, unnumbered = sync_columns(b)
     none = np.zeros(0, dtype=np.int64)
     if unnumbered is None:  # the batch's own call numbering
