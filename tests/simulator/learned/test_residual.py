@@ -180,3 +180,6 @@ def test_the_physical_base_prices_the_terms_and_is_chosen_where_they_explain_the
     tuned, decision = fine_tune(EnsembleTrainer([], TransferConfig(members=2)), train, {})
     assert decision.choice == "physical" and decision.accuracy["physical"] > decision.accuracy["residual"]
     assert isinstance(tuned, ResidualEnsemble) and tuned.base == "physical"
+    # Fewer measurements than the line's prices: not a candidate.
+    _, few = fine_tune(EnsembleTrainer([], TransferConfig(members=2)), train.subset(range(30)), {})
+    assert np.isnan(few.accuracy["physical"]) and few.choice != "physical"
