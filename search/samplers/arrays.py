@@ -116,11 +116,14 @@ class _Tables:
     fp16: np.ndarray  # (S,) bool: fp16 is on offer
     min_side: np.ndarray  # (S,) min(rows, cols) of a dense >= 2-D shard, else 0 (no PowerSGD)
     geo: ShardGeometry  # (S,) ``shard_geometry`` of every shard entry, uncompressed
+    heads: np.ndarray  # (S,) uint64 the entry's part of a row's content hash (``kernels.identity_heads``)
     model_bytes: float  # parameter bytes of the whole model (every strategy's shards sum to it)
 
 
 @lru_cache(maxsize=16)
 def _tables(space: Space) -> _Tables:
+    from search.samplers.kernels import identity_heads  # numba: imported on first use
+
     cfg = space.config
     v_count = len(space.variables)
     a_max = max([1, *(len(vs.k_max) for vs in space.variables)])
@@ -190,6 +193,7 @@ def _tables(space: Space) -> _Tables:
         fp16=f32[var] & ("fp16" in cfg.compressors),
         min_side=np.where(psgd & ("powersgd" in cfg.compressors), np.minimum(rows, cols), 0),
         geo=shard_geometry(model_arrays(space.model), var, axis_e, k_e, idx, zero, zero),
+        heads=identity_heads(var, axis_e, k_e, idx),
         model_bytes=float(param[start[whole]].sum()),
     )
 
@@ -623,6 +627,7 @@ class ArraySampler:
             t.param,
             t.model_bytes,
             *memory,
+            t.heads,
             cols,
             out.offsets,
             out.ids,

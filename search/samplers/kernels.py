@@ -6,7 +6,7 @@ order as before these kernels existed) and hands them to ``layouts`` (each varia
 running bytes) and ``draw_rows``: one pass over the chunk, strategy by strategy, that writes each
 strategy's rows (PS or collective, replication, compressor and rank, algorithm), its servers
 (``size_order`` + ``place``: Algorithm 1, c_lb), its groups (``merge_groups``: Algorithm 2, c_am),
-checks its memory (``fits``) and hashes it (``identity_one``), straight into the sample's kept
+checks its memory (``fits``) and hashes it (``identity_by_entry``), straight into the sample's kept
 columns; a strategy that does not fit is written over by the next. ``load_balance_rows``,
 ``adjacent_merge_rows``, ``fits_rows`` and ``identity_rows`` run the same per-strategy functions
 over given rows (the tests' entry points, and ``ChoiceArrays.identity`` of other arrays).
@@ -362,6 +362,60 @@ def identity_one(
     return acc
 
 
+_MASK = (1 << 64) - 1
+#: ``identity_one``'s row value before mixing is linear in the columns (mod 2^64): column i is
+#: multiplied by the MIX factors of the steps after it. ``_P[i]``: that product.
+_PRODUCTS = [1]
+for _m in (0x165667B19E3779F9, 0xC2B2AE3D27D4EB4F, 0x9E3779B97F4A7C15, 0xD6E8FEB86659FD93) * 3:
+    if len(_PRODUCTS) == 11:
+        break
+    _PRODUCTS.append(_PRODUCTS[-1] * _m & _MASK)
+_P = tuple(reversed(_PRODUCTS))  # _P[10] = 1, _P[9] = MIX[2], _P[8] = MIX[1] * MIX[2], ...
+_P4, _P5, _P6, _P7, _P8, _P9 = (np.uint64(p) for p in _P[4:10])
+
+
+def identity_heads(variable: np.ndarray, axis: np.ndarray, k: np.ndarray, index: np.ndarray) -> np.ndarray:
+    """Per shard entry, the first four columns' part of ``identity_one``'s row value (variable,
+    axis, shards and shard index are the entry's): sum of column i x ``_P[i]``, mod 2^64."""
+    out = np.zeros(len(variable), dtype=np.uint64)
+    for i, col in enumerate((variable, axis, k, index)):
+        out += np.asarray(col).astype(np.uint64) * np.uint64(_P[i])  # wraps mod 2^64, as the kernel
+    return out
+
+
+@numba.njit(cache=True, nogil=True)
+def identity_by_entry(
+    lo: int,
+    hi: int,
+    entry: np.ndarray,
+    heads: np.ndarray,
+    c4: np.ndarray,
+    c5: np.ndarray,
+    c6: np.ndarray,
+    c7: np.ndarray,
+    c8: np.ndarray,
+    c9: np.ndarray,
+    c10: np.ndarray,
+) -> np.uint64:  # pragma: no cover - compiled; tests/search/test_round.py checks it against numpy
+    """``identity_one`` of rows lo..hi-1 whose first four columns are their entry's (sampler rows):
+    the same row value, as ``heads[entry]`` plus the other columns times their products
+    (independent multiplies instead of a chain of ten), then the same mixing."""
+    s31 = np.uint64(31)
+    s29 = np.uint64(29)
+    acc = np.uint64(0)
+    for i in range(hi - lo):
+        r = np.uint64(lo + i)
+        x = heads[np.uint64(entry[r])]
+        x += np.uint64(c4[r]) * _P4 + np.uint64(c5[r]) * _P5 + np.uint64(c6[r]) * _P6
+        x += np.uint64(c7[r]) * _P7 + np.uint64(c8[r]) * _P8 + np.uint64(c9[r]) * _P9
+        x += np.uint64(c10[r])
+        x ^= x >> s31
+        x *= _FIN
+        x ^= x >> s29
+        acc += x
+    return acc
+
+
 @numba.njit(cache=True, nogil=True)
 def identity_rows(
     offsets: np.ndarray,
@@ -424,6 +478,7 @@ def draw_rows(
     state_factor: float,
     headroom: float,
     cap: np.ndarray,
+    heads: np.ndarray,
     cols: tuple[np.ndarray, ...],
     out_offsets: np.ndarray,
     out_ids: np.ndarray,
@@ -590,20 +645,8 @@ def draw_rows(
         if check and not fits(hosted, lowrank, model_bytes, state_factor, headroom, cap):
             rejected += 1
             continue
-        out_ids[n] = identity_one(
-            t,
-            x,
-            variable,
-            axis,
-            num_shards,
-            shard_index,
-            is_ps,
-            server,
-            lr,
-            group,
-            algorithm,
-            compressor,
-            rank,
+        out_ids[n] = identity_by_entry(
+            t, x, entry, heads, is_ps, server, lr, group, algorithm, compressor, rank
         )
         out_offsets[n + 1] = x
         n += 1
