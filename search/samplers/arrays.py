@@ -116,13 +116,13 @@ class _Tables:
     fp16: np.ndarray  # (S,) bool: fp16 is on offer
     min_side: np.ndarray  # (S,) min(rows, cols) of a dense >= 2-D shard, else 0 (no PowerSGD)
     geo: ShardGeometry  # (S,) ``shard_geometry`` of every shard entry, uncompressed
-    heads: np.ndarray  # (S,) uint64 the entry's part of a row's content hash (``rules.identity_heads``)
+    heads: np.ndarray  # (S,) uint64 the entry's part of a row's content hash (``kernels.identity_heads``)
     model_bytes: float  # parameter bytes of the whole model (every strategy's shards sum to it)
 
 
 @lru_cache(maxsize=16)
 def _tables(space: Space) -> _Tables:
-    from search.samplers.rules import identity_heads  # numba: imported on first use
+    from search.samplers.kernels import identity_heads  # numba: imported on first use
 
     cfg = space.config
     v_count = len(space.variables)
@@ -277,7 +277,7 @@ class ChoiceArrays:
         """(N,) uint64 content hash per strategy: equal choices, equal hash (strategy_key's meaning,
         for strategies without staleness or plan); different ones differ up to a 64-bit collision.
         The sampler's arrays carry it (``ids``, hashed while each strategy's rows were in cache)."""
-        from search.samplers.rules import identity_rows
+        from search.samplers.kernels import identity_rows
 
         if self.ids is not None:
             return self.ids
@@ -643,10 +643,10 @@ class ArraySampler:
         is_ps: np.ndarray,
         entry: np.ndarray,
     ) -> np.ndarray:
-        """Algorithm 1 for every strategy of given rows (``rules.load_balance_rows``: the sizes'
+        """Algorithm 1 for every strategy of given rows (``kernels.load_balance_rows``: the sizes'
         order and the placement ``draw_rows`` runs): one uniform per PS row, used strategy after
         strategy in (size descending, row) order; ``entry`` is each row's shard in the tables."""
-        from search.samplers.rules import load_balance_rows  # numba: imported on first use
+        from search.samplers.kernels import load_balance_rows  # numba: imported on first use
 
         u = rng.random(int(np.count_nonzero(is_ps)))
         t = self._t
@@ -672,9 +672,9 @@ class ArraySampler:
         """Per strategy: fits in device and PS-host memory (``MemoryModel.check``'s rule):
         optimizer state of collective shards and PowerSGD buffers within the device headroom, and
         per PS server its shards x (2 + state factor) within its usable host memory
-        (``rules.fits_rows``; every strategy holds each variable's bytes once, so its
+        (``kernels.fits_rows``; every strategy holds each variable's bytes once, so its
         collective bytes are the model's parameter bytes less its PS bytes)."""
-        from search.samplers.rules import fits_rows
+        from search.samplers.kernels import fits_rows
 
         mm = self.memory
         assert mm is not None
@@ -715,10 +715,10 @@ def _layout_entry(t: _Tables, variable: np.ndarray, axis: np.ndarray, k: np.ndar
 
 
 def _adjacent_merge(offsets: np.ndarray, cc: np.ndarray, msg: np.ndarray, n_groups: np.ndarray) -> np.ndarray:
-    """Algorithm 2 for every strategy (``rules.adjacent_merge_rows``, compiled): collective
+    """Algorithm 2 for every strategy (``kernels.adjacent_merge_rows``, compiled): collective
     shards in back-propagation order (the reverse of row order), a group closes at the first shard
     where its bytes so far reach total / N. -1 on PS rows."""
-    from search.samplers.rules import adjacent_merge_rows
+    from search.samplers.kernels import adjacent_merge_rows
 
     return adjacent_merge_rows(
         np.asarray(offsets, dtype=np.int64),
