@@ -34,6 +34,7 @@ normalisation).
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 import time
@@ -48,7 +49,7 @@ from search.samplers.arrays import CHUNK, ArraySampler, ChoiceArrays
 from search.samplers.base import InfeasibleSpaceError
 from search.samplers.constrained import Constraints
 from search.samplers.partial import Prior
-from search.selection import Choice, select_diverse, select_embedded
+from search.selection import Choice, select_diverse, select_embedded, select_rows
 from search.similarity import FactorSimilarity, HiddenSimilarity, Similarity
 from search.space import Space, SpaceConfig, space_of
 from simulator.analytical import (
@@ -439,11 +440,13 @@ def _round_arrays(
 
     def embed(index: np.ndarray) -> np.ndarray:
         sub = pool.take(index)
-        if isinstance(similarity, FactorSimilarity):
-            return similarity.embed_arrays(sub)
         return similarity.embed(SampleBatch(model, cluster, sub.batch(space)).strategies())
 
-    qualified, choice = qualify_and_select(scored.seconds, k, embed, similarity, defaults)
+    rows = None
+    if isinstance(similarity, FactorSimilarity):
+        # the factor similarity's rows straight from the pool's columns: no take, no (N, V x 7) codes
+        rows = functools.partial(similarity.rows_arrays, pool)
+    qualified, choice = qualify_and_select(scored.seconds, k, embed, similarity, defaults, rows=rows)
     t4 = _clock()
     times["select"] = t4 - t3
     chosen = [int(qualified[i]) for i in choice.indices]
@@ -615,18 +618,24 @@ def qualify_and_select(
     embed: Callable[[np.ndarray], np.ndarray],
     similarity: Similarity,
     defaults: RoundDefaults = DEFAULTS,
+    rows: Callable[[np.ndarray], Callable[[int], np.ndarray]] | None = None,
 ) -> tuple[np.ndarray, Choice]:
     """The round's last two steps on M scored samples: keep the best max(k, ceil(qualified_fraction
     x M)) (ties: sample order), then choose k of them by Eq. 11 (``select_embedded``, alpha of
     ``defaults``). ``embed(index)`` gives the similarity embedding of the samples ``index``
-    (e.g. ``FactorSimilarity.embed_arrays`` of their arrays). Returns the qualified sample indices
-    (best first) and the choice, whose ``indices`` are positions among the qualified.
+    (e.g. ``FactorSimilarity.embed_arrays`` of their arrays). ``rows``, when given, replaces
+    ``embed``: ``rows(index)`` returns a function giving one similarity row of those samples at a
+    time (``FactorSimilarity.rows_arrays``), and the choice is ``select_rows``' (the same Eq. 11;
+    only the rows the greedy reads are computed). Returns the qualified sample indices (best
+    first) and the choice, whose ``indices`` are positions among the qualified.
 
     For callers that score a given pool instead of sampling one (a replay on measured strategies).
     """
     qualified = _qualified(np.asarray(seconds, dtype=np.float64), k, defaults.qualified_fraction)
-    choice = select_embedded(embed(qualified), np.asarray(seconds)[qualified], k, defaults.alpha, similarity)
-    return qualified, choice
+    scores = np.asarray(seconds)[qualified]
+    if rows is not None:
+        return qualified, select_rows(rows(qualified), scores, k, defaults.alpha)
+    return qualified, select_embedded(embed(qualified), scores, k, defaults.alpha, similarity)
 
 
 def _qualified(seconds: np.ndarray, k: int, fraction: float) -> np.ndarray:

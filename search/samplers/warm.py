@@ -1,4 +1,6 @@
-"""Importing this module compiles the array sampler's kernels (``search.samplers.kernels``).
+"""Importing this module compiles the round's numba kernels: the array sampler's
+(``search.samplers.kernels``), the analytical scorer's (``simulator.analytical.kernels``) and the
+factor similarity's (``search.similarity.kernels``).
 
 Why a module: the search loop's jobs are forked from a forkserver that can only *import* what it
 preloads (``service.loop.jobs.PRELOAD``). numba compiles a kernel (or loads it from its cache) at
@@ -23,6 +25,8 @@ def compile_kernels() -> None:
     """Run two 64-sample rounds on the toy domain (the second with an already-tried strategy), so
     that every kernel a round runs is compiled in this process."""
     from search.round import run_round
+    from search.samplers.arrays import ArraySampler
+    from search.space import Space
     from simulator.analytical import AnalyticalSimulator
     from simulator.spec import ClusterSpec, DeviceType, Layer, ModelSpec, Node, Variable
 
@@ -51,6 +55,11 @@ def compile_kernels() -> None:
     first = run_round(model, cluster, AnalyticalSimulator(), samples=64, k=2, seed=0)
     # a round that excludes tried strategies hashes them from their encoded (int64) columns
     run_round(model, cluster, AnalyticalSimulator(), samples=64, k=2, seed=1, exclude=first.strategies[:1])
+    # the scorer's 64-bit path (encoded Strategy objects: AnalyticalSimulator.predict, which the
+    # loop's steps call) and the call numbering a learned scorer's features read from a sampled batch
+    AnalyticalSimulator().predict(model, cluster, list(first.strategies))
+    space = Space(model, cluster)
+    _ = ArraySampler(space, 0, None, chunk=8).sample_arrays(8).batch(space).call
 
 
 try:

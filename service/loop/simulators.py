@@ -11,7 +11,7 @@ version fine-tuned on its runtimes after every round. A round on domain X uses, 
    of fold; ``simulator.learned.pretrained``): the hybrid scorer (learned where the ensemble agrees,
    Eq. 1-3 where it does not; ``simulator.learned.scoring``) when the fallback rule recorded with
    the version says learned — judged on X's held-out measured strategies once it has
-   ``TransferConfig.min_held_out`` of them, else on leave-one-domain-out accuracy — otherwise the
+   ``ResidualConfig.min_held_out`` of them, else on leave-one-domain-out accuracy — otherwise the
    analytical model. For a network kind (rnn, gat, linear): that network if it ranks X's validation
    split better than the analytical model (the older rule).
 2. Else (a new domain, first round) the pretrained version, under the same fallback rule (its
@@ -132,11 +132,10 @@ def load_scorer(
     simulator, used = load_simulator(version, registry_dir)
     if used is None or used.kind not in RULED:  # no torch import for the analytical model (job budgets)
         return scorer_for(simulator), used
-    from simulator.learned.residual import ResidualEnsemble
+    from simulator.learned.residual import Ranker
     from simulator.learned.scoring import HybridScorer
-    from simulator.learned.transfer import TransferEnsemble
 
-    if isinstance(simulator, TransferEnsemble | ResidualEnsemble):
+    if isinstance(simulator, Ranker):
         return HybridScorer(simulator, make_scores=RoundScores), used
     return scorer_for(simulator), used
 
