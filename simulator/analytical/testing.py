@@ -113,3 +113,19 @@ def make_model(variables: list[Variable], fwd_flops: float = 1e6, batch_size: in
             )
         )
     return ModelSpec(name="test-model", batch_size=batch_size, layers=tuple(layers))
+
+
+def mixed_model() -> ModelSpec:
+    """Six variables of every kind the cost model distinguishes: sparse (two densities), a
+    convolution, a bias, a float16 matrix and a dense matrix."""
+    return make_model(
+        [
+            Variable(name="emb", shape=(5000, 32), sparse=True, density=0.02),
+            Variable(name="conv", shape=(64, 32, 3, 3)),
+            Variable(name="bias", shape=(64,)),
+            Variable(name="half", shape=(300, 200), dtype="float16"),
+            Variable(name="fc", shape=(1000, 512)),
+            Variable(name="emb2", shape=(777, 16), sparse=True, density=0.5),
+        ],
+        fwd_flops=5e8,
+    )

@@ -21,8 +21,8 @@ from simulator.analytical.arrays import ClusterArrays, ModelArrays
 from simulator.analytical.batch import StrategyBatch, sync_columns
 from simulator.analytical.kernels import _numpy_sum
 from simulator.analytical.overlap import layer_ready_times
-from simulator.analytical.testing import make_cluster, make_model, random_strategies
-from simulator.spec import ClusterSpec, Variable, comm
+from simulator.analytical.testing import make_cluster, mixed_model, random_strategies
+from simulator.spec import ClusterSpec, comm
 
 PARAMS = {
     "default": CostParams(),
@@ -54,17 +54,7 @@ def _assert_equal(ma: ModelArrays, ca: ClusterArrays, b: StrategyBatch, params: 
 @pytest.mark.parametrize("cluster_name", sorted(CLUSTERS))
 @pytest.mark.parametrize("params_name", sorted(PARAMS))
 def test_encoded_strategies_score_as_numpy_did(cluster_name: str, params_name: str) -> None:
-    model = make_model(
-        [
-            Variable(name="emb", shape=(5000, 32), sparse=True, density=0.02),
-            Variable(name="conv", shape=(64, 32, 3, 3)),
-            Variable(name="bias", shape=(64,)),
-            Variable(name="half", shape=(300, 200), dtype="float16"),
-            Variable(name="fc", shape=(1000, 512)),
-            Variable(name="emb2", shape=(777, 16), sparse=True, density=0.5),
-        ],
-        fwd_flops=5e8,
-    )
+    model = mixed_model()
     cluster = CLUSTERS[cluster_name]
     ma, ca = model_arrays(model), cluster_arrays(cluster)
     _assert_equal(ma, ca, encode(ma, ca, random_strategies(model, cluster, 80, seed=11)), PARAMS[params_name])

@@ -18,8 +18,8 @@ from simulator.analytical import (
 from simulator.analytical.arrays import ALGORITHMS, COMPRESSORS
 from simulator.analytical.batch import StrategyBatch
 from simulator.analytical.reference import reference_cost
-from simulator.analytical.testing import make_cluster, make_model, random_strategies
-from simulator.spec import ClusterSpec, ModelSpec, Variable
+from simulator.analytical.testing import make_cluster, mixed_model, random_strategies
+from simulator.spec import ClusterSpec
 
 PARAMS = [
     CostParams(),
@@ -28,20 +28,6 @@ PARAMS = [
     CostParams(call_overhead_s=8e-4, ps_round_s=1.2e-3, allgather_call_s=2.5e-3),
     CostParams(call_overhead_s=5e-4, ps_round_s=1.2e-3, allgather_call_s=2.5e-3, unit_overhead_s=6e-4),
 ]
-
-
-def mixed_model() -> ModelSpec:
-    return make_model(
-        [
-            Variable(name="emb", shape=(5000, 32), sparse=True, density=0.02),
-            Variable(name="conv", shape=(64, 32, 3, 3)),
-            Variable(name="bias", shape=(64,)),
-            Variable(name="half", shape=(300, 200), dtype="float16"),
-            Variable(name="fc", shape=(1000, 512)),
-            Variable(name="emb2", shape=(777, 16), sparse=True, density=0.5),
-        ],
-        fwd_flops=5e8,
-    )
 
 
 CLUSTERS: dict[str, ClusterSpec] = {
