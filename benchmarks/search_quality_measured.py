@@ -10,7 +10,7 @@ their median); no testbed runs. Searchers, each for ``--seeds`` seeds:
               qualified fraction and picks K by Eq. 11 (``search.round.DEFAULTS``: alpha,
               qualified_fraction, factor similarity; ``search.round.qualify_and_select``, the
               round's own qualify + Eq. 11 step). Scorer: the hybrid (``simulator.learned.scoring``)
-              of the model ``simulator.learned.residual.fine_tune`` picks after each round: with
+              of the model ``simulator.learned.tuning.fine_tune`` picks after each round: with
               fewer than 8 measured strategies the transfer ensemble pretrained leave-one-domain-out
               (every set of the domain under test, from any dataset, is excluded), fine-tuned on
               what there is, when the LODO rule says learned, else Eq. 1-3; from 8 on, whichever of
@@ -54,7 +54,6 @@ from simulator import zoo
 from simulator.learned.data import Domain, _unit
 from simulator.learned.noise import NoiseCeiling
 from simulator.learned.noise import estimate as noise_ceiling
-from simulator.learned.residual import fine_tune
 from simulator.learned.runtimes import domain_folders, load_domain
 from simulator.learned.scoring import HybridScorer
 from simulator.learned.transfer import (
@@ -67,6 +66,7 @@ from simulator.learned.transfer import (
     domain_z,
     lodo_metrics,
 )
+from simulator.learned.tuning import fine_tune
 from simulator.metrics import pairwise_accuracy, resolved_pairs
 
 K = 5
@@ -176,7 +176,7 @@ def split_index(target: MeasuredSet, seed: int) -> tuple[np.ndarray, np.ndarray]
 
 
 def fine_tuned(target: MeasuredSet, trainer: EnsembleTrainer, gap: float) -> list[TunedSplit]:
-    """Per split seed: fine-tune on the train split (``residual.fine_tune``: the model is chosen by
+    """Per split seed: fine-tune on the train split (``tuning.fine_tune``: the model is chosen by
     cross-validation on the train split only) and judge on the held-out 30 % next to Eq. 1-3."""
     out = []
     for seed in SPLIT_SEEDS:
@@ -294,7 +294,7 @@ def run(
         print(f"{label:30s} {n:4d} {acc:6.3f} {ana:6.3f}  {verdict:32s}")
     print()
     print(
-        "Fine-tuned in-domain (simulator.learned.residual.fine_tune): the LODO trainer and the domain's train"
+        "Fine-tuned in-domain (simulator.learned.tuning.fine_tune): the LODO trainer and the domain's train"
     )
     print("split (70 %, seeded hash split) -> residual on the price line of the sync terms / residual on")
     print("Eq. 1-3 / fine-tuned transfer / Eq. 1-3, chosen by")

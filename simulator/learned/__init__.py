@@ -13,7 +13,7 @@ What the service calls:
   (``transfer.TransferEnsemble``, kind ``transfer-linear``) trained on every set, with LODO
   metrics, the fallback rule's decision and the training runtimes' provenance;
   ``scoring.HybridScorer(ensemble)`` / ``scoring.LearnedScorer`` score a round's arrays.
-  ``residual.fine_tune(trainer, target, lodo)`` → the in-domain ranker after fine-tuning (a learned
+  ``tuning.fine_tune(trainer, target, lodo)`` → the in-domain ranker after fine-tuning (a learned
   residual on log Eq. 1-3 or on the domain's price list of its sync terms (``terms``), the
   fine-tuned transfer ensemble or Eq. 1-3, chosen by cross-validation on the target's
   measurements); ``noise.estimate`` → the noise ceiling of pairwise accuracy

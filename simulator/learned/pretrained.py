@@ -6,7 +6,7 @@ computes its leave-one-domain-out metrics next to the analytical model's, applie
 rule's LODO half, and saves a registry version whose metadata says exactly which runtimes trained
 it: per set the files (path, sha256, records) or the database's runtime-record ids, the sha256 of
 every distinct strategy key, and the code commit. With ``target`` it is the fine-tuned version of
-one set (the domain a search runs on), made by ``residual.fine_tune``: every other set a source;
+one set (the domain a search runs on), made by ``tuning.fine_tune``: every other set a source;
 with enough measured strategies of the target, the residual model (log Eq. 1-3 + learned
 residual, kind ``residual``), the transfer ensemble fine-tuned on the target or Eq. 1-3, whichever
 ranks the target's strategies best out of fold (the version then holds the chosen learned model,
@@ -30,7 +30,7 @@ from typing import Any
 
 from simulator.learned.data import Domain
 from simulator.learned.registry import Registry, VersionInfo
-from simulator.learned.residual import FineTuneDecision, Ranker, ResidualConfig, fine_tune
+from simulator.learned.residual import Ranker, ResidualConfig
 from simulator.learned.runtimes import load_runtimes
 from simulator.learned.transfer import (
     DomainZ,
@@ -43,6 +43,7 @@ from simulator.learned.transfer import (
     key_digest,
     lodo_metrics,
 )
+from simulator.learned.tuning import FineTuneDecision, fine_tune
 
 
 @dataclass(frozen=True)

@@ -26,7 +26,7 @@ The fallback rule: the learned ranker is used only when it ranks the domain's *h
 strategies at least as well as the analytical model (pairwise accuracy on the same strategies).
 Held out means not trained on: for the pretrained ensemble, every measured strategy of a domain it
 was not trained on (``lodo_metrics``); after fine-tuning, out-of-fold predictions (``out_of_fold``)
-on the domain's measurements, judged by ``residual.fine_tune`` together with the residual model.
+on the domain's measurements, judged by ``tuning.fine_tune`` together with the residual model.
 With too few measured strategies that evidence is too thin (a dozen points decided the old rule),
 so the decision is the LODO one (``choose_from_lodo``): the learned ranker is used when its mean
 LODO accuracy over the training domains (each scored by an ensemble trained without it) beats the

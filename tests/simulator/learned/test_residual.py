@@ -12,11 +12,11 @@ from simulator.learned.residual import (
     ESTIMATE_COLUMN,
     ResidualConfig,
     analytical_log_seconds,
-    fine_tune,
     fit_residual,
 )
 from simulator.learned.scoring import HybridScorer
 from simulator.learned.transfer import DomainZ, EnsembleTrainer, TransferConfig, domain_z
+from simulator.learned.tuning import fine_tune
 from simulator.metrics import pairwise_accuracy
 from simulator.spec import ClusterSpec, ModelSpec
 
