@@ -4,9 +4,11 @@ Replay: a searcher may only "measure" strategies whose runtime is in the dataset
 pool is its distinct measured strategies (``simulator.learned.runtimes``; repeated trials merged by
 their median); no testbed runs. Searchers, each for ``--seeds`` seeds:
 
-(a) learned   the AutoSync loop with transfer: a round samples half of the not yet measured
-              strategies of the pool (seeded; the stand-in for "sample M under the constraints",
-              whose fresh draws have no measured runtime), scores them, keeps the round's
+(a) learned   the AutoSync loop with transfer: a round samples a fraction (``--sample``, default
+              half) of the not yet measured strategies of the pool (seeded; the stand-in for "sample
+              M under the constraints", whose fresh draws have no measured runtime; 1 = the round
+              scores every unmeasured strategy, the analogue of M = 10,000 draws from a 204-strategy
+              space, so that the figure measures the scorer's ranking alone), scores them, keeps the round's
               qualified fraction and picks K by Eq. 11 (``search.round.DEFAULTS``: alpha,
               qualified_fraction, factor similarity; ``search.round.qualify_and_select``, the
               round's own qualify + Eq. 11 step). Scorer: the hybrid (``simulator.learned.scoring``)
@@ -24,15 +26,15 @@ their median); no testbed runs. Searchers, each for ``--seeds`` seeds:
               most similar not yet measured pool strategy (factor similarity) and TPE is told that
               strategy's measured time for its suggestion.
 
-K = 5 per round, 4 rounds. Printed per domain: mean over seeds of the best measured seconds after
+K = 5 per round, 4 rounds; seeds ``--first-seed`` .. + ``--seeds`` - 1. Printed per domain: mean over seeds of the best measured seconds after
 5, 10, 20 trials and its excess over the domain's best measured strategy; the LODO pairwise accuracy
 of the pretrained ensemble and of the analytical model on all of the domain's strategies; how
 often the learned loop's rounds used a learned scorer; the fine-tuned in-domain accuracy on
 held-out strategies (``fine_tuned``) next to Eq. 1-3's, the domain's noise ceiling from its retest
 (``simulator.learned.noise``) and both accuracies on the pairs the noise resolves.
 
-    nice -n 10 python benchmarks/search_quality_measured.py [--seeds 5] [--datasets DIR ...]
-        [--only LABEL ...] [--retest DATASET=RETEST_DIR ...]
+    nice -n 10 python benchmarks/search_quality_measured.py [--seeds 5] [--first-seed 0] [--sample 0.5]
+        [--datasets DIR ...] [--only LABEL ...] [--retest DATASET=RETEST_DIR ...]
 """
 
 from __future__ import annotations
@@ -114,6 +116,7 @@ def loop(
     seed: int,
     trainer: EnsembleTrainer | None,
     prior: dict[str, dict[str, dict[str, float]]],
+    fraction: float = 0.5,
 ) -> tuple[list[float], int]:
     """The round loop on the pool; returns measured times in trial order and rounds scored learned."""
     z, times, analytical = target.z.z, target.z.times, target.z.analytical
@@ -124,7 +127,7 @@ def loop(
         left = np.setdiff1d(np.arange(len(times)), measured)
         if len(left) == 0:
             break
-        sample = rng.choice(left, max(min(K, len(left)), math.ceil(len(left) / 2)), replace=False)
+        sample = rng.choice(left, max(min(K, len(left)), math.ceil(len(left) * fraction)), replace=False)
         seconds = analytical[sample]
         if trainer is not None:
             tz = target.z.subset(measured) if len(measured) >= 2 else None
@@ -236,9 +239,10 @@ def seed_spread(results: dict[str, list[list[float]]], best: float) -> str:
 def run(
     sets: list[MeasuredSet],
     targets: list[MeasuredSet],
-    seeds: int,
+    seeds: Sequence[int],
     config: TransferConfig,
     retest: dict[str, Path],
+    fraction: float = 0.5,
 ) -> None:
     """Search every target; every set of another domain pretrains (LODO by domain name)."""
     optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -246,8 +250,10 @@ def run(
         "Replay on measured runtimes: a searcher only measures strategies in the dataset (no testbed runs)."
     )
     print(
-        f"K = {K} per round, {ROUNDS} rounds; mean over {seeds} seeds; best measured s/iter after n trials."
+        f"K = {K} per round, {ROUNDS} rounds; mean over {len(seeds)} seeds ({seeds[0]}-{seeds[-1]}); "
+        f"best measured s/iter after n trials."
     )
+    print(f"A round of the learned / analytical loop scores {fraction:.0%} of the unmeasured pool.")
     print(f"Transfer ensemble: {config.members} linear rankers; LODO = every set of the domain left out.\n")
     header = f"{'dataset/domain':30s} {'searcher':11s} " + " ".join(
         f"{'best@' + str(n):>15s}" for n in CHECKPOINTS
@@ -280,11 +286,12 @@ def run(
         )
         results: dict[str, list[list[float]]] = {s: [] for s in SEARCHERS}
         learned_rounds = 0
-        for seed in range(seeds):
-            times, lr = loop(target, embedded, similarity, seed, trainer, prior)
+        for seed in seeds:
+            times, lr = loop(target, embedded, similarity, seed, trainer, prior, fraction)
             results["learned"].append(best_after(times))
             learned_rounds += lr
-            results["analytical"].append(best_after(loop(target, embedded, similarity, seed, None, {})[0]))
+            analytical = loop(target, embedded, similarity, seed, None, {}, fraction)[0]
+            results["analytical"].append(best_after(analytical))
             order = np.random.default_rng([seed, 3]).permutation(len(d))
             results["random"].append(best_after([float(d.times[i]) for i in order]))
             results["tpe"].append(best_after(tpe(target, embedded, similarity, seed)))
@@ -296,7 +303,7 @@ def run(
         print(f"{target.label:30s} {'@20 spread':11s} {seed_spread(results, best)}")
         print(
             f"{target.label:30s} {'best':11s} {best:8.4f}   of {len(d)} measured strategies "
-            f"(pool drawn by: {target.sampler}); learned scorer in {learned_rounds}/{seeds * ROUNDS} "
+            f"(pool drawn by: {target.sampler}); learned scorer in {learned_rounds}/{len(seeds) * ROUNDS} "
             f"rounds; {time.time() - t0:.0f} s\n"
         )
     print(
@@ -364,6 +371,15 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=int, default=5)
     parser.add_argument(
+        "--first-seed", type=int, default=0, help="seeds first-seed .. first-seed + seeds - 1"
+    )
+    parser.add_argument(
+        "--sample",
+        type=float,
+        default=0.5,
+        help="fraction of the unmeasured pool a round samples and scores (0 < f <= 1)",
+    )
+    parser.add_argument(
         "--datasets",
         type=Path,
         nargs="+",
@@ -378,6 +394,10 @@ def main() -> None:
         help="DATASET=RETEST_DIR: the retest collection of a dataset folder's domains (noise ceiling)",
     )
     args = parser.parse_args()
+    if not 0 < args.sample <= 1:
+        parser.error(f"--sample: must be in (0, 1], got {args.sample}")
+    if args.seeds < 1:
+        parser.error(f"--seeds: must be >= 1, got {args.seeds}")
     retest = {}
     for item in args.retest:
         name, _, folder = item.partition("=")
@@ -386,7 +406,8 @@ def main() -> None:
         retest[name] = Path(folder)
     sets = load_sets(args.datasets)
     targets = [s for s in sets if args.only is None or s.label in args.only]
-    run(sets, targets, args.seeds, TransferConfig(), retest)
+    seeds = list(range(args.first_seed, args.first_seed + args.seeds))
+    run(sets, targets, seeds, TransferConfig(), retest, args.sample)
 
 
 if __name__ == "__main__":
