@@ -7,11 +7,11 @@ their median); no testbed runs. Searchers, each for ``--seeds`` seeds:
 (a) learned   the AutoSync loop with transfer: a round samples a fraction (``--sample``, default
               half) of the not yet measured strategies of the pool (seeded; the stand-in for "sample
               M under the constraints", whose fresh draws have no measured runtime; 1 = the round
-              scores every unmeasured strategy, the analogue of M = 10,000 draws from a 204-strategy
-              space, so that the figure measures the scorer's ranking alone), scores them, keeps the round's
-              qualified fraction and picks K by Eq. 11 (``search.round.DEFAULTS``: alpha,
-              qualified_fraction, factor similarity; ``search.round.qualify_and_select``, the
-              round's own qualify + Eq. 11 step). Scorer: the hybrid (``simulator.learned.scoring``)
+              scores every unmeasured strategy, the analogue of M = 10,000 draws from a
+              204-strategy space, so that the figure measures the scorer's ranking alone), scores
+              them, keeps the round's qualified fraction and picks K by Eq. 11
+              (``search.round.DEFAULTS``: alpha, qualified_fraction, factor similarity;
+              ``search.round.qualify_and_select``, the round's own qualify + Eq. 11 step). Scorer: the hybrid (``simulator.learned.scoring``)
               of the model ``simulator.learned.tuning.fine_tune`` picks after each round: with
               fewer than 8 measured strategies the transfer ensemble pretrained leave-one-domain-out
               (every set of the domain under test, from any dataset, is excluded), fine-tuned on
@@ -26,8 +26,10 @@ their median); no testbed runs. Searchers, each for ``--seeds`` seeds:
               most similar not yet measured pool strategy (factor similarity) and TPE is told that
               strategy's measured time for its suggestion.
 
-K = 5 per round, 4 rounds; seeds ``--first-seed`` .. + ``--seeds`` - 1. Printed per domain: mean over seeds of the best measured seconds after
-5, 10, 20 trials and its excess over the domain's best measured strategy; the LODO pairwise accuracy
+K = 5 per round, 4 rounds; seeds ``--first-seed`` .. ``--first-seed`` + ``--seeds`` - 1. Printed
+per domain: mean over seeds of the best measured seconds after 5, 10, 20 trials and its excess over
+the domain's best measured strategy (and, at 20, per seed with the learned - analytical difference
+and its 95 % bootstrap interval over seeds); the LODO pairwise accuracy
 of the pretrained ensemble and of the analytical model on all of the domain's strategies; how
 often the learned loop's rounds used a learned scorer; the fine-tuned in-domain accuracy on
 held-out strategies (``fine_tuned``) next to Eq. 1-3's, the domain's noise ceiling from its retest
