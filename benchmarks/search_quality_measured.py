@@ -36,7 +36,7 @@ held-out strategies (``fine_tuned``) next to Eq. 1-3's, the domain's noise ceili
 (``simulator.learned.noise``) and both accuracies on the pairs the noise resolves.
 
     nice -n 10 python benchmarks/search_quality_measured.py [--seeds 5] [--first-seed 0] [--sample 0.5]
-        [--datasets DIR ...] [--only LABEL ...] [--retest DATASET=RETEST_DIR ...]
+        [--trace] [--datasets DIR ...] [--only LABEL ...] [--retest DATASET=RETEST_DIR ...]
 """
 
 from __future__ import annotations
@@ -119,12 +119,20 @@ def loop(
     trainer: EnsembleTrainer | None,
     prior: dict[str, dict[str, dict[str, float]]],
     fraction: float = 0.5,
+    trace: list[str] | None = None,
 ) -> tuple[list[float], int]:
-    """The round loop on the pool; returns measured times in trial order and rounds scored learned."""
+    """The round loop on the pool; returns measured times in trial order and rounds scored learned.
+
+    ``trace``, when given, gets one entry per round about the domain's best measured strategy:
+    ``out`` (not in the round's sample), ``in rank R picked|missed`` (R = how many sampled
+    strategies the round's scorer put before it), or ``measured`` (picked in an earlier round). It
+    tells a sampling miss from a ranking miss.
+    """
     z, times, analytical = target.z.z, target.z.times, target.z.analytical
     rng = np.random.default_rng([seed, 16])
     measured: list[int] = []
     learned_rounds = 0
+    best = int(np.argmin(times))
     for _ in range(ROUNDS):
         left = np.setdiff1d(np.arange(len(times)), measured)
         if len(left) == 0:
@@ -142,7 +150,17 @@ def loop(
         qualified, choice = qualify_and_select(
             seconds, min(K, len(sample)), rows.__getitem__, similarity, DEFAULTS
         )
-        measured += [int(sample[qualified[i]]) for i in choice.indices]
+        picked = [int(sample[qualified[i]]) for i in choice.indices]
+        if trace is not None:
+            at = np.flatnonzero(sample == best)
+            rank = int((seconds < seconds[at[0]]).sum()) if len(at) else -1
+            if best in measured:
+                trace.append("measured")
+            else:
+                trace.append(
+                    "out" if rank < 0 else f"in rank {rank} {'picked' if best in picked else 'missed'}"
+                )
+        measured += picked
     return [float(times[i]) for i in measured], learned_rounds
 
 
@@ -245,6 +263,7 @@ def run(
     config: TransferConfig,
     retest: dict[str, Path],
     fraction: float = 0.5,
+    traced: bool = False,
 ) -> None:
     """Search every target; every set of another domain pretrains (LODO by domain name)."""
     optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -289,7 +308,12 @@ def run(
         results: dict[str, list[list[float]]] = {s: [] for s in SEARCHERS}
         learned_rounds = 0
         for seed in seeds:
-            times, lr = loop(target, embedded, similarity, seed, trainer, prior, fraction)
+            rounds: list[str] | None = [] if traced else None
+            times, lr = loop(target, embedded, similarity, seed, trainer, prior, fraction, rounds)
+            if rounds is not None:
+                print(
+                    f"{target.label:30s} {'trace':11s} seed {seed}: best measured strategy by round: {' | '.join(rounds)}"
+                )
             results["learned"].append(best_after(times))
             learned_rounds += lr
             analytical = loop(target, embedded, similarity, seed, None, {}, fraction)[0]
@@ -382,6 +406,11 @@ def main() -> None:
         help="fraction of the unmeasured pool a round samples and scores (0 < f <= 1)",
     )
     parser.add_argument(
+        "--trace",
+        action="store_true",
+        help="per seed, where the domain's best strategy was in the learned loop's rounds",
+    )
+    parser.add_argument(
         "--datasets",
         type=Path,
         nargs="+",
@@ -409,7 +438,7 @@ def main() -> None:
     sets = load_sets(args.datasets)
     targets = [s for s in sets if args.only is None or s.label in args.only]
     seeds = list(range(args.first_seed, args.first_seed + args.seeds))
-    run(sets, targets, seeds, TransferConfig(), retest, args.sample)
+    run(sets, targets, seeds, TransferConfig(), retest, args.sample, args.trace)
 
 
 if __name__ == "__main__":
