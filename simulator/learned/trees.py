@@ -1,4 +1,4 @@
-"""Boosted regression trees as plain arrays, read from a fitted scikit-learn model (issue 16).
+"""A forest of regression trees as plain arrays, read from a fitted scikit-learn forest (issue 16).
 
 The residual model (``residual``) stores its trees this way, so a registry version holds numbers
 only (no pickle) and predicts without scikit-learn's objects.
@@ -11,18 +11,18 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-from sklearn.ensemble import HistGradientBoostingRegressor
+from sklearn.ensemble import ExtraTreesRegressor, RandomForestRegressor
 
 
 @dataclass
 class ArrayTrees:
-    """Boosted regression trees as arrays: T trees of up to Nn nodes, prediction = base + sum of
-    the leaves reached (scikit-learn's leaf values already carry the learning rate).
+    """Regression trees as arrays: T trees of up to Nn nodes, prediction = base + sum of the
+    leaves reached (a forest's leaf values are stored divided by T, so the sum is its mean).
 
-    Taken from a fitted ``HistGradientBoostingRegressor`` (``of``; its ``_predictors`` node
-    records, numerical splits only: x <= threshold goes left, NaN goes where the split says), so
-    a version is plain arrays in the registry (``residual.ResidualEnsemble.state``) and loads without
-    unpickling. Node 0 is each tree's root; padding nodes are leaves of value 0.
+    Taken from a fitted ``ExtraTreesRegressor`` or ``RandomForestRegressor`` (``of_forest``; each
+    tree's ``tree_`` arrays: x <= threshold goes left, NaN goes where the split says), so a
+    version is plain arrays in the registry (``residual.ResidualEnsemble.state``) and loads
+    without unpickling. Node 0 is each tree's root; padding nodes are leaves of value 0.
     """
 
     feature: np.ndarray  # (T, Nn) int64
@@ -36,22 +36,23 @@ class ArrayTrees:
     depth: int
 
     @classmethod
-    def of(cls, hgb: HistGradientBoostingRegressor) -> ArrayTrees:
-        trees = [it[0].nodes for it in hgb._predictors]
-        if any(bool(n["is_categorical"].any()) for n in trees):
-            raise ValueError("categorical splits are not supported")
-        t, nn = len(trees), max((len(n) for n in trees), default=1)
-        out = cls.empty(t, nn, float(np.asarray(hgb._baseline_prediction).reshape(-1)[0]))
-        for k, n in enumerate(trees):
-            m = len(n)
-            out.feature[k, :m] = n["feature_idx"]
-            out.threshold[k, :m] = n["num_threshold"]
-            out.nan_left[k, :m] = n["missing_go_to_left"].astype(bool)
-            out.left[k, :m] = n["left"]
-            out.right[k, :m] = n["right"]
-            out.leaf[k, :m] = n["is_leaf"].astype(bool)
-            out.value[k, :m] = n["value"]
-            out.depth = max(out.depth, int(n["depth"].max()))
+    def of_forest(cls, forest: ExtraTreesRegressor | RandomForestRegressor) -> ArrayTrees:
+        trees = [e.tree_ for e in forest.estimators_]
+        if getattr(forest, "n_outputs_", 1) != 1:
+            raise ValueError("forest: one output only")
+        t, nn = len(trees), max((tr.node_count for tr in trees), default=1)
+        out = cls.empty(t, nn)
+        for k, tr in enumerate(trees):
+            m = tr.node_count
+            leaf = tr.children_left < 0
+            out.feature[k, :m] = np.where(leaf, 0, tr.feature)
+            out.threshold[k, :m] = tr.threshold
+            out.nan_left[k, :m] = np.asarray(tr.missing_go_to_left, dtype=bool)
+            out.left[k, :m] = np.where(leaf, 0, tr.children_left)
+            out.right[k, :m] = np.where(leaf, 0, tr.children_right)
+            out.leaf[k, :m] = leaf
+            out.value[k, :m] = tr.value[:, 0, 0] / t
+            out.depth = max(out.depth, int(tr.max_depth))
         return out
 
     @classmethod
@@ -61,8 +62,9 @@ class ArrayTrees:
                    np.ones((t, nn), bool), np.zeros((t, nn)), base, 0)  # fmt: skip
 
     def predict(self, x: np.ndarray) -> np.ndarray:
-        """(N, F') → (N,): every tree walked at once, one level per step."""
-        x = np.asarray(x, dtype=np.float64)
+        """(N, F') → (N,): every tree walked at once, one level per step. x is compared in
+        float32, as scikit-learn's trees compare it (their thresholds lie between float32 values)."""
+        x = np.asarray(x, dtype=np.float32).astype(np.float64)
         t = np.arange(len(self.feature))[:, None]
         rows = np.arange(len(x))[None, :]
         node = np.zeros((len(self.feature), len(x)), dtype=np.int64)

@@ -93,17 +93,24 @@ def test_fine_tune_chooses_by_cross_validation_on_the_target_only() -> None:
 
 
 def test_trees_as_arrays_predict_like_scikit_learn() -> None:
-    from sklearn.ensemble import HistGradientBoostingRegressor
+    from sklearn.ensemble import ExtraTreesRegressor, RandomForestRegressor
 
     from simulator.learned.trees import ArrayTrees
 
     rng = np.random.default_rng(0)
     x = rng.standard_normal((300, 6))
     y = x[:, 0] ** 2 + np.sin(x[:, 1]) + 0.1 * rng.standard_normal(300)
-    hgb = HistGradientBoostingRegressor(max_iter=50, max_depth=3, min_samples_leaf=20).fit(x, y)
     test = rng.standard_normal((200, 6))
-    test[0, 0] = np.nan  # a missing value goes where the split learned
-    np.testing.assert_allclose(ArrayTrees.of(hgb).predict(test), hgb.predict(test), atol=1e-12)
+    for forest in (
+        ExtraTreesRegressor(30, min_samples_leaf=2, max_features=0.5, random_state=0),
+        RandomForestRegressor(20, min_samples_leaf=3, random_state=1),
+    ):
+        forest.fit(x, y)
+        arrays = ArrayTrees.of_forest(forest)
+        assert arrays.feature.shape[0] == forest.n_estimators and arrays.depth > 3
+        np.testing.assert_allclose(arrays.predict(test), forest.predict(test), atol=1e-12)
+        # On the training points too, where float32 rounding meets the thresholds.
+        np.testing.assert_allclose(arrays.predict(x), forest.predict(x), atol=1e-12)
 
 
 def test_registry_roundtrip_and_the_fine_tuned_version_is_the_residual_model(tmp_path: Path) -> None:
