@@ -20,6 +20,8 @@ their median); no testbed runs. Searchers, each for ``--seeds`` seeds:
               of its sync terms, + a learned residual), the fine-tuned transfer ensemble and
               Eq. 1-3 ranks the domain's measured strategies best out of fold.
 (b) analytical the same loop scored by Eq. 1-3 (default constants) alone.
+(o) oracle    the same loop scored by the measured times themselves (a perfect ranker): the floor
+              the replay's sampling leaves, since a round can only pick what it sampled.
 (c) random    the pool in a seeded random order (the pool was drawn by the collector's sampler:
               'constrained' = under c_lb, c_am and memory; 'random' = uniform: printed per domain).
 (d) tpe       Optuna TPE (``search.searchers.tpe.TPESearcher``); each suggestion is snapped to the
@@ -32,8 +34,9 @@ the domain's best measured strategy (and, at 20, per seed with the learned - ana
 and its 95 % bootstrap interval over seeds); the LODO pairwise accuracy
 of the pretrained ensemble and of the analytical model on all of the domain's strategies; how
 often the learned loop's rounds used a learned scorer; the fine-tuned in-domain accuracy on
-held-out strategies (``fine_tuned``) next to Eq. 1-3's, the domain's noise ceiling from its retest
-(``simulator.learned.noise``) and both accuracies on the pairs the noise resolves.
+held-out strategies (``simulator.learned.tuning.held_out``) next to Eq. 1-3's, the domain's noise
+ceiling from its retest (``simulator.learned.noise.from_retest``) and both accuracies on the pairs
+the noise resolves.
 
     nice -n 10 python benchmarks/search_quality_measured.py [--seeds 5] [--first-seed 0] [--sample 0.5]
         [--trace] [--datasets DIR ...] [--only LABEL ...] [--retest DATASET=RETEST_DIR ...]
@@ -55,9 +58,8 @@ from search.round import DEFAULTS, qualify_and_select
 from search.searchers.tpe import TPESearcher
 from search.similarity import FactorSimilarity
 from simulator import zoo
-from simulator.learned.data import Domain, _unit
-from simulator.learned.noise import NoiseCeiling
-from simulator.learned.noise import estimate as noise_ceiling
+from simulator.learned.data import Domain
+from simulator.learned.noise import NoiseCeiling, from_retest
 from simulator.learned.runtimes import domain_folders, load_domain
 from simulator.learned.scoring import HybridScorer
 from simulator.learned.transfer import (
@@ -70,8 +72,7 @@ from simulator.learned.transfer import (
     domain_z,
     lodo_metrics,
 )
-from simulator.learned.tuning import fine_tune
-from simulator.metrics import pairwise_accuracy, resolved_pairs
+from simulator.learned.tuning import HeldOut, fine_tune, held_out
 
 K = 5
 ROUNDS = 4
@@ -81,7 +82,7 @@ SPLIT_SEEDS = tuple(range(5, 10))
 #: Resolved-pair gap where a domain has no retest: the repeatability benchmark's 5 %.
 DEFAULT_GAP = 0.05
 CHECKPOINTS = (5, 10, 20)
-SEARCHERS = ("learned", "analytical", "random", "tpe")
+SEARCHERS = ("learned", "analytical", "oracle", "random", "tpe")
 
 
 @dataclass(frozen=True)
@@ -120,8 +121,11 @@ def loop(
     prior: dict[str, dict[str, dict[str, float]]],
     fraction: float = 0.5,
     trace: list[str] | None = None,
+    oracle: bool = False,
 ) -> tuple[list[float], int]:
     """The round loop on the pool; returns measured times in trial order and rounds scored learned.
+    Scored by ``trainer``'s fine-tuned model, by Eq. 1-3 (``trainer`` None) or, with ``oracle``, by
+    the measured times.
 
     ``trace``, when given, gets one entry per round about the domain's best measured strategy:
     ``out`` (not in the round's sample), ``in rank R picked|missed`` (R = how many sampled
@@ -138,7 +142,7 @@ def loop(
         if len(left) == 0:
             break
         sample = rng.choice(left, max(min(K, len(left)), math.ceil(len(left) * fraction)), replace=False)
-        seconds = analytical[sample]
+        seconds = times[sample] if oracle else analytical[sample]
         if trainer is not None:
             tz = target.z.subset(measured) if len(measured) >= 2 else None
             ranker, _ = fine_tune(trainer, tz, prior)
@@ -179,61 +183,37 @@ def tpe(target: MeasuredSet, embedded: np.ndarray, similarity: FactorSimilarity,
     return [float(d.times[i]) for i in measured]
 
 
-@dataclass(frozen=True)
-class TunedSplit:
-    """One split seed's fine-tuned evaluation on the held-out 30 %."""
-
-    held: int
-    tuned: float
-    analytical: float
-    choice: str
-    tuned_resolved: float  # on pairs more than the noise gap apart
-    analytical_resolved: float
-    resolved_share: float
-
-
-def split_index(target: MeasuredSet, seed: int) -> tuple[np.ndarray, np.ndarray]:
-    """(train, held out) positions: the 70 % / 30 % seeded hash split of ``Domain.split``."""
-    u = np.array([_unit(f"{seed}:{k}") for k in target.domain.keys])
-    return np.nonzero(u < 0.70)[0], np.nonzero(u >= 0.70)[0]
-
-
-def fine_tuned(target: MeasuredSet, trainer: EnsembleTrainer, gap: float) -> list[TunedSplit]:
-    """Per split seed: fine-tune on the train split (``tuning.fine_tune``: the model is chosen by
-    cross-validation on the train split only) and judge on the held-out 30 % next to Eq. 1-3."""
-    out = []
-    for seed in SPLIT_SEEDS:
-        tr, te = split_index(target, seed)
-        train, held = target.z.subset(tr), target.z.subset(te)
-        ranker, decision = fine_tune(trainer, train, {})
-        score = ranker.scores(held.z, held.sync_terms) if ranker is not None else held.analytical
-        out.append(
-            TunedSplit(
-                len(held),
-                pairwise_accuracy(score, held.times),
-                analytical_accuracy(held),
-                decision.choice,
-                pairwise_accuracy(score, held.times, min_gap=gap),
-                pairwise_accuracy(held.analytical, held.times, min_gap=gap),
-                resolved_pairs(held.times, gap),
-            )
-        )
-    return out
+def fine_tuned(target: MeasuredSet, trainer: EnsembleTrainer, gap: float) -> list[HeldOut]:
+    """Per split seed: fine-tune on the 70 % train split (the model chosen by cross-validation on
+    it alone) and judge on the other 30 % next to Eq. 1-3."""
+    return [held_out(trainer, target.z, *target.domain.held_out_positions(seed), gap) for seed in SPLIT_SEEDS]
 
 
 def retest_ceiling(target: MeasuredSet, retest: dict[str, Path]) -> NoiseCeiling | None:
-    """The domain's noise ceiling from its retest folder (``simulator.learned.noise``), if any."""
+    """The domain's noise ceiling from its retest folder, if it has one."""
     root = retest.get(target.dataset)
     folder = next((f for f in domain_folders(root) if f.name == target.domain.name), None) if root else None
-    if folder is None:
-        return None
-    again, _ = load_domain(folder)
-    first = dict(zip(target.domain.keys, target.domain.times, strict=True))
-    pairs = [(first[k], t) for k, t in zip(again.keys, again.times, strict=True) if k in first]
-    if len(pairs) < 3:
-        return None
-    a, b = (np.array(c) for c in zip(*pairs, strict=True))
-    return noise_ceiling(target.domain.times, a, b)
+    return from_retest(target.domain, load_domain(folder)[0]) if folder is not None else None
+
+
+LODO_HEADER = """\
+Pairwise ranking accuracy. LODO: the pretrained ensemble without the domain, on all its strategies,
+next to Eq. 1-3 on the same strategies; rule: the fallback rule's LODO verdict from the other
+domains (their mean LODO accuracy, learned / analytical)."""
+TUNED_HEADER = """\
+Fine-tuned in-domain (simulator.learned.tuning.held_out): the LODO trainer and the domain's train
+split (70 %, seeded hash split) -> residual on the price line of the sync terms / residual on
+Eq. 1-3 / fine-tuned transfer / Eq. 1-3, chosen by 4-fold CV on the train split only; judged on
+the other 30 % next to Eq. 1-3. Mean [min, max] over split seeds {first}-{last} (seeds 0-4 were seen
+while designing the model). picks: p = physical (residual on the price line), r = residual on
+Eq. 1-3, t = transfer, a = Eq. 1-3.
+Noise ceiling (simulator.learned.noise): retest = pairwise agreement of the collection with its
+retest (matched strategies); ceiling = a perfect ranker's expected agreement with one measurement:
+estimate from the retest's log ratios as pair noise (scaled x s so it reproduces the retest
+agreement), and its bounds [r, (1 + sqrt(2r - 1)) / 2]. Resolved: pairs whose measured times
+differ by more than the gap (the 90th percentile of the retest's |log ratio|; 5 % without a
+retest), share of held-out pairs; tuned>gap / Eq>gap: accuracy on those pairs; ceil>gap: the
+ceiling estimate on the domain's resolved pairs."""
 
 
 def _mean_range(values: Sequence[float]) -> str:
@@ -318,6 +298,8 @@ def run(
             learned_rounds += lr
             analytical = loop(target, embedded, similarity, seed, None, {}, fraction)[0]
             results["analytical"].append(best_after(analytical))
+            oracle = loop(target, embedded, similarity, seed, None, {}, fraction, oracle=True)[0]
+            results["oracle"].append(best_after(oracle))
             order = np.random.default_rng([seed, 3]).permutation(len(d))
             results["random"].append(best_after([float(d.times[i]) for i in order]))
             results["tpe"].append(best_after(tpe(target, embedded, similarity, seed)))
@@ -332,42 +314,13 @@ def run(
             f"(pool drawn by: {target.sampler}); learned scorer in {learned_rounds}/{len(seeds) * ROUNDS} "
             f"rounds; {time.time() - t0:.0f} s\n"
         )
-    print(
-        "Pairwise ranking accuracy. LODO: the pretrained ensemble without the domain, on all its strategies,"
-    )
-    print("next to Eq. 1-3 on the same strategies; rule: the fallback rule's LODO verdict from the other")
-    print("domains (their mean LODO accuracy, learned / analytical).")
+    print(LODO_HEADER)
     print(f"{'dataset/domain':30s} {'n':>4s} {'LODO':>6s} {'Eq.1-3':>6s}  {'rule':32s}")
     for label, n, acc, ana, rule, *_ in lodo_rows:
         verdict = f"{rule.choice} ({rule.learned_accuracy:.3f} / {rule.analytical_accuracy:.3f})"
         print(f"{label:30s} {n:4d} {acc:6.3f} {ana:6.3f}  {verdict:32s}")
     print()
-    print(
-        "Fine-tuned in-domain (simulator.learned.tuning.fine_tune): the LODO trainer and the domain's train"
-    )
-    print("split (70 %, seeded hash split) -> residual on the price line of the sync terms / residual on")
-    print("Eq. 1-3 / fine-tuned transfer / Eq. 1-3, chosen by")
-    print("4-fold CV on the train split only; judged on the other 30 % next to Eq. 1-3. Mean [min, max] over")
-    print(
-        f"split seeds {SPLIT_SEEDS[0]}-{SPLIT_SEEDS[-1]} (seeds 0-4 were seen while designing the model). picks: "
-        "p = physical (residual on the price line), r = residual on Eq. 1-3, t = transfer, a = Eq. 1-3."
-    )
-    print(
-        "Noise ceiling (simulator.learned.noise): retest = pairwise agreement of the collection with its retest"
-    )
-    print(
-        "(matched strategies); ceiling = a perfect ranker's expected agreement with one measurement: estimate"
-    )
-    print(
-        "from the retest's log ratios as pair noise (scaled x s so it reproduces the retest agreement), and its"
-    )
-    print(
-        "bounds [r, (1 + sqrt(2r - 1)) / 2]. Resolved: pairs whose measured times differ by more than the gap"
-    )
-    print("(the 90th percentile of the retest's |log ratio|; 5 % without a retest), share of held-out pairs;")
-    print(
-        "tuned>gap / Eq>gap: accuracy on those pairs; ceil>gap: the ceiling estimate on the domain's resolved pairs."
-    )
+    print(TUNED_HEADER.format(first=SPLIT_SEEDS[0], last=SPLIT_SEEDS[-1]))
     print(
         f"{'dataset/domain':30s} {'held n':>6s} {'tuned':>21s} {'Eq.1-3':>21s} {'picks':>5s} "
         f"{'retest':>6s} {'ceiling [bounds]':>22s} {'s':>4s} {'gap':>5s} {'share':>5s} "

@@ -101,11 +101,19 @@ class Domain:
 
     def split(self, seed: int) -> tuple[Domain, Domain, Domain]:
         """(train, validation, test) at 70/15/15 by a seeded hash of each strategy key."""
-        u = np.array([_unit(f"{seed}:{k}") for k in self.keys])
+        u = self._units(seed)
         train = np.nonzero(u < SPLIT[0])[0]
         val = np.nonzero((u >= SPLIT[0]) & (u < SPLIT[0] + SPLIT[1]))[0]
         test = np.nonzero(u >= SPLIT[0] + SPLIT[1])[0]
         return self.subset(train), self.subset(val), self.subset(test)
+
+    def held_out_positions(self, seed: int) -> tuple[np.ndarray, np.ndarray]:
+        """Positions of ``split(seed)``'s train split and of the other 30 % (validation + test)."""
+        u = self._units(seed)
+        return np.nonzero(u < SPLIT[0])[0], np.nonzero(u >= SPLIT[0])[0]
+
+    def _units(self, seed: int) -> np.ndarray:
+        return np.array([_unit(f"{seed}:{k}") for k in self.keys])
 
 
 def _unit(text: str) -> float:

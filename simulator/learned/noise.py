@@ -40,10 +40,14 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from simulator.metrics import pairwise_accuracy
+
+if TYPE_CHECKING:
+    from simulator.learned.data import Domain
 
 #: Quantile of the retest |log ratio| used as the noise gap of resolved pairs.
 GAP_QUANTILE = 0.90
@@ -164,3 +168,15 @@ def estimate(times: np.ndarray, a: np.ndarray, b: np.ndarray) -> NoiseCeiling:
         gap=gap,
         resolved_estimate=_model(times, a, b, scale, gap)[0],
     )
+
+
+def from_retest(collection: Domain, retest: Domain) -> NoiseCeiling | None:
+    """``estimate`` for a domain's collection and its retest (both as ``runtimes.load_domain``
+    reads them, repeated trials merged), strategies matched by key; None when fewer than 3
+    strategies were measured in both."""
+    first = dict(zip(collection.keys, collection.times, strict=True))
+    pairs = [(first[k], t) for k, t in zip(retest.keys, retest.times, strict=True) if k in first]
+    if len(pairs) < 3:
+        return None
+    a, b = (np.array(c) for c in zip(*pairs, strict=True))
+    return estimate(collection.times, a, b)

@@ -7,8 +7,10 @@ import math
 import numpy as np
 import pytest
 
+from simulator.learned.data import Domain
 from simulator.learned.noise import bounds, estimate, noise_gap
 from simulator.metrics import pairwise_accuracy
+from simulator.spec import ClusterSpec, ModelSpec
 
 
 def test_bounds_by_hand() -> None:
@@ -52,3 +54,27 @@ def test_estimate_recovers_a_perfect_rankers_agreement_on_simulated_noise() -> N
     assert noisier.estimate < c.estimate
     with pytest.raises(ValueError, match="retest"):
         estimate(np.exp(first), np.exp(first[:2]), np.exp(again[:2]))
+
+
+def test_from_retest_matches_strategies_by_key(model: ModelSpec, cluster: ClusterSpec) -> None:
+    from simulator.learned.noise import from_retest
+
+    from .conftest import synthetic_domain
+
+    collection = synthetic_domain(model, cluster, 40, seed=1)
+    # The retest: 12 of the strategies in another order, measured again with 5 % noise, and one
+    # strategy the collection never measured (left out of the match).
+    order = np.random.default_rng(2).permutation(len(collection))[:12]
+    stranger = synthetic_domain(model, cluster, 1, seed=99)
+    again = collection.subset(order)
+    again = Domain(
+        model, cluster, (*again.strategies, *stranger.strategies),
+        np.concatenate([again.times * np.exp(0.05 * np.random.default_rng(3).standard_normal(12)),
+                        stranger.times]),
+        (*again.keys, *stranger.keys),
+    )  # fmt: skip
+    c = from_retest(collection, again)
+    assert c is not None and c.matched == 12
+    direct = estimate(collection.times, collection.times[order], again.times[:12])
+    assert c == direct
+    assert from_retest(collection, again.subset([0, 1])) is None  # fewer than 3 matched

@@ -190,3 +190,25 @@ def test_the_physical_base_prices_the_terms_and_is_chosen_where_they_explain_the
     # Fewer measurements than the line's prices: not a candidate.
     _, few = fine_tune(EnsembleTrainer([], TransferConfig(members=2)), train.subset(range(30)), {})
     assert np.isnan(few.accuracy["physical"]) and few.choice != "physical"
+
+
+def test_held_out_judges_the_fine_tuned_choice_on_strategies_it_never_saw(
+    model: ModelSpec, cluster: ClusterSpec
+) -> None:
+    from simulator.learned.tuning import held_out
+
+    domain = synthetic_domain(model, cluster, 60, seed=7)
+    train, held = domain.held_out_positions(3)
+    assert len(np.intersect1d(train, held)) == 0 and len(train) + len(held) == len(domain)
+    fit, _, _ = domain.split(3)
+    assert [domain.keys[i] for i in train] == list(fit.keys)  # the train split of Domain.split
+    dz = domain_z(domain)
+    trainer = EnsembleTrainer([], TransferConfig(members=2))
+    result = held_out(trainer, dz, train, held, gap=0.05)
+    _, decision = fine_tune(trainer, dz.subset(train), {})
+    assert result.held == len(held) and result.choice == decision.choice
+    assert result.analytical == pairwise_accuracy(dz.analytical[held], dz.times[held])
+    assert 0.0 <= result.resolved_share <= 1.0 and 0.5 < result.tuned <= 1.0
+    # Too few to train on: the analytical model, judged as such.
+    few = held_out(trainer, dz, train[:3], held, gap=0.05)
+    assert few.choice == "analytical" and few.tuned == few.analytical
