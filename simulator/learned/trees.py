@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numba
 import numpy as np
 from sklearn.ensemble import ExtraTreesRegressor, RandomForestRegressor
 
@@ -62,15 +63,31 @@ class ArrayTrees:
                    np.ones((t, nn), bool), np.zeros((t, nn)), base, 0)  # fmt: skip
 
     def predict(self, x: np.ndarray) -> np.ndarray:
-        """(N, F') → (N,): every tree walked at once, one level per step. x is compared in
-        float32, as scikit-learn's trees compare it (their thresholds lie between float32 values)."""
-        x = np.asarray(x, dtype=np.float32).astype(np.float64)
-        t = np.arange(len(self.feature))[:, None]
-        rows = np.arange(len(x))[None, :]
-        node = np.zeros((len(self.feature), len(x)), dtype=np.int64)
-        for _ in range(self.depth):
-            v = x[rows, self.feature[t, node]]
-            go_left = np.where(np.isnan(v), self.nan_left[t, node], v <= self.threshold[t, node])
-            step = np.where(go_left, self.left[t, node], self.right[t, node])
-            node = np.where(self.leaf[t, node], node, step)
-        return self.base + self.value[t, node].sum(axis=0)
+        """(N, F') → (N,). x is compared in float32, as scikit-learn's trees compare it (their
+        thresholds lie between float32 values). Walked by a compiled loop (``_walk``, numba, cached
+        on disk like ``search.samplers.kernels``): the residual model's 5 x 40 trees of depth ~15
+        score 10,200 strategies in 0.12 s of CPU, where walking all trees level by level with
+        array indexing took 1.8 s (BERT-3L__B5, this 2-core host, 2026-11-29)."""
+        x = np.ascontiguousarray(np.asarray(x, dtype=np.float32).astype(np.float64))
+        if x.ndim != 2:
+            raise ValueError(f"x: expected (N, F'), got shape {x.shape}")
+        out = _walk(self.feature, self.threshold, self.nan_left, self.left, self.right, self.leaf,
+                    self.value, x)  # fmt: skip
+        return self.base + out
+
+
+@numba.njit(cache=True, nogil=True)
+def _walk(feature, threshold, nan_left, left, right, leaf, value, x):  # type: ignore[no-untyped-def]
+    """Sum over trees of the leaf each row of x reaches (the arrays of ``ArrayTrees``)."""
+    out = np.zeros(x.shape[0])
+    for i in range(x.shape[0]):
+        total = 0.0
+        for t in range(feature.shape[0]):
+            node = 0
+            while not leaf[t, node]:
+                v = x[i, feature[t, node]]
+                go_left = nan_left[t, node] if np.isnan(v) else v <= threshold[t, node]
+                node = left[t, node] if go_left else right[t, node]
+            total += value[t, node]
+        out[i] = total
+    return out
