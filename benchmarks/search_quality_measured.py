@@ -211,7 +211,7 @@ Noise ceiling (simulator.learned.noise): retest = pairwise agreement of the coll
 retest (matched strategies); ceiling = a perfect ranker's expected agreement with one measurement:
 estimate from the retest's log ratios as pair noise (scaled x s so it reproduces the retest
 agreement), and its bounds [r, (1 + sqrt(2r - 1)) / 2]. Resolved: pairs whose measured times
-differ by more than the gap (the 90th percentile of the retest's |log ratio|; 5 % without a
+differ by more than the gap (the 90th percentile of the retest's |centred log ratio|; 5 % without a
 retest), share of held-out pairs; tuned>gap / Eq>gap: accuracy on those pairs; ceil>gap: the
 ceiling estimate on the domain's resolved pairs."""
 

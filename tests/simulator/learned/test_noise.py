@@ -78,3 +78,15 @@ def test_from_retest_matches_strategies_by_key(model: ModelSpec, cluster: Cluste
     direct = estimate(collection.times, collection.times[order], again.times[:12])
     assert c == direct
     assert from_retest(collection, again.subset([0, 1])) is None  # fewer than 3 matched
+
+
+def test_a_drift_common_to_the_whole_retest_is_not_pair_noise() -> None:
+    rng = np.random.default_rng(5)
+    true = rng.normal(0.0, 0.2, 200)
+    first = np.exp(true + 0.03 * rng.standard_normal(200))
+    again = np.exp(true[:40] + 0.03 * rng.standard_normal(40))
+    plain = estimate(first, first[:40], again)
+    faster = estimate(first, first[:40], 0.85 * again)  # the retest run 15 % faster throughout
+    assert faster.gap == pytest.approx(plain.gap) and faster.estimate == pytest.approx(plain.estimate)
+    assert faster.retest_agreement == plain.retest_agreement
+    assert noise_gap(first[:40], 0.85 * again) == pytest.approx(noise_gap(first[:40], again))
