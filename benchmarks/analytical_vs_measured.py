@@ -49,7 +49,7 @@ from simulator.analytical import (
 )
 from simulator.metrics import pairwise_accuracy, resolved_pairs
 from simulator.spec import Strategy
-from simulator.spec.records import load_records
+from simulator.spec.records import load_trials
 
 #: "Resolved" pairs: measured times more than 5 % apart (above a quiet domain's retest noise).
 GAP = 0.05
@@ -190,7 +190,7 @@ def main(argv: list[str] | None = None) -> None:
           "| best vs Horovod | best vs PS | repeat. | pairwise (α), >5% apart | pairs >5% apart |")  # fmt: skip
     print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for d in domains:
-        recs = list(load_records(d))
+        recs = list(load_trials(d))
         if sum(r["ok"] for r in recs) < 4:
             continue
         r = domain_report(d.name, recs)

@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 from simulator import zoo
-from simulator.spec.records import load_records
+from simulator.spec.records import load_trials
 
 
 def main() -> None:
@@ -24,7 +24,7 @@ def main() -> None:
     )
     print("|---|---|---|---|---|---|---|---|")
     for d in sorted(p for p in root.iterdir() if p.is_dir() and "__" in p.name):
-        recs = list(load_records(d))
+        recs = list(load_trials(d))
         if not recs:
             continue
         ok = [r["median_s"] for r in recs if r["ok"]]

@@ -29,7 +29,7 @@ from runtime.executor.local import LocalLauncher
 from simulator import zoo
 from simulator.analytical import CostParams, FitSample, baseline, predict_samples
 from simulator.spec import Strategy
-from simulator.spec.records import load_records
+from simulator.spec.records import load_trials
 
 
 def sweep(model_name: str, cluster_name: str, dilations: list[float], scale: float) -> None:
@@ -55,7 +55,7 @@ def sweep(model_name: str, cluster_name: str, dilations: list[float], scale: flo
 
 
 def residuals(domain: Path) -> None:
-    ok = [r for r in load_records(domain) if r["ok"]]
+    ok = [r for r in load_trials(domain) if r["ok"]]
     model, cluster = zoo.model(ok[0]["model"]), zoo.cluster(ok[0]["cluster"])
     samples = [FitSample(model, cluster, Strategy.model_validate(r["strategy"]), r["median_s"]) for r in ok]
     probes = [r.get("per_call_overhead_s") or {} for r in ok]

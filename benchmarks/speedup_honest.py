@@ -46,7 +46,7 @@ from search.space import space_of
 from search.speedup import bootstrap_ratio
 from simulator import zoo
 from simulator.spec import Strategy, split_domain
-from simulator.spec.records import load_records
+from simulator.spec.records import load_trials
 
 ROOT = Path(__file__).resolve().parents[1]
 #: Baseline names of the 2026-11-22 collections and their family; members of the measured families
@@ -81,7 +81,7 @@ def domain_runs(folder: Path) -> tuple[dict[str, Run], list[Run], list[Run], boo
     lossless: list[Run] = []
     lossy: list[Run] = []
     new_protocol = True
-    for r in load_records(folder):
+    for r in load_trials(folder):
         if not r.get("ok"):
             continue
         times = tuple(float(t) for t in r["measurement"]["iteration_times"])

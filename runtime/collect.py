@@ -19,6 +19,13 @@ The measurement protocol (issue 13; runtime/testbed/README.md, "Measurement prot
   that one was over the limit.
 - Each record stores the median, its 95 % bootstrap interval, the time dilation and the
   per-call overhead measured in that trial.
+- **Drift reference** (optional): a fixed strategy measured again before the first trial, after
+  every N trials and after the last, flagged ``"reference": true``. Two runs on this host can
+  differ by a factor common to all their trials (a retest 15 % faster throughout; the foreign-CPU
+  check does not see it); the reference's times show that factor over a run
+  (``reference_drift``), so runs can be compared in absolute time. Reference records are not
+  trials: resuming does not count them as measured and the readers that build domains leave
+  them out (``simulator.spec.records.is_reference``).
 """
 
 from __future__ import annotations
@@ -46,7 +53,7 @@ from simulator.analytical import BASELINES, baseline
 from simulator.metrics import median_ci95
 from simulator.spec import ClusterSpec, ModelSpec, Strategy, domain_name, strategy_key
 from simulator.spec.measurement import Measurement
-from simulator.spec.records import FORMAT, load_records
+from simulator.spec.records import FORMAT, is_reference, load_records, load_trials
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 GZIP_ABOVE_BYTES = 4 << 20  # files larger than this are compressed when the collection ends
@@ -56,6 +63,8 @@ MAX_FOREIGN_SHARE = 0.25
 RETRIES = 2
 #: Seconds to wait before measuring a noisy trial again.
 SETTLE_S = 10.0
+#: Source prefix of a drift reference's records (``collect``'s ``reference``).
+REFERENCE = "reference:"
 
 
 class DirtyTreeError(RuntimeError):
@@ -67,7 +76,7 @@ class Trial:
     """One strategy to measure and where it came from."""
 
     strategy: Strategy
-    source: str  # "baseline:<name>" or "sampler:<kind>"
+    source: str  # "baseline:<name>", "sampler:<kind>" or "reference:<name>"
     index: int  # position within its source (draw index of the sampler; 0 for baselines)
 
 
@@ -112,7 +121,7 @@ def measured_keys(path: Path) -> set[str]:
     keys: set[str] = set()
     for p in (path, path.with_name(path.name + ".gz")):
         if p.is_file():
-            keys.update(strategy_key(r["strategy"]) for r in load_records(p))
+            keys.update(strategy_key(r["strategy"]) for r in load_trials(p))
     return keys
 
 
@@ -146,6 +155,7 @@ def record(
         "cluster": cluster.name,
         "source": trial.source,
         "baseline": trial.source.startswith("baseline:"),
+        "reference": trial.source.startswith(REFERENCE),
         "index": trial.index,
         "strategy": trial.strategy.model_dump(mode="json"),
         "scale": m.scale,
@@ -199,6 +209,8 @@ def collect(
     max_foreign_share: float = MAX_FOREIGN_SHARE,
     retries: int = RETRIES,
     settle_s: float = SETTLE_S,
+    reference: Trial | None = None,
+    reference_every: int = 0,
 ) -> Path:
     """Measure every trial not yet in ``out`` on the testbed for ``cluster``, in one session.
 
@@ -206,8 +218,16 @@ def collect(
     ``out`` and flushed as soon as it is measured, so an interrupted collection keeps what it
     measured and the same call later continues it. Returns the final path (``.jsonl.gz`` if
     compressed). Raises DirtyTreeError before measuring anything when ``out`` lies in the
-    repository's datasets/ and the code has uncommitted changes.
+    repository's datasets/ and the code has uncommitted changes. With ``reference`` (its source
+    must start with ``REFERENCE``) and ``reference_every`` = N >= 1, the reference strategy is
+    measured before the first trial still to do, after every N of them and after the last (module
+    docstring); its records go to ``out`` like the trials' and to ``on_record`` too.
     """
+    if reference is not None and (reference_every < 1 or not reference.source.startswith(REFERENCE)):
+        raise ValueError(
+            f"reference: needs reference_every >= 1 and a source starting with {REFERENCE!r}, "
+            f"got {reference_every} and {reference.source!r}"
+        )
     require_clean_tree(out)
     env = collection_environment()
     gz = out.with_name(out.name + ".gz")
@@ -224,7 +244,8 @@ def collect(
         ExecutorSession(model, cluster, launcher, config) as session,
         out.open("a") as f,
     ):
-        for trial in todo:
+
+        def measure(trial: Trial) -> None:
             m = session.run(trial.strategy)
             attempts = 1
             while m.ok and _noisy(m, max_foreign_share) and attempts <= retries:
@@ -240,7 +261,29 @@ def collect(
             f.flush()
             if on_record is not None:
                 on_record(rec)
+
+        for k, trial in enumerate(todo):
+            if reference is not None and k % reference_every == 0:
+                measure(reference)
+            measure(trial)
+        if reference is not None:
+            measure(reference)
     return compress_if_large(out)
+
+
+def reference_drift(path: Path) -> list[float]:
+    """The drift reference's measured seconds in ``path`` (or its ``.gz``), in the order measured:
+    each divided by their median, so 1.10 = that stretch of the run was 10 % slower (empty when
+    the collection had no reference)."""
+    times = [
+        float(r["median_s"])
+        for p in (path, path.with_name(path.name + ".gz"))
+        if p.is_file()
+        for r in load_records(p)
+        if is_reference(r) and r.get("ok") and r.get("median_s")
+    ]
+    mid = statistics.median(times) if times else 1.0
+    return [t / mid for t in times]
 
 
 def compress_if_large(path: Path, above: int = GZIP_ABOVE_BYTES) -> Path:

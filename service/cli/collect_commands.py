@@ -3,13 +3,16 @@
     strategist collect --model M --cluster C -n N --sampler {random,constrained} --seed S
                        [--compression none|fp16|powersgd|all] [--dilation auto|D] [--scale X]
                        [--compute replay] [--warmup W] [--iterations I] [--out DIR]
+                       [--reference-every N]
 
 Records are appended to ``DIR/<model>__<cluster>/<sampler>-seed<S>-<compression>.jsonl``
 (default DIR: datasets/runtimes-v2, the re-collection with the issue-13 protocol that will replace
 datasets/runtimes once complete; lossless and lossy collections land in different files); see
 datasets/README.md, "Runtime records". Running the same command again continues the collection:
 strategies already in the file are skipped. The measurement protocol (interleaved baselines,
-clean tree, noisy trials measured again) is ``runtime.collect``'s.
+clean tree, noisy trials measured again, the optional drift reference) is ``runtime.collect``'s;
+with ``--reference-every N`` the horovod baseline is the reference and the command ends by
+printing its times over the run, each over their median.
 """
 
 from __future__ import annotations
@@ -70,14 +73,31 @@ def collect_command(
         False, "--allow-unshaped", help="Run on unshaped loopback if namespaces are unavailable."
     ),
     out: Path | None = typer.Option(None, "--out", help="Dataset folder (default datasets/runtimes-v2)."),
+    reference_every: int = typer.Option(
+        0,
+        "--reference-every",
+        min=0,
+        help="Measure the horovod baseline again before the first trial, after every N trials and "
+        "after the last, as a drift reference (0: off).",
+    ),
 ) -> None:
     """Run N sampled strategies plus the baselines on the testbed and append their measurements."""
     # Imported here: torch and the executor cost seconds, which no other command should pay.
-    from runtime.collect import DirtyTreeError, Trial, baseline_trials, collect, interleave, output_path
+    from runtime.collect import (
+        REFERENCE,
+        DirtyTreeError,
+        Trial,
+        baseline_trials,
+        collect,
+        interleave,
+        output_path,
+        reference_drift,
+    )
     from runtime.executor import ExecutorConfig
     from runtime.testbed import dilated_scales
     from search import InfeasibleSpaceError, make_sampler
     from search.space import COMPRESSIONS, SpaceConfig, compressor_kinds
+    from simulator.analytical import baseline
 
     if compression not in COMPRESSIONS:
         raise fail(f"--compression: unknown {compression!r}; expected one of {', '.join(COMPRESSIONS)}")
@@ -107,6 +127,9 @@ def collect_command(
         raise fail(f"--model: nothing fits in memory on {c.name}: {e}") from None
     sampled = [Trial(s, f"sampler:{sampler}", i) for i, s in enumerate(strategies)]
     trials = interleave(baseline_trials(m, c) if baselines else [], sampled, seed)
+    reference = None
+    if reference_every:
+        reference = Trial(baseline("horovod", m, c), f"{REFERENCE}horovod", 0)
     path = output_path(out or datasets_dir() / NEW_RUNTIMES, m, c, f"{sampler}-seed{seed}-{compression}")
     console = Console(stderr=True)
     console.print(
@@ -125,7 +148,14 @@ def collect_command(
 
         try:
             final = collect(m, c, trials, path, config=config, allow_fallback=fallback, on_record=on_record,
-                            max_foreign_share=max_foreign, retries=retries)  # fmt: skip
+                            max_foreign_share=max_foreign, retries=retries, reference=reference,
+                            reference_every=reference_every)  # fmt: skip
         except DirtyTreeError as e:
             raise fail(str(e)) from None
     console.print(f"{counts['ok']} measured, {counts['failed']} failed -> {final}")
+    drift = reference_drift(final)
+    if drift:
+        console.print(
+            f"drift reference (horovod), {len(drift)} measurements in this file, each over their median: "
+            f"{min(drift):.3f}-{max(drift):.3f} (the last 12 in order: {' '.join(f'{x:.2f}' for x in drift[-12:])})"
+        )

@@ -17,7 +17,7 @@ from simulator import zoo
 from simulator.learned.data import Domain, SourceFile
 from simulator.spec import ClusterSpec, ModelSpec, SpecError, Strategy
 from simulator.spec.io import parse_as
-from simulator.spec.records import read_records
+from simulator.spec.records import is_reference, read_records
 
 
 def default_runtimes_dir() -> Path:
@@ -53,7 +53,8 @@ def load_domain(
     model_of: Callable[[str], ModelSpec] = zoo.model,
     cluster_of: Callable[[str], ClusterSpec] = zoo.cluster,
 ) -> tuple[Domain, int]:
-    """The successful measurements of one domain folder, and the number of failed records."""
+    """The successful measurements of one domain folder, and the number of failed records (a drift
+    reference's records, ``runtime.collect``, are neither: they are left out)."""
     samples: list[tuple[Strategy, float]] = []
     sources = []
     failed = 0
@@ -72,6 +73,8 @@ def load_domain(
                     f"{where}: model/cluster: {rec['model']}/{rec['cluster']} in a folder of "
                     f"{model.name}/{cluster.name}"
                 )
+            if is_reference(rec):  # a drift reference's repeat, not a trial of the domain
+                continue
             seconds = rec.get("median_s")
             if not rec.get("ok", False) or seconds is None:
                 failed += 1

@@ -48,11 +48,22 @@ def parsed_lines(path: Path) -> Iterator[tuple[int, Any]]:
                 raise ValueError(f"{path}:{lineno}: not valid JSON: {e}") from None
 
 
+def is_reference(rec: dict[str, Any]) -> bool:
+    """Whether a record is a drift reference's (``runtime.collect``): a repeated measurement of a
+    fixed strategy that tracks the host over a run, not a trial of the collection."""
+    return bool(rec.get("reference", False))
+
+
 def load_records(path: Path) -> Iterator[dict[str, Any]]:
     """The records of one file, or of every record file under a folder, unchecked."""
     for p in record_files(path):
         for _, rec in parsed_lines(p):
             yield rec
+
+
+def load_trials(path: Path) -> Iterator[dict[str, Any]]:
+    """``load_records`` less the drift reference's records (``is_reference``): the trials."""
+    return (rec for rec in load_records(path) if not is_reference(rec))
 
 
 def read_records(path: Path) -> list[dict[str, Any]]:

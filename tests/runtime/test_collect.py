@@ -136,3 +136,60 @@ def test_collect_refuses_to_write_into_the_dataset_from_a_dirty_tree(
     require_clean_tree(tmp_path / "t.jsonl")  # elsewhere: allowed, the commit is recorded as is
     monkeypatch.setattr(collect_module, "git_commit", lambda: "abc123")
     require_clean_tree(inside)
+
+
+class _FakeSession:
+    """Stands in for ExecutorSession: each run takes 10 % longer than the one before (a host
+    drifting slower), whatever the strategy."""
+
+    def __init__(self, *args: object, **kwargs: object) -> None:
+        self.runs: list[str] = []
+
+    def __enter__(self) -> _FakeSession:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+    def run(self, strategy: Strategy) -> Measurement:
+        self.runs.append(strategy.name)
+        t = 0.1 * 1.1 ** len(self.runs)
+        return Measurement(iteration_times=(t, t), compute_times=(0.0, 0.0), sync_wait_times=(t, t),
+                           warmup=1, scale=1.0, environment={"foreign_cpu_share": 0.0})  # fmt: skip
+
+
+def test_a_drift_reference_is_measured_every_n_trials_and_is_not_a_trial(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from contextlib import nullcontext
+
+    from runtime.collect import REFERENCE, reference_drift
+    from simulator.spec.records import load_trials
+
+    monkeypatch.setattr(collect_module, "make_launcher", lambda *a, **k: nullcontext())
+    monkeypatch.setattr(collect_module, "ExecutorSession", _FakeSession)
+    trials = [Trial(every(CollectiveSync(group=i), f"s{i}"), "sampler:random", i) for i in range(5)]
+    ref = Trial(every(CollectiveSync(group=7), "ref"), f"{REFERENCE}horovod", 0)
+    out = tmp_path / "t.jsonl"
+    cfg = ExecutorConfig()
+    collect(MODEL, CLUSTER, trials, out, config=cfg, reference=ref, reference_every=2)
+    recs = list(load_records(out))
+    order = [r["source"] if r["reference"] else r["index"] for r in recs]
+    assert order == [ref.source, 0, 1, ref.source, 2, 3, ref.source, 4, ref.source]
+    # The reference's times show the drift (each run 10 % slower than the one before it).
+    drift = reference_drift(out)
+    assert (
+        len(drift) == 4 and drift == sorted(drift) and drift[-1] / drift[0] == pytest.approx(1.1**8)
+    )  # runs 1 and 9
+    # Not a trial: the readers that build domains leave it out, and resuming skips the measured
+    # trials only (a trial of the reference's strategy is still to do).
+    assert [r["index"] for r in load_trials(out)] == [0, 1, 2, 3, 4]
+    extra = Trial(ref.strategy, "sampler:random", 9)
+    seen: list[dict[str, object]] = []
+    collect(MODEL, CLUSTER, [*trials, extra], out, config=cfg, on_record=seen.append, reference=ref,
+            reference_every=2)  # fmt: skip
+    assert [r["source"] for r in seen] == [ref.source, "sampler:random", ref.source]
+    with pytest.raises(ValueError, match="reference"):
+        collect(MODEL, CLUSTER, trials, out, config=cfg, reference=trials[0], reference_every=2)
+    with pytest.raises(ValueError, match="reference"):
+        collect(MODEL, CLUSTER, trials, out, config=cfg, reference=ref, reference_every=0)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 from typer.testing import CliRunner
 
@@ -43,6 +44,16 @@ def test_loader_reads_the_record_format(datasets: Path, domain: Domain) -> None:
     assert loaded.name == "toy__duo" and len(loaded) == len(domain)
     assert loaded.keys == domain.keys
     assert loaded.sources[0].records == len(domain) + 1 and len(loaded.sources[0].sha256) == 64
+
+
+def test_the_loader_leaves_a_drift_reference_out(datasets: Path, domain: Domain) -> None:
+    # A drift reference re-measures strategy 0 at 1,000 s: not a trial, so its time is not merged.
+    ref = {"format": "strategist.runtime/2", "model": "toy", "cluster": "duo", "ok": True, "median_s": 1e3,
+           "failure": None, "reference": True, "strategy": domain.strategies[0].model_dump(mode="json")}  # fmt: skip
+    with (datasets / "runtimes" / "toy__duo" / "a.jsonl").open("a") as f:
+        f.write(json.dumps(ref) + "\n")
+    [loaded] = load_runtimes(datasets / "runtimes")
+    assert loaded.keys == domain.keys and np.allclose(loaded.times, domain.times)
 
 
 def test_train_then_eval_json(datasets: Path, tmp_path: Path) -> None:
