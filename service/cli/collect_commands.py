@@ -142,9 +142,11 @@ def collect_command(
         task = bar.add_task("collect", total=len(trials), last="")
 
         def on_record(rec: dict[str, Any]) -> None:
-            counts["ok" if rec["ok"] else "failed"] += 1
+            trial = not rec.get("reference")  # a drift reference's repeat is not one of the trials
+            if trial:
+                counts["ok" if rec["ok"] else "failed"] += 1
             last = f"{rec['median_s'] * 1e3:.0f} ms" if rec["ok"] else f"failed: {str(rec['failure'])[:60]}"
-            bar.update(task, advance=1, last=f"{rec['source']} {last}")
+            bar.update(task, advance=int(trial), last=f"{rec['source']} {last}")
 
         try:
             final = collect(m, c, trials, path, config=config, allow_fallback=fallback, on_record=on_record,
