@@ -84,7 +84,7 @@ residual model (either base) is registry kind ``residual``, stored as plain arra
 trees' nodes (``trees.ArrayTrees``) and the price line), and the
 service scores a domain with it like a fine-tuned transfer version (hybrid scorer, same fallback
 rule; ``service.loop.simulators``). A version saved before the price line (no ``physical`` key)
-or before the forest (it has ``coef`` / ``intercept``, the ridge's, and boosted trees) does not
+or before the forest (no ``forest`` key; its ``coef`` / ``intercept`` were the ridge's) does not
 load (``from_state`` raises; the service then scores with Eq. 1-3 until it retrains).
 
 Shapes: z (N, F = NUM_GLOBAL_FEATURES); terms (N, NUM_TERMS); x (N, F + Q), Q = the terms'
@@ -169,7 +169,7 @@ class _Member:
 
 _TREE_FIELDS = ("feature", "threshold", "nan_left", "left", "right", "leaf", "value")
 #: Keys of ``ResidualEnsemble.state`` (one row per member; tree arrays padded to common shapes).
-STATE_KEYS = ("mean", "std", "offset", "fitted", "base", "depth", *_TREE_FIELDS,
+STATE_KEYS = ("mean", "std", "offset", "fitted", "forest", "base", "depth", *_TREE_FIELDS,
               "physical", "line_weights", "line_scale", "line_intercept", "line_floor")  # fmt: skip
 
 
@@ -232,6 +232,9 @@ class ResidualEnsemble(ZEnsemble):
             "std": np.stack([m.std for m in self._members]),
             "offset": np.array([m.offset for m in self._members]),
             "fitted": np.array([m.trees is not None for m in self._members]),
+            # Marks the trees as a forest's residual (a state of the ridge + boosted-trees model has
+            # the same tree arrays but means base + ½ (ridge + trees): it must not load as this one).
+            "forest": np.ones(len(self._members), dtype=bool),
             "base": np.array([tr.base for tr in trees]),
             "depth": np.array([tr.depth for tr in trees], dtype=np.int64),
             **{name: np.stack([getattr(tr, name) for tr in trees]) for name in _TREE_FIELDS},

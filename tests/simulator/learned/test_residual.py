@@ -130,6 +130,11 @@ def test_registry_roundtrip_and_the_fine_tuned_version_is_the_residual_model(tmp
         np.testing.assert_allclose(scores, model.member_scores(held.z, held.sync_terms), atol=1e-12)
     with pytest.raises(ValueError, match="missing"):
         ResidualEnsemble.from_state({"mean": np.zeros((1, NUM_GLOBAL_FEATURES))})
+    # A state of the earlier ridge + boosted-trees model (same tree arrays, other meaning).
+    old = {k: v for k, v in ranker.state().items() if k != "forest"}
+    old |= {"coef": np.zeros((3, 1)), "intercept": np.zeros(3)}
+    with pytest.raises(ValueError, match="forest"):
+        ResidualEnsemble.from_state(old)
 
 
 def test_pretrained_version_with_a_target_holds_the_chosen_model(
