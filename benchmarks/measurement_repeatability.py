@@ -10,6 +10,11 @@ more consistently than the other collection does, so this is the ceiling to read
 ``simulator_accuracy.py`` against; the bootstrap "noise" row there only re-draws iterations
 within one trial and misses trial-to-trial variation.
 
+Drift. "median log ratio" is signed (retest over collection: -0.15 = the retest ran 15 % faster
+throughout). Where both runs measured a drift reference (``strategist collect --reference-every``),
+"reference log ratio" is the log ratio of the two runs' median reference times and "after" the
+trials' median log ratio less it: near 0 when the reference tracked the runs' common drift.
+
     python benchmarks/measurement_repeatability.py [--runtimes-dir D] [--retest-dir R]
 """
 
@@ -24,9 +29,14 @@ from scipy.stats import kendalltau
 from simulator import zoo
 from simulator.learned.runtimes import default_runtimes_dir, domain_folders, load_domain
 from simulator.metrics import pairwise_accuracy, resolved_pairs
+from simulator.spec.records import reference_times
 
 #: Pairs closer than this (relative) are below the trial-to-trial noise of a quiet domain.
 GAP = 0.05
+
+
+def _signed(x: float, width: int) -> str:
+    return f"{x:+{width}.3f}" if np.isfinite(x) else f"{'n/a':>{width}s}"
 
 
 def main() -> None:
@@ -38,6 +48,7 @@ def main() -> None:
     print(
         f"{'domain':18s} {'matched':>7s} {'pairwise agreement':>19s} {'kendall tau':>12s} {'median |log ratio|':>19s}"
         f" {'agreement, pairs >5% apart':>27s} {'share of pairs >5% apart':>25s}"
+        f" {'median log ratio':>17s} {'reference log ratio':>20s} {'after':>6s}"
     )
     for retest in domain_folders(args.retest_dir):
         if retest.name not in main_folders:
@@ -52,10 +63,17 @@ def main() -> None:
             continue
         x = np.array([first[k] for k in keys])
         y = np.array([t for k, t in zip(b.keys, b.times, strict=True) if k in first])
+        drift = float(np.median(np.log(y / x)))
+        ref_a, ref_b = (
+            [t for f in folder.files for t in reference_times(f)]
+            for folder in (main_folders[retest.name], retest)
+        )
+        ref = float(np.log(np.median(ref_b) / np.median(ref_a))) if ref_a and ref_b else float("nan")
         print(
             f"{retest.name:18s} {len(keys):7d} {pairwise_accuracy(y, x):19.3f} "
             f"{kendalltau(x, y).statistic:12.3f} {np.median(np.abs(np.log(x / y))):19.3f}"
             f" {pairwise_accuracy(y, x, min_gap=GAP):27.3f} {resolved_pairs(x, GAP):25.2f}"
+            f" {drift:+17.3f} {_signed(ref, 20)} {_signed(drift - ref, 6)}"
         )
 
 

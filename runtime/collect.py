@@ -53,7 +53,7 @@ from simulator.analytical import BASELINES, baseline
 from simulator.metrics import median_ci95
 from simulator.spec import ClusterSpec, ModelSpec, Strategy, domain_name, strategy_key
 from simulator.spec.measurement import Measurement
-from simulator.spec.records import FORMAT, is_reference, load_records, load_trials
+from simulator.spec.records import FORMAT, load_trials, reference_times
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 GZIP_ABOVE_BYTES = 4 << 20  # files larger than this are compressed when the collection ends
@@ -275,13 +275,7 @@ def reference_drift(path: Path) -> list[float]:
     """The drift reference's measured seconds in ``path`` (or its ``.gz``), in the order measured:
     each divided by their median, so 1.10 = that stretch of the run was 10 % slower (empty when
     the collection had no reference)."""
-    times = [
-        float(r["median_s"])
-        for p in (path, path.with_name(path.name + ".gz"))
-        if p.is_file()
-        for r in load_records(p)
-        if is_reference(r) and r.get("ok") and r.get("median_s")
-    ]
+    times = [t for p in (path, path.with_name(path.name + ".gz")) if p.is_file() for t in reference_times(p)]
     mid = statistics.median(times) if times else 1.0
     return [t / mid for t in times]
 

@@ -66,6 +66,16 @@ def load_trials(path: Path) -> Iterator[dict[str, Any]]:
     return (rec for rec in load_records(path) if not is_reference(rec))
 
 
+def reference_times(path: Path) -> list[float]:
+    """The drift reference's measured seconds (``median_s`` of its successful records) in one file
+    or under a folder, in file order (the order measured within a file); empty without one."""
+    return [
+        float(rec["median_s"])
+        for rec in load_records(path)
+        if is_reference(rec) and rec.get("ok") and rec.get("median_s")
+    ]
+
+
 def read_records(path: Path) -> list[dict[str, Any]]:
     """The records of one file, checked; a bad record raises ValueError naming file, line and field."""
     out = []

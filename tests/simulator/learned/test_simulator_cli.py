@@ -85,3 +85,14 @@ def test_bad_options_exit_2(datasets: Path, tmp_path: Path) -> None:
     assert r.exit_code == 2 and "--kind" in r.output
     r = runner.invoke(app, ["simulator", "train", *args])
     assert r.exit_code == 2 and "--all" in r.output
+
+
+def test_reference_times_read_the_drift_references_in_file_order(tmp_path: Path) -> None:
+    from simulator.spec.records import load_trials, reference_times
+
+    recs = [{"ok": True, "median_s": 0.2, "reference": True}, {"ok": True, "median_s": 0.5},
+            {"ok": False, "median_s": None, "reference": True}, {"ok": True, "median_s": 0.3, "reference": True}]  # fmt: skip
+    path = tmp_path / "r.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in recs))
+    assert reference_times(path) == [0.2, 0.3]  # the failed one left out
+    assert [r["median_s"] for r in load_trials(path)] == [0.5]
