@@ -27,6 +27,7 @@ import numpy as np
 from scipy.stats import kendalltau
 
 from simulator import zoo
+from simulator.learned.noise import matched_times
 from simulator.learned.runtimes import default_runtimes_dir, domain_folders, load_domain
 from simulator.metrics import pairwise_accuracy, resolved_pairs
 from simulator.spec.records import reference_times
@@ -56,13 +57,10 @@ def main() -> None:
             continue
         a, _ = load_domain(main_folders[retest.name])
         b, _ = load_domain(retest)
-        first = dict(zip(a.keys, a.times, strict=True))
-        keys = [k for k in b.keys if k in first]
-        if len(keys) < 3:
-            print(f"{retest.name:18s} {len(keys):7d} too few strategies measured in both")
+        x, y = matched_times(a, b)
+        if len(x) < 3:
+            print(f"{retest.name:18s} {len(x):7d} too few strategies measured in both")
             continue
-        x = np.array([first[k] for k in keys])
-        y = np.array([t for k, t in zip(b.keys, b.times, strict=True) if k in first])
         drift = float(np.median(np.log(y / x)))
         ref_a, ref_b = (
             [t for f in folder.files for t in reference_times(f)]
@@ -70,7 +68,7 @@ def main() -> None:
         )
         ref = float(np.log(np.median(ref_b) / np.median(ref_a))) if ref_a and ref_b else float("nan")
         print(
-            f"{retest.name:18s} {len(keys):7d} {pairwise_accuracy(y, x):19.3f} "
+            f"{retest.name:18s} {len(x):7d} {pairwise_accuracy(y, x):19.3f} "
             f"{kendalltau(x, y).statistic:12.3f} {np.median(np.abs(np.log(x / y))):19.3f}"
             f" {pairwise_accuracy(y, x, min_gap=GAP):27.3f} {resolved_pairs(x, GAP):25.2f}"
             f" {drift:+17.3f} {_signed(ref, 20)} {_signed(drift - ref, 6)}"

@@ -183,13 +183,17 @@ def estimate(times: np.ndarray, a: np.ndarray, b: np.ndarray) -> NoiseCeiling:
     )
 
 
-def from_retest(collection: Domain, retest: Domain) -> NoiseCeiling | None:
-    """``estimate`` for a domain's collection and its retest (both as ``runtimes.load_domain``
-    reads them, repeated trials merged), strategies matched by key; None when fewer than 3
-    strategies were measured in both."""
+def matched_times(collection: Domain, retest: Domain) -> tuple[np.ndarray, np.ndarray]:
+    """(collection's, retest's) seconds of the strategies measured in both, matched by key, in the
+    retest's order (both as ``runtimes.load_domain`` reads them, repeated trials merged)."""
     first = dict(zip(collection.keys, collection.times, strict=True))
     pairs = [(first[k], t) for k, t in zip(retest.keys, retest.times, strict=True) if k in first]
-    if len(pairs) < 3:
-        return None
-    a, b = (np.array(c) for c in zip(*pairs, strict=True))
-    return estimate(collection.times, a, b)
+    a, b = zip(*pairs, strict=True) if pairs else ((), ())
+    return np.array(a, dtype=np.float64), np.array(b, dtype=np.float64)
+
+
+def from_retest(collection: Domain, retest: Domain) -> NoiseCeiling | None:
+    """``estimate`` for a domain's collection and its retest (``matched_times``); None when fewer
+    than 3 strategies were measured in both."""
+    a, b = matched_times(collection, retest)
+    return estimate(collection.times, a, b) if len(a) >= 3 else None
