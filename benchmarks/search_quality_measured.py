@@ -38,8 +38,16 @@ held-out strategies (``simulator.learned.tuning.held_out``) next to Eq. 1-3's, t
 ceiling from its retest (``simulator.learned.noise.from_retest``) and both accuracies on the pairs
 the noise resolves.
 
+Repeat runs (``--repeat DATASET=DIR``, default ``runtimes-v2=datasets/repeat-v2``): where a domain
+was measured again in full by the same collect command, its labels are both runs merged
+(``simulator.learned.runtimes.merge_runs``: the repeat divided by its drift, geometric mean), the
+replay and every accuracy use the merged times, and the noise ceiling comes from the collection
+against its repeat (every strategy matched, not the retest's 30) with labels averaging two runs.
+``--repeat`` with no value judges against the single collection, as before.
+
     nice -n 10 python benchmarks/search_quality_measured.py [--seeds 5] [--first-seed 0] [--sample 0.5]
         [--trace] [--datasets DIR ...] [--only LABEL ...] [--retest DATASET=RETEST_DIR ...]
+        [--repeat DATASET=REPEAT_DIR ...]
 """
 
 from __future__ import annotations
@@ -60,7 +68,7 @@ from search.similarity import FactorSimilarity
 from simulator import zoo
 from simulator.learned.data import Domain
 from simulator.learned.noise import NoiseCeiling, from_retest
-from simulator.learned.runtimes import domain_folders, load_domain
+from simulator.learned.runtimes import domain_folders, load_domain, merge_runs
 from simulator.learned.scoring import HybridScorer
 from simulator.learned.transfer import (
     DomainZ,
@@ -94,16 +102,28 @@ class MeasuredSet:
     domain: Domain
     z: DomainZ
     sampler: str
+    runs: tuple[Domain, ...] = ()  # the single runs merged into ``domain`` (collection first), if repeated
+    drift: float = 0.0  # the repeat's drift against the collection (log ratio), if repeated
 
 
-def load_sets(roots: Sequence[Path]) -> list[MeasuredSet]:
+def load_sets(roots: Sequence[Path], repeats: dict[str, Path] | None = None) -> list[MeasuredSet]:
+    """Every domain of every dataset folder; a domain with a repeat run (``repeats``: dataset
+    folder name -> repeat root) is the two runs merged (module docstring)."""
     out = []
     for root in roots:
+        again = {f.name: f for f in domain_folders(repeats[root.name])} if root.name in (repeats or {}) else {}
         for folder in domain_folders(root):
             domain, _ = load_domain(folder)
             samplers = sorted({f.name.split("-seed")[0] for f in folder.files})
             label = f"{root.name}/{domain.name}"
-            out.append(MeasuredSet(label, root.name, domain, domain_z(domain, label), "+".join(samplers)))
+            runs: tuple[Domain, ...] = ()
+            drift = 0.0
+            if folder.name in again:
+                repeat = load_domain(again[folder.name])[0]
+                merged = merge_runs(domain, repeat)
+                runs, drift, domain = (domain, repeat), merged.drift[1], merged.domain
+            z = domain_z(domain, label)
+            out.append(MeasuredSet(label, root.name, domain, z, "+".join(samplers), runs, drift))
     return out
 
 
@@ -190,7 +210,11 @@ def fine_tuned(target: MeasuredSet, trainer: EnsembleTrainer, gap: float) -> lis
 
 
 def retest_ceiling(target: MeasuredSet, retest: dict[str, Path]) -> NoiseCeiling | None:
-    """The domain's noise ceiling from its retest folder, if it has one."""
+    """The domain's noise ceiling: from its repeat run where it has one (labels of two runs),
+    else from its retest folder, if it has one."""
+    if target.runs:
+        first, repeat = target.runs
+        return from_retest(first, repeat, target.domain.times, runs=2)
     root = retest.get(target.dataset)
     folder = next((f for f in domain_folders(root) if f.name == target.domain.name), None) if root else None
     return from_retest(target.domain, load_domain(folder)[0]) if folder is not None else None
@@ -208,9 +232,11 @@ the other 30 % next to Eq. 1-3. Mean [min, max] over split seeds {first}-{last} 
 while designing the model). picks: p = physical (residual on the price line), r = residual on
 Eq. 1-3, t = transfer, a = Eq. 1-3.
 Noise ceiling (simulator.learned.noise): retest = pairwise agreement of the collection with its
-retest (matched strategies); ceiling = a perfect ranker's expected agreement with one measurement:
+retest (matched strategies; where the domain has a repeat run, with the repeat, every strategy,
+and the ceiling is against labels of two runs merged); ceiling = a perfect ranker's expected
+agreement with the labels:
 estimate from the retest's log ratios as pair noise (scaled x s so it reproduces the retest
-agreement), and its bounds [r, (1 + sqrt(2r - 1)) / 2]. Resolved: pairs whose measured times
+agreement), and its bounds for one-measurement labels [r, (1 + sqrt(2r - 1)) / 2]. Resolved: pairs whose measured times
 differ by more than the gap (the 90th percentile of the retest's |centred log ratio|; 5 % without a
 retest), share of held-out pairs; tuned>gap / Eq>gap: accuracy on those pairs; ceil>gap: the
 ceiling estimate on the domain's resolved pairs."""
@@ -312,8 +338,14 @@ def run(
         print(
             f"{target.label:30s} {'best':11s} {best:8.4f}   of {len(d)} measured strategies "
             f"(pool drawn by: {target.sampler}); learned scorer in {learned_rounds}/{len(seeds) * ROUNDS} "
-            f"rounds; {time.time() - t0:.0f} s\n"
+            f"rounds; {time.time() - t0:.0f} s"
         )
+        if target.runs:
+            print(
+                f"{target.label:30s} {'labels':11s} collection + repeat run merged ({len(target.runs[1])} "
+                f"strategies measured again; the repeat's drift {100 * math.expm1(target.drift):+.1f} %)"
+            )
+        print()
     print(LODO_HEADER)
     print(f"{'dataset/domain':30s} {'n':>4s} {'LODO':>6s} {'Eq.1-3':>6s}  {'rule':32s}")
     for label, n, acc, ana, rule, *_ in lodo_rows:
@@ -372,6 +404,12 @@ def main() -> None:
     )
     parser.add_argument("--only", nargs="*", default=None, help="targets by label (dataset/domain)")
     parser.add_argument(
+        "--repeat",
+        nargs="*",
+        default=[f"runtimes-v2={zoo.datasets_dir() / 'repeat-v2'}"],
+        help="DATASET=REPEAT_DIR: a second full run of a dataset folder's domains, merged into their labels",
+    )
+    parser.add_argument(
         "--retest",
         nargs="*",
         default=[f"runtimes-v2={zoo.datasets_dir() / 'retest-v2'}"],
@@ -382,13 +420,14 @@ def main() -> None:
         parser.error(f"--sample: must be in (0, 1], got {args.sample}")
     if args.seeds < 1:
         parser.error(f"--seeds: must be >= 1, got {args.seeds}")
-    retest = {}
-    for item in args.retest:
-        name, _, folder = item.partition("=")
-        if not folder:
-            parser.error(f"--retest: expected DATASET=DIR, got {item!r}")
-        retest[name] = Path(folder)
-    sets = load_sets(args.datasets)
+    retest, repeat = {}, {}
+    for flag, items, into in (("--retest", args.retest, retest), ("--repeat", args.repeat, repeat)):
+        for item in items:
+            name, _, folder = item.partition("=")
+            if not folder:
+                parser.error(f"{flag}: expected DATASET=DIR, got {item!r}")
+            into[name] = Path(folder)
+    sets = load_sets(args.datasets, repeat)
     targets = [s for s in sets if args.only is None or s.label in args.only]
     seeds = list(range(args.first_seed, args.first_seed + args.seeds))
     run(sets, targets, seeds, TransferConfig(), retest, args.sample, args.trace)

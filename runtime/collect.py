@@ -116,13 +116,19 @@ def interleave(baselines: Sequence[Trial], sampled: Sequence[Trial], seed: int) 
     return out
 
 
+def gz_of(path: Path) -> Path:
+    """Where ``compress_if_large`` puts ``path`` once it is large."""
+    return path.with_name(path.name + ".gz")
+
+
+def stored(path: Path) -> list[Path]:
+    """``path`` and its ``.gz``, those that exist: a collection's records, plain and compressed."""
+    return [p for p in (path, gz_of(path)) if p.is_file()]
+
+
 def measured_keys(path: Path) -> set[str]:
     """Strategy keys already measured in ``path`` (or its ``.gz``), for resuming a collection."""
-    keys: set[str] = set()
-    for p in (path, path.with_name(path.name + ".gz")):
-        if p.is_file():
-            keys.update(strategy_key(r["strategy"]) for r in load_trials(p))
-    return keys
+    return {strategy_key(r["strategy"]) for p in stored(path) for r in load_trials(p)}
 
 
 def collection_environment() -> dict[str, Any]:
@@ -230,7 +236,7 @@ def collect(
         )
     require_clean_tree(out)
     env = collection_environment()
-    gz = out.with_name(out.name + ".gz")
+    gz = gz_of(out)
     if gz.is_file():  # resuming a compressed collection: append to its plain form
         with gzip.open(gz, "rb") as src, out.open("ab") as dst:
             shutil.copyfileobj(src, dst)
@@ -275,7 +281,7 @@ def reference_drift(path: Path) -> list[float]:
     """The drift reference's measured seconds in ``path`` (or its ``.gz``), in the order measured:
     each divided by their median, so 1.10 = that stretch of the run was 10 % slower (empty when
     the collection had no reference)."""
-    times = [t for p in (path, path.with_name(path.name + ".gz")) if p.is_file() for t in reference_times(p)]
+    times = [t for p in stored(path) for t in reference_times(p)]
     mid = statistics.median(times) if times else 1.0
     return [t / mid for t in times]
 
@@ -284,7 +290,7 @@ def compress_if_large(path: Path, above: int = GZIP_ABOVE_BYTES) -> Path:
     """Gzip ``path`` to ``path.gz`` (removing it) when it is larger than ``above`` bytes."""
     if not path.is_file() or path.stat().st_size <= above:
         return path
-    gz = path.with_name(path.name + ".gz")
+    gz = gz_of(path)
     with path.open("rb") as src, gzip.open(gz, "wb") as dst:
         shutil.copyfileobj(src, dst)
     path.unlink()

@@ -33,6 +33,11 @@ pair's comparison inside that run, so it is not pair noise: the log ratios are c
 median (``centred_log_ratios``) before they serve as noise. Uncentred, the drift counted as noise
 and widened the gap (NCF-sparse__A2: 33.9 %) and the noise the ceiling is computed with.
 
+Labels merged from several runs (``runtimes.merge_runs``, ``estimate(..., runs=m)``): a label that
+averages m independent measurements has, on a pair's log difference, the mean of m draws of the
+retest's noise, and its noise variance is σ²/m; the ceiling is computed against that. With a
+repeat run of the whole domain the retest is the repeat itself (every strategy matched).
+
 Resolved pairs (``noise_gap``): pairs whose measured log times differ by more than the 90th
 percentile of |d_k| — a pair that far apart keeps its measured order in a retest with
 probability about 0.95 or more (a flip needs the pair's noise beyond the gap, in one direction) —
@@ -107,14 +112,14 @@ def _agree(delta: np.ndarray, noise: np.ndarray, chunk: int = 4096) -> float:
     return total / (len(delta) * len(noise))
 
 
-def _retest_agree(delta: np.ndarray, noise: np.ndarray) -> float:
+def _retest_agree(delta: np.ndarray, noise: np.ndarray, chunk: int = 4096) -> float:
     """Mean over pairs of P(sign(delta + D1) = sign(delta + D2)), D1, D2 independent draws."""
     total = 0.0
-    for dl in delta:
-        s = np.sign(dl + noise)
-        pos, neg = np.mean(s > 0), np.mean(s < 0)
+    for lo in range(0, len(delta), chunk):
+        s = np.sign(delta[lo : lo + chunk, None] + noise[None, :])
+        pos, neg = (s > 0).mean(axis=1), (s < 0).mean(axis=1)
         zero = 1.0 - pos - neg
-        total += pos * pos + neg * neg + 0.5 * (1.0 - (1.0 - zero) ** 2)  # a tie counts half
+        total += float((pos * pos + neg * neg + 0.5 * (1.0 - (1.0 - zero) ** 2)).sum())  # a tie counts half
     return total / len(delta)
 
 
@@ -126,27 +131,52 @@ def shrunk_log_times(times: np.ndarray, noise_var: float) -> np.ndarray:
     return x.mean() + k * (x - x.mean())
 
 
-def _model(
-    times: np.ndarray, a: np.ndarray, b: np.ndarray, scale: float, gap: float = 0.0
-) -> tuple[float, float]:
-    """(ceiling, predicted retest agreement) with the retest's log ratios scaled by ``scale``;
-    the ceiling over the pairs whose measured times differ by more than ``gap`` (relative)."""
+def averaged_noise(noise: np.ndarray, runs: int, draws: int = 4096, seed: int = 0) -> np.ndarray:
+    """Draws of the mean of ``runs`` independent draws of ``noise``: the pair noise of a label
+    averaged over that many runs (``runtimes.merge_runs``). ``runs`` = 1 returns ``noise``."""
+    if runs < 1:
+        raise ValueError(f"runs: must be >= 1, got {runs}")
+    if runs == 1:
+        return noise
+    pick = np.random.default_rng(seed).integers(0, len(noise), (draws, runs))
+    return noise[pick].mean(axis=1)
+
+
+def _noise(a: np.ndarray, b: np.ndarray, scale: float) -> tuple[np.ndarray, float]:
+    """(draws of one label's pair noise, the per-measurement noise variance σ²) from the retest's
+    log ratios scaled by ``scale``."""
     d = scale * centred_log_ratios(a, b)
-    noise = np.concatenate([d, -d])  # symmetric: which collection is "first" is arbitrary
-    sigma2 = float(d.var()) / 2.0
+    return np.concatenate([d, -d]), float(d.var()) / 2.0  # symmetric: either run may be "first"
+
+
+def _ceiling(
+    times: np.ndarray, a: np.ndarray, b: np.ndarray, scale: float, gap: float = 0.0, runs: int = 1
+) -> float:
+    """A perfect ranker's agreement with labels ``times`` that average ``runs`` measurements, over
+    the pairs whose measured times differ by more than ``gap`` (relative)."""
+    noise, sigma2 = _noise(a, b, scale)
     i, j = np.triu_indices(len(times), k=1)
     measured = np.log(np.asarray(times, dtype=np.float64))
     keep = np.abs(measured[i] - measured[j]) > math.log1p(gap)
-    x = shrunk_log_times(times, sigma2)
+    x = shrunk_log_times(times, sigma2 / runs)
+    return _agree(x[i[keep]] - x[j[keep]], averaged_noise(noise, runs)) if keep.any() else float("nan")
+
+
+def _predicted_retest(a: np.ndarray, b: np.ndarray, scale: float) -> float:
+    """The noise model's agreement of two single measurements of the retested strategies."""
+    noise, sigma2 = _noise(a, b, scale)
     xa = shrunk_log_times((a * b) ** 0.5, sigma2 / 2.0)  # the retested strategies, mean of two
     ia, ja = np.triu_indices(len(a), k=1)
-    ceiling = _agree(x[i[keep]] - x[j[keep]], noise) if keep.any() else float("nan")
-    return ceiling, _retest_agree(xa[ia] - xa[ja], noise)
+    return _retest_agree(xa[ia] - xa[ja], noise)
 
 
-def estimate(times: np.ndarray, a: np.ndarray, b: np.ndarray) -> NoiseCeiling:
+def estimate(times: np.ndarray, a: np.ndarray, b: np.ndarray, runs: int = 1) -> NoiseCeiling:
     """The noise ceiling of pairwise accuracy on a domain measured as ``times``, from a retest
-    (``a``: the collection's times of the retested strategies, ``b``: the retest's).
+    (``a``: the collection's times of the retested strategies, ``b``: the retest's). ``runs``:
+    how many runs each of ``times`` averages (``runtimes.merge_runs``; a repeat run is then the
+    retest): the pair noise of such a label is the mean of ``runs`` draws of the retest's, and
+    the ceiling and its resolved-pair figure are computed with it; the retest agreement, the
+    bounds (single measurements) and the gap (the retest's quantile) are not.
 
     Calibration: the noise model (module docstring) predicts a retest agreement; when it differs
     from the observed r (on 30 strategies the retest's |log ratios| and the shrinkage are rough),
@@ -156,15 +186,17 @@ def estimate(times: np.ndarray, a: np.ndarray, b: np.ndarray) -> NoiseCeiling:
     """
     a = np.asarray(a, dtype=np.float64)
     b = np.asarray(b, dtype=np.float64)
+    if runs < 1:
+        raise ValueError(f"runs: must be >= 1, got {runs}")
     if len(a) != len(b) or len(a) < 3:
         raise ValueError(f"retest: need >= 3 strategies measured twice, got {len(a)} / {len(b)}")
     r = pairwise_accuracy(b, a)
     lower, upper = bounds(r)
-    _, raw_retest = _model(a, a, b, 1.0)
+    raw_retest = _predicted_retest(a, b, 1.0)
     lo, hi = 0.25, 8.0
     for _ in range(30):  # predicted retest agreement falls as the noise grows
         mid = math.sqrt(lo * hi)
-        if _model(a, a, b, mid)[1] > r:
+        if _predicted_retest(a, b, mid) > r:
             lo = mid
         else:
             hi = mid
@@ -175,11 +207,11 @@ def estimate(times: np.ndarray, a: np.ndarray, b: np.ndarray) -> NoiseCeiling:
         retest_agreement=r,
         lower=lower,
         upper=upper,
-        estimate=_model(times, a, b, scale)[0],
+        estimate=_ceiling(times, a, b, scale, runs=runs),
         predicted_retest=raw_retest,
         scale=scale,
         gap=gap,
-        resolved_estimate=_model(times, a, b, scale, gap)[0],
+        resolved_estimate=_ceiling(times, a, b, scale, gap, runs),
     )
 
 
@@ -192,8 +224,13 @@ def matched_times(collection: Domain, retest: Domain) -> tuple[np.ndarray, np.nd
     return np.array(a, dtype=np.float64), np.array(b, dtype=np.float64)
 
 
-def from_retest(collection: Domain, retest: Domain) -> NoiseCeiling | None:
+def from_retest(
+    collection: Domain, retest: Domain, times: np.ndarray | None = None, runs: int = 1
+) -> NoiseCeiling | None:
     """``estimate`` for a domain's collection and its retest (``matched_times``); None when fewer
-    than 3 strategies were measured in both."""
+    than 3 strategies were measured in both. ``times`` / ``runs``: the labels judged against, when
+    not the collection's own (e.g. the collection merged with the retest as a repeat run: times
+    of the merged domain, runs 2)."""
     a, b = matched_times(collection, retest)
-    return estimate(collection.times, a, b) if len(a) >= 3 else None
+    labels = collection.times if times is None else times
+    return estimate(labels, a, b, runs) if len(a) >= 3 else None

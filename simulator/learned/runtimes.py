@@ -13,6 +13,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
+
 from simulator import zoo
 from simulator.learned.data import Domain, SourceFile
 from simulator.spec import ClusterSpec, ModelSpec, SpecError, Strategy
@@ -90,6 +92,75 @@ def load_domain(
         raise ValueError(f"{folder.name}: no records")
     domain = Domain.from_measurements(model, cluster, samples, sources=tuple(sources))
     return domain, failed
+
+
+#: Strategies a repeat run must share with the first run for its drift to be estimated.
+MIN_MATCHED = 10
+
+
+@dataclass(frozen=True)
+class MergedRuns:
+    """``merge_runs``' answer: the merged domain, each later run's drift against the first (log
+    ratio, first run 0.0), and per strategy how many runs measured it (in the domain's order)."""
+
+    domain: Domain
+    drift: tuple[float, ...]
+    runs: np.ndarray
+
+
+def merge_runs(first: Domain, *repeats: Domain) -> MergedRuns:
+    """One domain from whole runs of the same strategies: a collection and its repeats.
+
+    A repeat run is the same ``strategist collect`` command again into another dataset folder
+    (e.g. ``datasets/repeat-v2``), so every strategy is measured once per run. Runs differ by a
+    drift common to all their strategies (runtime/testbed/README.md, "Measurement protocol": up
+    to 18 % between quiet back-to-back runs), which is not a property of any strategy: run k's
+    drift is the median over the strategies both runs measured of log(t_k / t_first), and a
+    strategy's merged time is the geometric mean of its runs' times, each divided by its run's
+    drift — so the merged times are in the first run's scale, and a strategy measured by one run
+    only keeps that run's (drift-corrected) time.
+
+    Decision: the drift is estimated from the matched strategies, not from the drift reference
+    (``strategist collect --reference-every``): over ~200 matched strategies the median's
+    sampling error is about 1.25 σ / sqrt(n) ≈ 0.7 % at this testbed's per-measurement noise of
+    5-8 %, while the reference's median left a 3 % mean residual (four quiet runs, 2026-11-29).
+    A repeat with fewer than ``MIN_MATCHED`` strategies in common with the first run is refused
+    (its drift would be a guess). The geometric mean, not the median of the two, because with two
+    runs the median is the mean anyway, and the noise is multiplicative (log ratios are
+    symmetric). Averaging m runs divides the label's noise variance by m
+    (``noise.estimate(..., runs=m)`` is the ceiling against such labels).
+    """
+    for r in repeats:
+        if (r.model.name, r.cluster.name) != (first.model.name, first.cluster.name):
+            raise ValueError(f"repeat: domain {r.name} is not {first.name}")
+    base = dict(zip(first.keys, np.log(first.times), strict=True))
+    logs: dict[str, list[float]] = {k: [v] for k, v in base.items()}
+    strategies = dict(zip(first.keys, first.strategies, strict=True))
+    drift = [0.0]
+    for r in repeats:
+        here = dict(zip(r.keys, np.log(r.times), strict=True))
+        common = [k for k in here if k in base]
+        if len(common) < MIN_MATCHED:
+            raise ValueError(
+                f"repeat: {r.name} shares {len(common)} strategies with the first run; "
+                f"need >= {MIN_MATCHED} to estimate its drift"
+            )
+        d = float(np.median([here[k] - base[k] for k in common]))
+        drift.append(d)
+        for k, v, s in zip(r.keys, np.log(r.times), r.strategies, strict=True):
+            logs.setdefault(k, []).append(float(v) - d)
+            strategies.setdefault(k, s)
+    keys = tuple(sorted(logs))
+    domain = Domain(
+        model=first.model,
+        cluster=first.cluster,
+        strategies=tuple(strategies[k] for k in keys),
+        times=np.exp([float(np.mean(logs[k])) for k in keys]),
+        keys=keys,
+        sources=first.sources + tuple(s for r in repeats for s in r.sources),
+        name=first.name,
+    )
+    return MergedRuns(domain, tuple(drift), np.array([len(logs[k]) for k in keys]))
 
 
 def load_runtimes(

@@ -90,3 +90,27 @@ def test_a_drift_common_to_the_whole_retest_is_not_pair_noise() -> None:
     assert faster.gap == pytest.approx(plain.gap) and faster.estimate == pytest.approx(plain.estimate)
     assert faster.retest_agreement == plain.retest_agreement
     assert noise_gap(first[:40], 0.85 * again) == pytest.approx(noise_gap(first[:40], again))
+
+
+def test_the_ceiling_against_labels_of_two_runs_is_what_a_perfect_ranker_reaches_there() -> None:
+    """runs = 2: the labels average two runs, so the pair noise is the mean of two draws."""
+    rng = np.random.default_rng(4)
+    n, sigma = 200, 0.08
+    true = rng.normal(0.0, 0.15, n)
+    first = true + sigma * rng.standard_normal(n)
+    again = true + sigma * rng.standard_normal(n)
+    merged = (first + again) / 2.0
+    single = estimate(np.exp(first), np.exp(first), np.exp(again))
+    both = estimate(np.exp(merged), np.exp(first), np.exp(again), runs=2)
+    truth = pairwise_accuracy(true, merged)
+    assert abs(both.estimate - truth) < 0.02, (both.estimate, truth)
+    assert both.estimate > single.estimate + 0.02  # half the noise variance
+    # What does not depend on the labels' runs: the retest itself, its bounds, the gap.
+    assert (both.retest_agreement, both.lower, both.upper, both.gap) == (
+        single.retest_agreement,
+        single.lower,
+        single.upper,
+        single.gap,
+    )
+    with pytest.raises(ValueError, match="runs"):
+        estimate(np.exp(first), np.exp(first), np.exp(again), runs=0)
