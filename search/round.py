@@ -80,16 +80,21 @@ class RoundDefaults:
       scorer rates well (at M = 200, the top 50) while leaving Eq. 11 room to trade a little
       predicted time for diversity; at least K always qualify. The service and the AutoSync
       searcher used 0.25 (the search-quality benchmark 0.5, the CLI kept all M): 0.25 is kept.
-    - ``alpha = 0.1``: Eq. 11's weight of similarity against the normalised predicted time
+    - ``alpha = 0.05``: Eq. 11's weight of similarity against the normalised predicted time
       (``search.selection``: f̃ spans [0, 1] over the qualified set). Measured with factor
       similarity, two constrained samples share 20-45 % of their choices on BERT-large/B7 and
       25-60 % on NCF-sparse/A2 (10th-90th percentile, median 0.34 and 0.44). A candidate's greedy
       penalty is 2 alpha sum_{j in S} sim(x, j); over K - 1 = 7 picks the spread between a
-      dissimilar (0.2) and a similar (0.45) candidate is 2 x 0.1 x 7 x 0.25 = 0.35 of the
-      predicted-time span at alpha = 0.1: it breaks near-ties towards different strategies but
-      does not prefer one predicted much slower. At the service's former 0.5 the same spread is
-      1.75 spans, so the selection ignored the scores (it took the most dissimilar qualified
-      strategies). The searcher, the CLI and the search-quality benchmark used 0.1; it is kept.
+      dissimilar (0.2) and a similar (0.45) candidate is 2 x 0.05 x 7 x 0.25 = 0.18 of the
+      predicted-time span: it breaks near-ties towards different strategies but does not prefer
+      one predicted much slower. Chosen by measurement (2026-11-29, the learned loop of
+      ``benchmarks/search_quality_measured.py`` on the five runtimes-v2 domains, K = 5, design
+      seeds 100-159): at 0.1 the diverse pick dropped the domain's best strategy from the top 5
+      often enough that NCF-sparse__B10 (whose best is 17 % ahead of the next) missed it in 25 of
+      60 searches (+8.3 % at 20 trials); at 0.05, 12 of 60 (+3.9 %); at 0 (no diversity), 11
+      (+4.1 %); the other four domains moved by at most 0.3 % either way. 0.05, not 0, keeps
+      Eq. 11's exploration for a scorer that is wrong (the analytical model on such a domain).
+      The service's former 0.5 made the spread 1.75 spans, so the selection ignored the scores.
     - ``similarity = "factor"``: AutoSync §7's first approach (shared per-variable choices). It
       needs no model, so it works before any learned simulator exists and on integer-coded arrays
       (the array path); 'hidden' (cosine of a simulator's hidden vectors) is the alternative.
@@ -97,7 +102,7 @@ class RoundDefaults:
 
     sampler: Literal["constrained", "random"] = "constrained"
     qualified_fraction: float = 0.25
-    alpha: float = 0.1
+    alpha: float = 0.05
     similarity: Literal["factor", "hidden"] = "factor"
 
     def __post_init__(self) -> None:

@@ -66,7 +66,7 @@ def test_same_set_on_a_zoo_model_with_exclusions() -> None:
 
 def test_round_defaults_are_one_set_and_checked() -> None:
     assert (DEFAULTS.alpha, DEFAULTS.qualified_fraction, DEFAULTS.similarity, DEFAULTS.sampler) == (
-        0.1,
+        0.05,
         0.25,
         "factor",
         "constrained",
