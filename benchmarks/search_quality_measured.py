@@ -47,12 +47,13 @@ against its repeat (every strategy matched, not the retest's 30) with labels ave
 
     nice -n 10 python benchmarks/search_quality_measured.py [--seeds 5] [--first-seed 0] [--sample 0.5]
         [--trace] [--datasets DIR ...] [--only LABEL ...] [--retest DATASET=RETEST_DIR ...]
-        [--repeat DATASET=REPEAT_DIR ...] [--split-seeds FIRST]
+        [--repeat DATASET=REPEAT_DIR ...] [--split-seeds FIRST] [--alpha A]
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import math
 import time
 from collections.abc import Sequence
@@ -62,7 +63,7 @@ from pathlib import Path
 import numpy as np
 import optuna
 
-from search.round import DEFAULTS, qualify_and_select
+from search.round import DEFAULTS, RoundDefaults, qualify_and_select
 from search.searchers.tpe import TPESearcher
 from search.similarity import FactorSimilarity
 from simulator import zoo
@@ -111,10 +112,9 @@ def load_sets(roots: Sequence[Path], repeats: dict[str, Path] | None = None) -> 
     """Every domain of every dataset folder; a domain with a repeat run (``repeats``: dataset
     folder name -> repeat root) is the two runs merged (module docstring)."""
     out = []
+    repeats = repeats or {}
     for root in roots:
-        again = (
-            {f.name: f for f in domain_folders(repeats[root.name])} if root.name in (repeats or {}) else {}
-        )
+        again = {f.name: f for f in domain_folders(repeats[root.name])} if root.name in repeats else {}
         for folder in domain_folders(root):
             domain, _ = load_domain(folder)
             samplers = sorted({f.name.split("-seed")[0] for f in folder.files})
@@ -145,6 +145,7 @@ def loop(
     fraction: float = 0.5,
     trace: list[str] | None = None,
     oracle: bool = False,
+    defaults: RoundDefaults = DEFAULTS,
 ) -> tuple[list[float], int]:
     """The round loop on the pool; returns measured times in trial order and rounds scored learned.
     Scored by ``trainer``'s fine-tuned model, by Eq. 1-3 (``trainer`` None) or, with ``oracle``, by
@@ -175,7 +176,7 @@ def loop(
                 seconds, _, _ = HybridScorer(ranker).blend(members, seconds)
         rows = embedded[sample]
         qualified, choice = qualify_and_select(
-            seconds, min(K, len(sample)), rows.__getitem__, similarity, DEFAULTS
+            seconds, min(K, len(sample)), rows.__getitem__, similarity, defaults
         )
         picked = [int(sample[qualified[i]]) for i in choice.indices]
         if trace is not None:
@@ -276,6 +277,7 @@ def run(
     fraction: float = 0.5,
     traced: bool = False,
     split_seeds: Sequence[int] = SPLIT_SEEDS,
+    defaults: RoundDefaults = DEFAULTS,
 ) -> None:
     """Search every target; every set of another domain pretrains (LODO by domain name)."""
     optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -286,7 +288,10 @@ def run(
         f"K = {K} per round, {ROUNDS} rounds; mean over {len(seeds)} seeds ({seeds[0]}-{seeds[-1]}); "
         f"best measured s/iter after n trials."
     )
-    print(f"A round of the learned / analytical loop scores {fraction:.0%} of the unmeasured pool.")
+    print(
+        f"A round of the learned / analytical loop scores {fraction:.0%} of the unmeasured pool; "
+        f"Eq. 11 alpha {defaults.alpha}."
+    )
     print(f"Transfer ensemble: {config.members} linear rankers; LODO = every set of the domain left out.\n")
     header = f"{'dataset/domain':30s} {'searcher':11s} " + " ".join(
         f"{'best@' + str(n):>15s}" for n in CHECKPOINTS
@@ -321,16 +326,20 @@ def run(
         learned_rounds = 0
         for seed in seeds:
             rounds: list[str] | None = [] if traced else None
-            times, lr = loop(target, embedded, similarity, seed, trainer, prior, fraction, rounds)
+            times, lr = loop(
+                target, embedded, similarity, seed, trainer, prior, fraction, rounds, defaults=defaults
+            )
             if rounds is not None:
                 print(
                     f"{target.label:30s} {'trace':11s} seed {seed}: best measured strategy by round: {' | '.join(rounds)}"
                 )
             results["learned"].append(best_after(times))
             learned_rounds += lr
-            analytical = loop(target, embedded, similarity, seed, None, {}, fraction)[0]
+            analytical = loop(target, embedded, similarity, seed, None, {}, fraction, defaults=defaults)[0]
             results["analytical"].append(best_after(analytical))
-            oracle = loop(target, embedded, similarity, seed, None, {}, fraction, oracle=True)[0]
+            oracle = loop(
+                target, embedded, similarity, seed, None, {}, fraction, oracle=True, defaults=defaults
+            )[0]
             results["oracle"].append(best_after(oracle))
             order = np.random.default_rng([seed, 3]).permutation(len(d))
             results["random"].append(best_after([float(d.times[i]) for i in order]))
@@ -398,6 +407,12 @@ def main() -> None:
         help="split seeds of the fine-tuned figure: FIRST .. FIRST + 4",
     )
     parser.add_argument(
+        "--alpha",
+        type=float,
+        default=DEFAULTS.alpha,
+        help="Eq. 11's alpha of the loops' rounds (default: search.round.DEFAULTS, the service's)",
+    )
+    parser.add_argument(
         "--sample",
         type=float,
         default=0.5,
@@ -433,7 +448,8 @@ def main() -> None:
         parser.error(f"--sample: must be in (0, 1], got {args.sample}")
     if args.seeds < 1:
         parser.error(f"--seeds: must be >= 1, got {args.seeds}")
-    retest, repeat = {}, {}
+    retest: dict[str, Path] = {}
+    repeat: dict[str, Path] = {}
     for flag, items, into in (("--retest", args.retest, retest), ("--repeat", args.repeat, repeat)):
         for item in items:
             name, _, folder = item.partition("=")
@@ -444,7 +460,11 @@ def main() -> None:
     targets = [s for s in sets if args.only is None or s.label in args.only]
     seeds = list(range(args.first_seed, args.first_seed + args.seeds))
     split_seeds = tuple(range(args.split_seeds, args.split_seeds + len(SPLIT_SEEDS)))
-    run(sets, targets, seeds, TransferConfig(), retest, args.sample, args.trace, split_seeds)
+    try:
+        defaults = dataclasses.replace(DEFAULTS, alpha=args.alpha)
+    except ValueError as e:
+        parser.error(f"--alpha: {e}")
+    run(sets, targets, seeds, TransferConfig(), retest, args.sample, args.trace, split_seeds, defaults)
 
 
 if __name__ == "__main__":

@@ -88,13 +88,16 @@ class RoundDefaults:
       dissimilar (0.2) and a similar (0.45) candidate is 2 x 0.05 x 7 x 0.25 = 0.18 of the
       predicted-time span: it breaks near-ties towards different strategies but does not prefer
       one predicted much slower. Chosen by measurement (2026-11-29, the learned loop of
-      ``benchmarks/search_quality_measured.py`` on the five runtimes-v2 domains, K = 5, design
-      seeds 100-159): at 0.1 the diverse pick dropped the domain's best strategy from the top 5
-      often enough that NCF-sparse__B10 (whose best is 17 % ahead of the next) missed it in 25 of
-      60 searches (+8.3 % at 20 trials); at 0.05, 12 of 60 (+3.9 %); at 0 (no diversity), 11
-      (+4.1 %); the other four domains moved by at most 0.3 % either way. 0.05, not 0, keeps
-      Eq. 11's exploration for a scorer that is wrong (the analytical model on such a domain).
-      The service's former 0.5 made the spread 1.75 spans, so the selection ignored the scores.
+      ``benchmarks/search_quality_measured.py --alpha A`` on the five runtimes-v2 domains, K = 5,
+      merged labels): at 0.1 the diverse pick often dropped the domain's best strategy from the
+      top 5, and NCF-sparse__B10 (best 17 % ahead of the next) missed it in 25 of 60 searches on
+      design seeds 100-159 (+8.3 % at 20 trials), 12 of 60 at 0.05 (+3.9 %), 11 at 0 (+4.1 %);
+      on seeds 30-59, measured after the choice, it went the other way, 1 of 30 at 0.1 and 4 of
+      30 at 0.05 (the misses vary that much between blocks of seeds): 26 against 16 of 90 in
+      all. The other four domains moved by at most 0.3 % of best@20 either way in both blocks.
+      0.05, not 0, keeps Eq. 11's exploration for a scorer that is wrong (the analytical model
+      on such a domain). The service's former 0.5 made the spread 1.75 spans, so the selection
+      ignored the scores.
     - ``similarity = "factor"``: AutoSync §7's first approach (shared per-variable choices). It
       needs no model, so it works before any learned simulator exists and on integer-coded arrays
       (the array path); 'hidden' (cosine of a simulator's hidden vectors) is the alternative.
