@@ -93,8 +93,10 @@ class RoundDefaults:
       top 5, and NCF-sparse__B10 (best 17 % ahead of the next) missed it in 25 of 60 searches on
       design seeds 100-159 (+8.3 % at 20 trials), 12 of 60 at 0.05 (+3.9 %), 11 at 0 (+4.1 %);
       on seeds 30-59, measured after the choice, it went the other way, 1 of 30 at 0.1 and 4 of
-      30 at 0.05 (the misses vary that much between blocks of seeds): 26 against 16 of 90 in
-      all. The other four domains moved by at most 0.3 % of best@20 either way in both blocks.
+      30 at 0.05. By blocks of 30 seeds (30, 60, 100, 130) the misses were 1 / 7 / 12 / 13 at 0.1
+      (a spread binomial noise hardly gives: the outcome hangs on which near-tie the diverse pick
+      breaks) and 4 / 5 / 5 / 7 at 0.05: 33 against 21 of 120 in all. The other four domains
+      moved by at most 0.3 % of best@20 either way.
       0.05, not 0, keeps Eq. 11's exploration for a scorer that is wrong (the analytical model
       on such a domain). The service's former 0.5 made the spread 1.75 spans, so the selection
       ignored the scores.
