@@ -69,7 +69,7 @@ from search.similarity import FactorSimilarity
 from simulator import zoo
 from simulator.learned.data import Domain
 from simulator.learned.noise import NoiseCeiling, from_retest
-from simulator.learned.runtimes import domain_folders, load_domain, merge_runs
+from simulator.learned.runtimes import MergedRuns, domain_folders, load_dataset, load_domain
 from simulator.learned.scoring import HybridScorer
 from simulator.learned.transfer import (
     DomainZ,
@@ -104,29 +104,20 @@ class MeasuredSet:
     domain: Domain
     z: DomainZ
     sampler: str
-    runs: tuple[Domain, ...] = ()  # the single runs merged into ``domain`` (collection first), if repeated
-    drift: float = 0.0  # the repeat's drift against the collection (log ratio), if repeated
+    merged: MergedRuns | None = None  # the collection and its repeat run merged into ``domain``
 
 
 def load_sets(roots: Sequence[Path], repeats: dict[str, Path] | None = None) -> list[MeasuredSet]:
     """Every domain of every dataset folder; a domain with a repeat run (``repeats``: dataset
-    folder name -> repeat root) is the two runs merged (module docstring)."""
+    folder name -> repeat root) is the two runs merged (``runtimes.load_dataset``)."""
     out = []
     repeats = repeats or {}
     for root in roots:
-        again = {f.name: f for f in domain_folders(repeats[root.name])} if root.name in repeats else {}
-        for folder in domain_folders(root):
-            domain, _ = load_domain(folder)
-            samplers = sorted({f.name.split("-seed")[0] for f in folder.files})
-            label = f"{root.name}/{domain.name}"
-            runs: tuple[Domain, ...] = ()
-            drift = 0.0
-            if folder.name in again:
-                repeat = load_domain(again[folder.name])[0]
-                merged = merge_runs(domain, repeat)
-                runs, drift, domain = (domain, repeat), merged.drift[1], merged.domain
-            z = domain_z(domain, label)
-            out.append(MeasuredSet(label, root.name, domain, z, "+".join(samplers), runs, drift))
+        for d in load_dataset(root, repeats.get(root.name)):
+            samplers = sorted({f.name.split("-seed")[0] for f in d.folder.files})
+            label = f"{root.name}/{d.domain.name}"
+            z = domain_z(d.domain, label)
+            out.append(MeasuredSet(label, root.name, d.domain, z, "+".join(samplers), d.merged))
     return out
 
 
@@ -218,9 +209,9 @@ def fine_tuned(
 def retest_ceiling(target: MeasuredSet, retest: dict[str, Path]) -> NoiseCeiling | None:
     """The domain's noise ceiling: from its repeat run where it has one (labels of two runs),
     else from its retest folder, if it has one."""
-    if target.runs:
-        first, repeat = target.runs
-        return from_retest(first, repeat, target.domain.times, runs=2)
+    if target.merged is not None:
+        first, repeat = target.merged.inputs
+        return from_retest(first, repeat, target.domain.times, target.merged.runs)
     root = retest.get(target.dataset)
     folder = next((f for f in domain_folders(root) if f.name == target.domain.name), None) if root else None
     return from_retest(target.domain, load_domain(folder)[0]) if folder is not None else None
@@ -355,10 +346,11 @@ def run(
             f"(pool drawn by: {target.sampler}); learned scorer in {learned_rounds}/{len(seeds) * ROUNDS} "
             f"rounds; {time.time() - t0:.0f} s"
         )
-        if target.runs:
+        if target.merged is not None:
             print(
-                f"{target.label:30s} {'labels':11s} collection + repeat run merged ({len(target.runs[1])} "
-                f"strategies measured again; the repeat's drift {100 * math.expm1(target.drift):+.1f} %)"
+                f"{target.label:30s} {'labels':11s} collection + repeat run merged "
+                f"({len(target.merged.inputs[1])} strategies measured again; the repeat's drift "
+                f"{100 * math.expm1(target.merged.drift[1]):+.1f} %)"
             )
         print()
     print(LODO_HEADER)

@@ -23,7 +23,7 @@ def default_data_dir() -> Path:
     return Path.home() / ".local" / "share" / "strategist"
 
 
-def check_pretrain_dirs(folders: Iterable[Path | str]) -> tuple[Path, ...]:
+def check_pretrain_dirs(folders: Iterable[Path | str], field: str = "pretrain_dirs") -> tuple[Path, ...]:
     """The folders, each checked to exist and hold runtime records; ValueError naming the first bad one.
 
     "Holds records": at least one ``<model>__<cluster>`` sub-folder with a ``*.jsonl`` or
@@ -35,16 +35,55 @@ def check_pretrain_dirs(folders: Iterable[Path | str]) -> tuple[Path, ...]:
     for raw in folders:
         folder = Path(raw).expanduser()
         if not folder.exists():
-            raise ValueError(f"pretrain_dirs: {folder} does not exist")
+            raise ValueError(f"{field}: {folder} does not exist")
         if not folder.is_dir():
-            raise ValueError(f"pretrain_dirs: {folder} is not a folder")
+            raise ValueError(f"{field}: {folder} is not a folder")
         domains = [p for p in folder.iterdir() if p.is_dir() and "__" in p.name]
         if not any(next(d.glob("*.jsonl"), None) or next(d.glob("*.jsonl.gz"), None) for d in domains):
             raise ValueError(
-                f"pretrain_dirs: {folder} holds no runtime records "
+                f"{field}: {folder} holds no runtime records "
                 "(expected <model>__<cluster>/*.jsonl or *.jsonl.gz inside it)"
             )
         out.append(folder)
+    return tuple(out)
+
+
+def _domain_names(folder: Path) -> set[str]:
+    return {p.name for p in folder.iterdir() if p.is_dir() and "__" in p.name}
+
+
+def parse_repeat(item: str | tuple[Path | str, Path | str]) -> tuple[Path, Path]:
+    """``"DIR=REPEAT"`` (or a pair) as two paths; ValueError naming ``pretrain_repeats`` otherwise."""
+    if isinstance(item, str):
+        folder, sep, repeat = item.partition("=")
+        if not sep or not folder.strip() or not repeat.strip():
+            raise ValueError(f"pretrain_repeats: {item!r} is not DIR=REPEAT")
+        return Path(folder.strip()).expanduser(), Path(repeat.strip()).expanduser()
+    return Path(item[0]).expanduser(), Path(item[1]).expanduser()
+
+
+def check_pretrain_repeats(
+    pairs: Iterable[str | tuple[Path | str, Path | str]], dirs: Iterable[Path]
+) -> tuple[tuple[Path, Path], ...]:
+    """(DIR, REPEAT) pairs, each checked: DIR one of ``dirs`` (the pretrain folders) and repeated
+    once, REPEAT a records folder (``check_pretrain_dirs``) every domain of which DIR has measured
+    (``simulator.learned.runtimes.load_dataset`` merges the two runs); ValueError naming the first
+    bad one."""
+    known = {d.resolve() for d in dirs}
+    out: list[tuple[Path, Path]] = []
+    for item in pairs:
+        folder, repeat = parse_repeat(item)
+        if folder.resolve() not in known:
+            raise ValueError(f"pretrain_repeats: {folder} is not one of the pretrain_dirs")
+        if any(folder.resolve() == f.resolve() for f, _ in out):
+            raise ValueError(f"pretrain_repeats: {folder} is given two repeats")
+        check_pretrain_dirs([repeat], "pretrain_repeats")
+        orphans = sorted(_domain_names(repeat) - _domain_names(folder))
+        if orphans:
+            raise ValueError(
+                f"pretrain_repeats: {repeat} has {', '.join(orphans)}, which {folder} has not measured"
+            )
+        out.append((folder, repeat))
     return tuple(out)
 
 
@@ -109,6 +148,12 @@ class Settings(BaseSettings):
     # exist and hold records. Environment: folders separated by the path separator (':' on Linux),
     # like PATH. `strategist serve --pretrain-dir` adds more.
     pretrain_dirs: Annotated[tuple[Path, ...], NoDecode] = ()
+    # Whole repeat runs of those folders' collections (e.g. datasets/repeat-v2 of
+    # datasets/runtimes-v2), as DIR=REPEAT: each repeated domain trains on both runs merged (the
+    # repeat divided by its drift, geometric mean: half the label noise variance). DIR must be one
+    # of pretrain_dirs, and every domain in REPEAT measured in DIR. Environment: pairs separated
+    # like pretrain_dirs. `strategist serve --pretrain-repeat DIR=REPEAT` adds more.
+    pretrain_repeats: Annotated[tuple[tuple[Path, Path], ...], NoDecode] = ()
 
     @field_validator("pretrain_dirs", mode="before")
     @classmethod
@@ -121,6 +166,18 @@ class Settings(BaseSettings):
     @classmethod
     def _check_pretrain_dirs(cls, value: tuple[Path, ...]) -> tuple[Path, ...]:
         return check_pretrain_dirs(value)
+
+    @field_validator("pretrain_repeats", mode="before")
+    @classmethod
+    def _split_pretrain_repeats(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            value = [p for p in value.split(os.pathsep) if p.strip()]
+        return tuple(parse_repeat(v) for v in value) if isinstance(value, list | tuple) else value
+
+    @model_validator(mode="after")
+    def _check_pretrain_repeats(self) -> Settings:
+        self.pretrain_repeats = check_pretrain_repeats(self.pretrain_repeats, self.pretrain_dirs)
+        return self
 
     @model_validator(mode="after")
     def _fill_defaults(self) -> Settings:
@@ -143,6 +200,12 @@ class Settings(BaseSettings):
         """These settings with ``folders`` added to ``pretrain_dirs`` (checked; ValueError names the bad one)."""
         extra = check_pretrain_dirs(folders)
         return self.model_copy(update={"pretrain_dirs": (*self.pretrain_dirs, *extra)})
+
+    def with_pretrain_repeats(self, pairs: Iterable[str | tuple[Path | str, Path | str]]) -> Settings:
+        """These settings with ``pairs`` (``"DIR=REPEAT"``) added to ``pretrain_repeats`` (checked
+        against ``pretrain_dirs``; ValueError names the bad one)."""
+        both = check_pretrain_repeats((*self.pretrain_repeats, *pairs), self.pretrain_dirs)
+        return self.model_copy(update={"pretrain_repeats": both})
 
     @property
     def embedded_database(self) -> bool:

@@ -30,14 +30,17 @@ def settings_env(settings: Settings) -> dict[str, str]:
     """``STRATEGIST_<FIELD>`` variables that rebuild ``settings`` in another process.
 
     Each value is written the way ``Settings`` reads it back: a list of folders
-    (``pretrain_dirs``) joined with ``os.pathsep``, like PATH; an empty one is left out.
+    (``pretrain_dirs``) joined with ``os.pathsep``, like PATH, a pair as ``A=B``
+    (``pretrain_repeats``); an empty one is left out.
     """
     env: dict[str, str] = {}
     for name, value in settings.model_dump().items():
         if isinstance(value, tuple | list):
             if not value:
                 continue
-            value = os.pathsep.join(str(v) for v in value)
+            value = os.pathsep.join(
+                "=".join(map(str, v)) if isinstance(v, tuple | list) else str(v) for v in value
+            )
         if value is not None:
             env[f"STRATEGIST_{name.upper()}"] = str(value)
     return env

@@ -44,8 +44,11 @@ def load_settings() -> Settings:
         return Settings()
     except ValidationError as e:
         err = e.errors()[0]
-        name = ".".join(str(x) for x in err["loc"])
-        reason = str(err["msg"]).removeprefix("Value error, ").removeprefix(f"{name}: ")
+        message = str(err["msg"]).removeprefix("Value error, ")
+        # A check across settings (pretrain_repeats against pretrain_dirs) has no location; its
+        # message starts with the setting's name.
+        name = ".".join(str(x) for x in err["loc"]) or message.partition(": ")[0]
+        reason = message.removeprefix(f"{name}: ")
         raise fail(f"setting {name} (STRATEGIST_{name.upper()}): {reason}") from None
 
 
@@ -79,6 +82,15 @@ def serve(
             show_default=False,
         ),
     ] = None,
+    pretrain_repeat: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--pretrain-repeat",
+            help="DIR=REPEAT: a folder of whole repeat runs of a pretrain folder's collections; each "
+            "repeated domain trains on both runs merged (added to the pretrain_repeats setting).",
+            show_default=False,
+        ),
+    ] = None,
 ) -> None:
     """Run strategist: migrations, API, search loop and an embedded testbed worker, until Ctrl-C."""
     settings = load_settings()
@@ -87,6 +99,11 @@ def serve(
             settings = settings.with_pretrain_dirs(pretrain_dir)
         except ValueError as e:
             raise fail(f"--pretrain-dir: {str(e).removeprefix('pretrain_dirs: ')}") from None
+    if pretrain_repeat:
+        try:
+            settings = settings.with_pretrain_repeats(pretrain_repeat)
+        except ValueError as e:
+            raise fail(f"--pretrain-repeat: {str(e).removeprefix('pretrain_repeats: ')}") from None
     if host:
         settings = settings.model_copy(update={"api_host": host})
     config = StackConfig(

@@ -74,6 +74,9 @@ class RetrainConfig:
     # in the transfer training data; empty = the database only (a fresh service then starts on
     # the analytical model until some domain has runtimes).
     pretrain_datasets: tuple[Path, ...] = ()
+    # Repeat-run folders of some of those (dataset folder, repeat folder): a repeated domain trains
+    # on both runs merged (simulator.learned.runtimes.load_dataset).
+    pretrain_repeats: tuple[tuple[Path, Path], ...] = ()
     # Rankers in the transfer ensemble (its disagreement is the hybrid scorer's uncertainty).
     transfer_members: int = 5
     # Training epochs; fewer than AutoSync's 200 because retraining sits between rounds on 2 cores
@@ -263,7 +266,11 @@ class _TransferRetrain:
     """Builds the transfer training sets: the database's runtimes per domain plus the datasets."""
 
     @staticmethod
-    def sets(sessions: sessionmaker[Session], datasets: tuple[Path, ...]) -> list[Any]:
+    def sets(
+        sessions: sessionmaker[Session],
+        datasets: tuple[Path, ...],
+        repeats: tuple[tuple[Path, Path], ...] = (),
+    ) -> list[Any]:
         from simulator.learned import Domain
         from simulator.learned.pretrained import TrainingSet, dataset_sets
 
@@ -286,7 +293,7 @@ class _TransferRetrain:
                 model, cluster, [(parse_as(Strategy, r.strategy), r.median_time) for r in recs]
             )
             out.append(TrainingSet(f"service/{name}", data, tuple(r.id for r in recs)))
-        return out + dataset_sets(list(datasets))
+        return out + dataset_sets(list(datasets), dict(repeats))
 
 
 def _register_transfer(
@@ -312,7 +319,7 @@ def retrain_transfer(
     from simulator.learned.pretrained import pretrain_version
     from simulator.learned.transfer import TransferConfig
 
-    sets = _TransferRetrain.sets(sessions, config.pretrain_datasets)
+    sets = _TransferRetrain.sets(sessions, config.pretrain_datasets, config.pretrain_repeats)
     sets = [t for t in sets if len(t.domain) >= 2]
     if not sets:
         log.info("transfer: no domain has two measured strategies yet; keeping the analytical model")

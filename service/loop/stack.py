@@ -106,7 +106,7 @@ class Stack:
                 heartbeat_timeout_s=s.heartbeat_timeout_s,
                 max_trial_attempts=s.max_trial_attempts,
                 registry_dir=s.simulators_path,
-                retrain=RetrainConfig(pretrain_datasets=s.pretrain_dirs),
+                retrain=RetrainConfig(pretrain_datasets=s.pretrain_dirs, pretrain_repeats=s.pretrain_repeats),
                 jobs=JobBudget(
                     time_s=s.round_time_budget_s, memory_mb=s.round_memory_mb, slots=s.round_workers
                 ),

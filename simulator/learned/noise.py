@@ -36,7 +36,13 @@ and widened the gap (NCF-sparse__A2: 33.9 %) and the noise the ceiling is comput
 Labels merged from several runs (``runtimes.merge_runs``, ``estimate(..., runs=m)``): a label that
 averages m independent measurements has, on a pair's log difference, the mean of m draws of the
 retest's noise, and its noise variance is σ²/m; the ceiling is computed against that. With a
-repeat run of the whole domain the retest is the repeat itself (every strategy matched).
+repeat run of the whole domain the retest is the repeat itself (every strategy matched). A
+partial repeat leaves labels of different run counts (``runs`` per strategy): a pair of labels
+averaging m_i and m_j runs has noise variance σ² (1/m_i + 1/m_j). Decision: pairs with m_i = m_j
+keep the law of the mean of m draws (as above); a mixed pair takes the retest's draws scaled to
+its variance, by sqrt((1/m_i + 1/m_j) / 2) — the retest gives pair differences, not single
+measurements, so the exact law of a mixed pair is not available; and the true log times are
+shrunk by the mean label noise variance.
 
 Resolved pairs (``noise_gap``): pairs whose measured log times differ by more than the 90th
 percentile of |d_k| — a pair that far apart keeps its measured order in a retest with
@@ -150,16 +156,33 @@ def _noise(a: np.ndarray, b: np.ndarray, scale: float) -> tuple[np.ndarray, floa
 
 
 def _ceiling(
-    times: np.ndarray, a: np.ndarray, b: np.ndarray, scale: float, gap: float = 0.0, runs: int = 1
+    times: np.ndarray,
+    a: np.ndarray,
+    b: np.ndarray,
+    scale: float,
+    gap: float = 0.0,
+    runs: np.ndarray | None = None,
 ) -> float:
-    """A perfect ranker's agreement with labels ``times`` that average ``runs`` measurements, over
-    the pairs whose measured times differ by more than ``gap`` (relative)."""
+    """A perfect ranker's agreement with labels ``times`` whose strategies average ``runs``
+    measurements each (None: one), over the pairs whose measured times differ by more than
+    ``gap`` (relative); pairs are grouped by their two run counts (module docstring)."""
     noise, sigma2 = _noise(a, b, scale)
-    i, j = np.triu_indices(len(times), k=1)
+    n = len(times)
+    m = np.ones(n, dtype=np.int64) if runs is None else np.asarray(runs, dtype=np.int64)
+    i, j = np.triu_indices(n, k=1)
     measured = np.log(np.asarray(times, dtype=np.float64))
     keep = np.abs(measured[i] - measured[j]) > math.log1p(gap)
-    x = shrunk_log_times(times, sigma2 / runs)
-    return _agree(x[i[keep]] - x[j[keep]], averaged_noise(noise, runs)) if keep.any() else float("nan")
+    if not keep.any():
+        return float("nan")
+    x = shrunk_log_times(times, sigma2 * float(np.mean(1.0 / m)))
+    i, j = i[keep], j[keep]
+    lo, hi = np.minimum(m[i], m[j]), np.maximum(m[i], m[j])
+    total = 0.0
+    for p, q in sorted(set(zip(lo.tolist(), hi.tolist(), strict=True))):
+        group = (lo == p) & (hi == q)
+        draws = averaged_noise(noise, p) if p == q else noise * math.sqrt((1 / p + 1 / q) / 2)
+        total += _agree(x[i[group]] - x[j[group]], draws) * int(group.sum())
+    return total / len(i)
 
 
 def _predicted_retest(a: np.ndarray, b: np.ndarray, scale: float) -> float:
@@ -170,13 +193,14 @@ def _predicted_retest(a: np.ndarray, b: np.ndarray, scale: float) -> float:
     return _retest_agree(xa[ia] - xa[ja], noise)
 
 
-def estimate(times: np.ndarray, a: np.ndarray, b: np.ndarray, runs: int = 1) -> NoiseCeiling:
+def estimate(times: np.ndarray, a: np.ndarray, b: np.ndarray, runs: int | np.ndarray = 1) -> NoiseCeiling:
     """The noise ceiling of pairwise accuracy on a domain measured as ``times``, from a retest
     (``a``: the collection's times of the retested strategies, ``b``: the retest's). ``runs``:
-    how many runs each of ``times`` averages (``runtimes.merge_runs``; a repeat run is then the
-    retest): the pair noise of such a label is the mean of ``runs`` draws of the retest's, and
-    the ceiling and its resolved-pair figure are computed with it; the retest agreement, the
-    bounds (single measurements) and the gap (the retest's quantile) are not.
+    how many runs each of ``times`` averages, one count for all or one per strategy
+    (``runtimes.merge_runs``' ``runs``; a repeat run is then the retest): the pair noise of such
+    labels is the mean of that many draws of the retest's (module docstring), and the ceiling and
+    its resolved-pair figure are computed with it; the retest agreement, the bounds (single
+    measurements) and the gap (the retest's quantile) are not.
 
     Calibration: the noise model (module docstring) predicts a retest agreement; when it differs
     from the observed r (on 30 strategies the retest's |log ratios| and the shrinkage are rough),
@@ -186,8 +210,9 @@ def estimate(times: np.ndarray, a: np.ndarray, b: np.ndarray, runs: int = 1) -> 
     """
     a = np.asarray(a, dtype=np.float64)
     b = np.asarray(b, dtype=np.float64)
-    if runs < 1:
-        raise ValueError(f"runs: must be >= 1, got {runs}")
+    counts = np.broadcast_to(np.asarray(runs, dtype=np.int64), (len(times),))
+    if counts.size and counts.min() < 1:
+        raise ValueError(f"runs: must be >= 1, got {int(counts.min())}")
     if len(a) != len(b) or len(a) < 3:
         raise ValueError(f"retest: need >= 3 strategies measured twice, got {len(a)} / {len(b)}")
     r = pairwise_accuracy(b, a)
@@ -207,11 +232,11 @@ def estimate(times: np.ndarray, a: np.ndarray, b: np.ndarray, runs: int = 1) -> 
         retest_agreement=r,
         lower=lower,
         upper=upper,
-        estimate=_ceiling(times, a, b, scale, runs=runs),
+        estimate=_ceiling(times, a, b, scale, runs=counts),
         predicted_retest=raw_retest,
         scale=scale,
         gap=gap,
-        resolved_estimate=_ceiling(times, a, b, scale, gap, runs),
+        resolved_estimate=_ceiling(times, a, b, scale, gap, counts),
     )
 
 
@@ -225,12 +250,12 @@ def matched_times(collection: Domain, retest: Domain) -> tuple[np.ndarray, np.nd
 
 
 def from_retest(
-    collection: Domain, retest: Domain, times: np.ndarray | None = None, runs: int = 1
+    collection: Domain, retest: Domain, times: np.ndarray | None = None, runs: int | np.ndarray = 1
 ) -> NoiseCeiling | None:
     """``estimate`` for a domain's collection and its retest (``matched_times``); None when fewer
     than 3 strategies were measured in both. ``times`` / ``runs``: the labels judged against, when
     not the collection's own (e.g. the collection merged with the retest as a repeat run: times
-    of the merged domain, runs 2)."""
+    of the merged domain and ``merge_runs``' run counts)."""
     a, b = matched_times(collection, retest)
     labels = collection.times if times is None else times
     return estimate(labels, a, b, runs) if len(a) >= 3 else None

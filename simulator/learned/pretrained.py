@@ -23,7 +23,7 @@ target, ``{target: {"held_out": ..., "analytical_held_out": ...}}``); ``notes["d
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -31,7 +31,7 @@ from typing import Any
 from simulator.learned.data import Domain
 from simulator.learned.registry import Registry, VersionInfo
 from simulator.learned.residual import Ranker, ResidualConfig
-from simulator.learned.runtimes import load_runtimes
+from simulator.learned.runtimes import MergedRuns, load_dataset
 from simulator.learned.transfer import (
     DomainZ,
     EnsembleTrainer,
@@ -51,20 +51,25 @@ class TrainingSet:
     """Measured runtimes of one domain from one source, with where they came from.
 
     label: unique name of the set ("runtimes-v2/BERT-3L__B5", "service/BERT-3L__B5");
-    runtime_record_ids: the service database's record ids when the set came from it.
+    runtime_record_ids: the service database's record ids when the set came from it;
+    merged: the runs merged into ``domain`` when the dataset has a repeat run of it.
     """
 
     label: str
     domain: Domain
     runtime_record_ids: tuple[int, ...] = ()
+    merged: MergedRuns | None = None
 
 
-def dataset_sets(roots: Sequence[Path]) -> list[TrainingSet]:
-    """Every measured domain under each dataset folder, labelled "<folder name>/<domain>"."""
+def dataset_sets(roots: Sequence[Path], repeats: Mapping[Path, Path] | None = None) -> list[TrainingSet]:
+    """Every measured domain under each dataset folder, labelled "<folder name>/<domain>"; a root
+    with a repeat folder (``repeats``: root -> repeat root) has each repeated domain's runs merged
+    (``runtimes.load_dataset``): labels averaging two runs, half the label noise variance."""
+    again = {k.resolve(): v for k, v in (repeats or {}).items()}
     out = []
     for root in roots:
-        for d in load_runtimes(root):
-            out.append(TrainingSet(f"{root.name}/{d.name}", d))
+        for d in load_dataset(root, again.get(root.resolve())):
+            out.append(TrainingSet(f"{root.name}/{d.domain.name}", d.domain, merged=d.merged))
     return out
 
 
@@ -87,6 +92,11 @@ def provenance(sets: Sequence[TrainingSet]) -> list[dict[str, Any]]:
         }
         if s.runtime_record_ids:
             entry["runtime_record_ids"] = sorted(s.runtime_record_ids)
+        if s.merged is not None:  # which files are which run, and the drift each was divided by
+            entry["runs"] = [
+                {"files": [f.path for f in run.sources], "drift": drift}
+                for run, drift in zip(s.merged.inputs, s.merged.drift, strict=True)
+            ]
         out.append(entry)
     return out
 

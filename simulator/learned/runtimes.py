@@ -101,11 +101,13 @@ MIN_MATCHED = 10
 @dataclass(frozen=True)
 class MergedRuns:
     """``merge_runs``' answer: the merged domain, each later run's drift against the first (log
-    ratio, first run 0.0), and per strategy how many runs measured it (in the domain's order)."""
+    ratio, first run 0.0), per strategy how many runs measured it (in the domain's order), and the
+    runs merged (the first run first)."""
 
     domain: Domain
     drift: tuple[float, ...]
     runs: np.ndarray
+    inputs: tuple[Domain, ...]
 
 
 def merge_runs(first: Domain, *repeats: Domain) -> MergedRuns:
@@ -160,7 +162,47 @@ def merge_runs(first: Domain, *repeats: Domain) -> MergedRuns:
         sources=first.sources + tuple(s for r in repeats for s in r.sources),
         name=first.name,
     )
-    return MergedRuns(domain, tuple(drift), np.array([len(logs[k]) for k in keys]))
+    return MergedRuns(domain, tuple(drift), np.array([len(logs[k]) for k in keys]), (first, *repeats))
+
+
+@dataclass(frozen=True)
+class DatasetDomain:
+    """One domain of a dataset folder as ``load_dataset`` reads it: its folder, its measurements
+    (merged with its repeat run's when there is one), failed records, and the merge (or None)."""
+
+    folder: DomainFiles
+    domain: Domain
+    failed: int
+    merged: MergedRuns | None = None
+
+
+def load_dataset(
+    root: Path,
+    repeat: Path | None = None,
+    model_of: Callable[[str], ModelSpec] = zoo.model,
+    cluster_of: Callable[[str], ClusterSpec] = zoo.cluster,
+) -> list[DatasetDomain]:
+    """Every domain of the dataset folder ``root``; where ``repeat`` (a folder of the same layout
+    holding whole repeat runs of ``root``'s collections, e.g. ``datasets/repeat-v2`` of
+    ``datasets/runtimes-v2``) has the domain, the collection and its repeat merged (``merge_runs``).
+
+    A repeat domain with no collection in ``root`` raises ValueError naming it: a repeat of nothing
+    is a mistake in the pairing, not data to drop silently.
+    """
+    again = {f.name: f for f in domain_folders(repeat)} if repeat is not None else {}
+    folders = domain_folders(root)
+    orphans = sorted(set(again) - {f.name for f in folders})
+    if orphans:
+        raise ValueError(f"repeat: {repeat} has {', '.join(orphans)}, which {root} has not measured")
+    out = []
+    for folder in folders:
+        domain, failed = load_domain(folder, model_of, cluster_of)
+        merged = None
+        if folder.name in again:
+            merged = merge_runs(domain, load_domain(again[folder.name], model_of, cluster_of)[0])
+            domain = merged.domain
+        out.append(DatasetDomain(folder, domain, failed, merged))
+    return out
 
 
 def load_runtimes(

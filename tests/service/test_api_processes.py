@@ -36,7 +36,12 @@ def test_default_settings_survive_the_environment(tmp_path: Path, monkeypatch: p
 
 
 def test_pretrain_folders_survive_the_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    a, b = _records(tmp_path / "a"), _records(tmp_path / "b")
-    settings = Settings(_env_file=None, data_dir=tmp_path, pretrain_dirs=(a, b))  # type: ignore[call-arg]
+    a, b, again = _records(tmp_path / "a"), _records(tmp_path / "b"), _records(tmp_path / "again")
+    settings = Settings(
+        _env_file=None,  # type: ignore[call-arg]
+        data_dir=tmp_path,
+        pretrain_dirs=(a, b),
+        pretrain_repeats=((b, again),),
+    )
     back = _read_back(settings, monkeypatch)
-    assert back.pretrain_dirs == (a, b) and back == settings
+    assert back.pretrain_dirs == (a, b) and back.pretrain_repeats == ((b, again),) and back == settings

@@ -158,3 +158,66 @@ def test_pretraining_uses_the_extra_folders(sessions: sessionmaker[Session], tmp
     (entry,) = Registry(tmp_path / "simulators").info(pretrained.path).domains
     assert entry["name"] == f"extra/{DOMAIN}" and entry["records"] > 2
     assert [Path(f["path"]).name for f in entry["files"]] == ["records.jsonl"]
+
+
+def test_a_repeat_folder_pairs_with_a_pretrain_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``pretrain_repeats``: DIR=REPEAT pairs from the environment, each checked, one line naming the
+    setting and the reason."""
+    runs, again = _records(tmp_path / "runs"), _records(tmp_path / "again")
+    data = tmp_path / "data"
+    monkeypatch.setenv("STRATEGIST_PRETRAIN_DIRS", str(runs))
+    monkeypatch.setenv("STRATEGIST_PRETRAIN_REPEATS", f"{runs}={again}")
+    assert Settings(data_dir=data).pretrain_repeats == ((runs, again),)
+    other = _records(tmp_path / "other", domain="BERT-3L__B5")
+    for value, reason in [
+        (f"{runs}", "is not DIR=REPEAT"),
+        (f"{again}={runs}", f"{again} is not one of the pretrain_dirs"),
+        (f"{runs}={tmp_path / 'nowhere'}", "does not exist"),
+        (f"{runs}={other}", f"{other} has BERT-3L__B5, which {runs} has not measured"),
+        (f"{runs}={again}:{runs}={again}", "is given two repeats"),
+    ]:
+        monkeypatch.setenv("STRATEGIST_PRETRAIN_REPEATS", value)
+        with pytest.raises(ValidationError, match=f"pretrain_repeats: .*{reason}"):
+            Settings(data_dir=data)
+    monkeypatch.delenv("STRATEGIST_PRETRAIN_REPEATS")
+    assert Settings(data_dir=data).with_pretrain_repeats([f"{runs}={again}"]).pretrain_repeats == (
+        (runs, again),
+    )
+
+
+def test_serve_refuses_a_bad_pretrain_repeat_in_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("STRATEGIST_DATA_DIR", str(tmp_path / "data"))
+    runs, again = _records(tmp_path / "runs"), _records(tmp_path / "again")
+    result = CliRunner().invoke(app, ["serve", "--pretrain-repeat", f"{runs}={again}"])
+    assert result.exit_code == 2
+    assert _lines(result.stderr) == [f"error: --pretrain-repeat: {runs} is not one of the pretrain_dirs"]
+    monkeypatch.setenv("STRATEGIST_PRETRAIN_REPEATS", f"{runs}={again}")
+    result = CliRunner().invoke(app, ["serve"])
+    assert result.exit_code == 2
+    assert _lines(result.stderr) == [
+        f"error: setting pretrain_repeats (STRATEGIST_PRETRAIN_REPEATS): {runs} is not one of the pretrain_dirs"
+    ]
+
+
+def test_pretraining_merges_a_repeat_run(sessions: sessionmaker[Session], tmp_path: Path) -> None:
+    """With a repeat folder the pretrained version trains on both runs merged, and its provenance
+    says which files are which run and the drift the repeat was divided by."""
+    folder, again = _records(tmp_path / "extra", lines=30), _records(tmp_path / "again", lines=30)
+    config = RetrainConfig(
+        pretrain_datasets=(folder,), pretrain_repeats=((folder, again),), transfer_members=2
+    )
+    Retrainer(sessions, tmp_path / "simulators", config).retrain("tiny-mlp__two-node")
+    with sessions() as s:
+        pretrained = repo.latest_simulator_version(s, domain=ALL_DOMAINS, kind=TRANSFER)
+    assert pretrained is not None and pretrained.path is not None
+    from simulator.learned import Registry
+
+    (entry,) = Registry(tmp_path / "simulators").info(pretrained.path).domains
+    assert entry["name"] == f"extra/{DOMAIN}"
+    assert [[Path(f).parent.parent.name for f in run["files"]] for run in entry["runs"]] == [
+        ["extra"],
+        ["again"],
+    ]
+    assert [run["drift"] for run in entry["runs"]] == [0.0, 0.0]  # the same records twice: no drift

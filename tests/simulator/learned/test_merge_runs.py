@@ -1,12 +1,15 @@
-"""Merging whole runs of a domain (simulator.learned.runtimes.merge_runs)."""
+"""Merging whole runs of a domain (simulator.learned.runtimes.merge_runs, load_dataset)."""
 
 from __future__ import annotations
+
+import json
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 from simulator.learned.data import Domain
-from simulator.learned.runtimes import MIN_MATCHED, merge_runs
+from simulator.learned.runtimes import MIN_MATCHED, load_dataset, merge_runs
 from simulator.spec import ClusterSpec, ModelSpec
 
 from .conftest import synthetic_domain
@@ -65,3 +68,44 @@ def test_a_repeat_of_another_domain_or_too_few_strategies_is_refused(
     )
     with pytest.raises(ValueError, match="is not"):
         merge_runs(first, other)
+
+
+def _write(root: Path, name: str, domain: Domain, times: np.ndarray) -> None:
+    """``domain``'s strategies as format-2 runtime records under ``root/name``."""
+    folder = root / name
+    folder.mkdir(parents=True)
+    lines = [
+        json.dumps(
+            {
+                "format": "strategist.runtime/2",
+                "model": domain.model.name,
+                "cluster": domain.cluster.name,
+                "ok": True,
+                "median_s": float(t),
+                "strategy": s.model_dump(mode="json"),
+            }
+        )
+        for s, t in zip(domain.strategies, times, strict=True)
+    ]
+    (folder / "random-seed1-none.jsonl").write_text("\n".join(lines) + "\n")
+
+
+def test_a_dataset_merges_the_domains_its_repeat_folder_has(
+    model: ModelSpec, cluster: ClusterSpec, tmp_path: Path
+) -> None:
+    first = synthetic_domain(model, cluster, 20, seed=1)
+    name = f"{model.name}__{cluster.name}"
+    _write(tmp_path / "runs", name, first, first.times)
+    _write(tmp_path / "repeat", name, first, first.times * 1.1)
+    specs = {"model_of": lambda _: model, "cluster_of": lambda _: cluster}
+    (single,) = load_dataset(tmp_path / "runs", **specs)
+    assert single.merged is None and np.allclose(np.sort(single.domain.times), np.sort(first.times))
+    (both,) = load_dataset(tmp_path / "runs", tmp_path / "repeat", **specs)
+    assert both.merged is not None and both.merged.drift == (0.0, pytest.approx(np.log(1.1)))
+    assert [len(run) for run in both.merged.inputs] == [20, 20]
+    assert np.allclose(np.sort(both.domain.times), np.sort(first.times))  # a uniform drift is removed
+    assert len(both.domain.sources) == 2
+    # A repeat of a domain the dataset has not measured is a pairing mistake.
+    _write(tmp_path / "repeat", "other__B1", first, first.times)
+    with pytest.raises(ValueError, match=r"repeat: .* has other__B1, which .* has not measured"):
+        load_dataset(tmp_path / "runs", tmp_path / "repeat", **specs)

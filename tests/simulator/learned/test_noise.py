@@ -114,3 +114,25 @@ def test_the_ceiling_against_labels_of_two_runs_is_what_a_perfect_ranker_reaches
     )
     with pytest.raises(ValueError, match="runs"):
         estimate(np.exp(first), np.exp(first), np.exp(again), runs=0)
+
+
+def test_the_ceiling_against_labels_of_a_partial_repeat_is_what_a_perfect_ranker_reaches_there() -> None:
+    """runs per strategy: half the strategies measured again (their labels average two runs), the
+    rest once; the ceiling lies between the single-run and the two-run one, near the truth."""
+    rng = np.random.default_rng(5)
+    n, sigma = 200, 0.08
+    true = rng.normal(0.0, 0.15, n)
+    first = true + sigma * rng.standard_normal(n)
+    again = true + sigma * rng.standard_normal(n)
+    runs = np.where(np.arange(n) < n // 2, 2, 1)
+    labels = np.where(runs == 2, (first + again) / 2.0, first)
+    half = estimate(np.exp(labels), np.exp(first[:100]), np.exp(again[:100]), runs=runs)
+    single = estimate(np.exp(first), np.exp(first[:100]), np.exp(again[:100]))
+    both = estimate(np.exp(labels), np.exp(first[:100]), np.exp(again[:100]), runs=2)
+    assert single.estimate < half.estimate < both.estimate
+    truth = pairwise_accuracy(true, labels)
+    assert abs(half.estimate - truth) < 0.02, (half.estimate, truth)
+    # One count for every strategy is the same as that count given per strategy.
+    assert estimate(
+        np.exp(labels), np.exp(first), np.exp(again), runs=np.full(n, 2)
+    ).estimate == pytest.approx(estimate(np.exp(labels), np.exp(first), np.exp(again), runs=2).estimate)
