@@ -42,7 +42,8 @@ Repeat runs (``--repeat DATASET=DIR``, default ``runtimes-v2=datasets/repeat-v2`
 was measured again in full by the same collect command, its labels are both runs merged
 (``simulator.learned.runtimes.merge_runs``: the repeat divided by its drift, geometric mean), the
 replay and every accuracy use the merged times, and the noise ceiling comes from the collection
-against its repeat (every strategy matched, not the retest's 30) with labels averaging two runs.
+against its repeat (every strategy it measured again, not the retest's 30) with labels averaging
+the runs each strategy has (a partial repeat: two for some, one for the rest).
 ``--repeat`` with no value judges against the single collection, as before.
 
     nice -n 10 python benchmarks/search_quality_measured.py [--seeds 5] [--first-seed 0] [--sample 0.5]
@@ -87,7 +88,8 @@ K = 5
 ROUNDS = 4
 #: Split seeds of the fine-tuned figure (``--split-seeds FIRST``: FIRST .. FIRST + 4): 0-4 were
 #: looked at while choosing the residual model (``simulator.learned.residual``), so the figure is
-#: reported on seeds it did not see; 5-9 have been reported since 2026-11-29.
+#: reported on seeds it did not see; 5-9 have been reported since 2026-11-29 (and 10-14, 15-19 with
+#: --split-seeds: results -29k, -29l).
 SPLIT_SEEDS = tuple(range(5, 10))
 #: Resolved-pair gap where a domain has no retest: the repeatability benchmark's 5 %.
 DEFAULT_GAP = 0.05
@@ -229,8 +231,9 @@ the other 30 % next to Eq. 1-3. Mean [min, max] over split seeds {first}-{last} 
 while designing the model). picks: p = physical (residual on the price line), r = residual on
 Eq. 1-3, t = transfer, a = Eq. 1-3.
 Noise ceiling (simulator.learned.noise): retest = pairwise agreement of the collection with its
-retest (matched strategies; where the domain has a repeat run, with the repeat, every strategy,
-and the ceiling is against labels of two runs merged); ceiling = a perfect ranker's expected
+retest (matched strategies; where the domain has a repeat run, with the repeat: every strategy it
+measured again, and the ceiling is against labels merged from the runs each strategy has);
+ceiling = a perfect ranker's expected
 agreement with the labels:
 estimate from the retest's log ratios as pair noise (scaled x s so it reproduces the retest
 agreement), and its bounds for one-measurement labels [r, (1 + sqrt(2r - 1)) / 2]. Resolved: pairs whose measured times
