@@ -23,6 +23,11 @@ def default_data_dir() -> Path:
     return Path.home() / ".local" / "share" / "strategist"
 
 
+def _domains(folder: Path) -> list[Path]:
+    """The ``<model>__<cluster>`` sub-folders of a records folder."""
+    return [p for p in folder.iterdir() if p.is_dir() and "__" in p.name]
+
+
 def check_pretrain_dirs(folders: Iterable[Path | str], field: str = "pretrain_dirs") -> tuple[Path, ...]:
     """The folders, each checked to exist and hold runtime records; ValueError naming the first bad one.
 
@@ -38,18 +43,15 @@ def check_pretrain_dirs(folders: Iterable[Path | str], field: str = "pretrain_di
             raise ValueError(f"{field}: {folder} does not exist")
         if not folder.is_dir():
             raise ValueError(f"{field}: {folder} is not a folder")
-        domains = [p for p in folder.iterdir() if p.is_dir() and "__" in p.name]
-        if not any(next(d.glob("*.jsonl"), None) or next(d.glob("*.jsonl.gz"), None) for d in domains):
+        if not any(
+            next(d.glob("*.jsonl"), None) or next(d.glob("*.jsonl.gz"), None) for d in _domains(folder)
+        ):
             raise ValueError(
                 f"{field}: {folder} holds no runtime records "
                 "(expected <model>__<cluster>/*.jsonl or *.jsonl.gz inside it)"
             )
         out.append(folder)
     return tuple(out)
-
-
-def _domain_names(folder: Path) -> set[str]:
-    return {p.name for p in folder.iterdir() if p.is_dir() and "__" in p.name}
 
 
 def parse_repeat(item: str | tuple[Path | str, Path | str]) -> tuple[Path, Path]:
@@ -70,15 +72,17 @@ def check_pretrain_repeats(
     (``simulator.learned.runtimes.load_dataset`` merges the two runs); ValueError naming the first
     bad one."""
     known = {d.resolve() for d in dirs}
+    seen: set[Path] = set()
     out: list[tuple[Path, Path]] = []
     for item in pairs:
         folder, repeat = parse_repeat(item)
         if folder.resolve() not in known:
             raise ValueError(f"pretrain_repeats: {folder} is not one of the pretrain_dirs")
-        if any(folder.resolve() == f.resolve() for f, _ in out):
+        if folder.resolve() in seen:
             raise ValueError(f"pretrain_repeats: {folder} is given two repeats")
+        seen.add(folder.resolve())
         check_pretrain_dirs([repeat], "pretrain_repeats")
-        orphans = sorted(_domain_names(repeat) - _domain_names(folder))
+        orphans = sorted({d.name for d in _domains(repeat)} - {d.name for d in _domains(folder)})
         if orphans:
             raise ValueError(
                 f"pretrain_repeats: {repeat} has {', '.join(orphans)}, which {folder} has not measured"

@@ -160,16 +160,14 @@ def _ceiling(
     a: np.ndarray,
     b: np.ndarray,
     scale: float,
-    gap: float = 0.0,
-    runs: np.ndarray | None = None,
+    gap: float,
+    m: np.ndarray,
 ) -> float:
-    """A perfect ranker's agreement with labels ``times`` whose strategies average ``runs``
-    measurements each (None: one), over the pairs whose measured times differ by more than
-    ``gap`` (relative); pairs are grouped by their two run counts (module docstring)."""
+    """A perfect ranker's agreement with labels ``times`` whose strategies average ``m``
+    measurements each, over the pairs whose measured times differ by more than ``gap``
+    (relative); pairs are grouped by their two run counts (module docstring)."""
     noise, sigma2 = _noise(a, b, scale)
-    n = len(times)
-    m = np.ones(n, dtype=np.int64) if runs is None else np.asarray(runs, dtype=np.int64)
-    i, j = np.triu_indices(n, k=1)
+    i, j = np.triu_indices(len(times), k=1)
     measured = np.log(np.asarray(times, dtype=np.float64))
     keep = np.abs(measured[i] - measured[j]) > math.log1p(gap)
     if not keep.any():
@@ -232,7 +230,7 @@ def estimate(times: np.ndarray, a: np.ndarray, b: np.ndarray, runs: int | np.nda
         retest_agreement=r,
         lower=lower,
         upper=upper,
-        estimate=_ceiling(times, a, b, scale, runs=counts),
+        estimate=_ceiling(times, a, b, scale, 0.0, counts),
         predicted_retest=raw_retest,
         scale=scale,
         gap=gap,
