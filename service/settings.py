@@ -24,8 +24,14 @@ def default_data_dir() -> Path:
 
 
 def _domains(folder: Path) -> list[Path]:
-    """The ``<model>__<cluster>`` sub-folders of a records folder."""
-    return [p for p in folder.iterdir() if p.is_dir() and "__" in p.name]
+    """The ``<model>__<cluster>`` sub-folders of a records folder that hold a ``*.jsonl`` or
+    ``*.jsonl.gz`` file: the folders ``simulator.learned.runtimes.domain_folders`` reads (a domain
+    folder without records is not a measured domain, for the repeat pairing either)."""
+    return [
+        p
+        for p in folder.iterdir()
+        if p.is_dir() and "__" in p.name and (next(p.glob("*.jsonl"), None) or next(p.glob("*.jsonl.gz"), None))
+    ]
 
 
 def check_pretrain_dirs(folders: Iterable[Path | str], field: str = "pretrain_dirs") -> tuple[Path, ...]:
@@ -43,9 +49,7 @@ def check_pretrain_dirs(folders: Iterable[Path | str], field: str = "pretrain_di
             raise ValueError(f"{field}: {folder} does not exist")
         if not folder.is_dir():
             raise ValueError(f"{field}: {folder} is not a folder")
-        if not any(
-            next(d.glob("*.jsonl"), None) or next(d.glob("*.jsonl.gz"), None) for d in _domains(folder)
-        ):
+        if not _domains(folder):
             raise ValueError(
                 f"{field}: {folder} holds no runtime records "
                 "(expected <model>__<cluster>/*.jsonl or *.jsonl.gz inside it)"

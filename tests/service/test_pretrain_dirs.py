@@ -17,7 +17,7 @@ import service.loop.stack as loop_stack
 from service.cli import app
 from service.db import repository as repo
 from service.loop.simulators import ALL_DOMAINS, TRANSFER, RetrainConfig, Retrainer
-from service.settings import Settings, check_pretrain_dirs
+from service.settings import Settings, check_pretrain_dirs, check_pretrain_repeats
 from simulator import zoo
 
 DOMAIN = "NCF-sparse__A2"  # a small measured domain of the repository's datasets
@@ -183,6 +183,33 @@ def test_a_repeat_folder_pairs_with_a_pretrain_dir(tmp_path: Path, monkeypatch: 
     assert Settings(data_dir=data).with_pretrain_repeats([f"{runs}={again}"]).pretrain_repeats == (
         (runs, again),
     )
+
+
+@pytest.mark.parametrize("layout", ["same", "orphan", "empty-orphan", "unmeasured-in-dir"])
+def test_the_repeat_check_agrees_with_the_reader(tmp_path: Path, layout: str) -> None:
+    """``check_pretrain_repeats`` and ``simulator.learned.runtimes.load_dataset`` accept the same
+    (DIR, REPEAT) pairs: a domain folder without records counts as unmeasured in both."""
+    from simulator.learned.runtimes import load_dataset
+
+    runs, again = _records(tmp_path / "runs"), _records(tmp_path / "again")
+    if layout == "orphan":  # REPEAT measured a domain DIR has not
+        _records(again, domain="BERT-3L__B5")
+    elif layout == "empty-orphan":  # REPEAT has a domain folder without records: not a measurement
+        (again / "BERT-3L__B5").mkdir()
+    elif layout == "unmeasured-in-dir":  # DIR's folder of that domain holds no records
+        (runs / "BERT-3L__B5").mkdir()
+        _records(again, domain="BERT-3L__B5")
+    try:
+        check_pretrain_repeats([(runs, again)], [runs])
+        checked = True
+    except ValueError:
+        checked = False
+    try:
+        load_dataset(runs, again)
+        read = True
+    except ValueError:
+        read = False
+    assert checked == read == (layout in ("same", "empty-orphan"))
 
 
 def test_serve_refuses_a_bad_pretrain_repeat_in_one_line(
