@@ -30,7 +30,9 @@ def _domains(folder: Path) -> list[Path]:
     return [
         p
         for p in folder.iterdir()
-        if p.is_dir() and "__" in p.name and (next(p.glob("*.jsonl"), None) or next(p.glob("*.jsonl.gz"), None))
+        if p.is_dir()
+        and "__" in p.name
+        and (next(p.glob("*.jsonl"), None) or next(p.glob("*.jsonl.gz"), None))
     ]
 
 
