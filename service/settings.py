@@ -17,32 +17,20 @@ from typing import Annotated, Any
 from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+from simulator.spec.records import domain_folders
+
 
 def default_data_dir() -> Path:
     """``~/.local/share/strategist``: where the embedded database, broker and simulators live."""
     return Path.home() / ".local" / "share" / "strategist"
 
 
-def _domains(folder: Path) -> list[Path]:
-    """The ``<model>__<cluster>`` sub-folders of a records folder that hold a ``*.jsonl`` or
-    ``*.jsonl.gz`` file: the folders ``simulator.learned.runtimes.domain_folders`` reads (a domain
-    folder without records is not a measured domain, for the repeat pairing either)."""
-    return [
-        p
-        for p in folder.iterdir()
-        if p.is_dir()
-        and "__" in p.name
-        and (next(p.glob("*.jsonl"), None) or next(p.glob("*.jsonl.gz"), None))
-    ]
-
-
 def check_pretrain_dirs(folders: Iterable[Path | str], field: str = "pretrain_dirs") -> tuple[Path, ...]:
     """The folders, each checked to exist and hold runtime records; ValueError naming the first bad one.
 
     "Holds records": at least one ``<model>__<cluster>`` sub-folder with a ``*.jsonl`` or
-    ``*.jsonl.gz`` file, the layout ``simulator.learned.runtimes.domain_folders`` reads (checked
-    here without importing it: ``simulator.learned`` loads torch, which the API process never
-    needs; tests/service/test_pretrain_dirs.py checks that both agree).
+    ``*.jsonl.gz`` file (``simulator.spec.records.domain_folders``, the layout the loader of
+    ``simulator.learned.runtimes`` reads).
     """
     out = []
     for raw in folders:
@@ -51,7 +39,7 @@ def check_pretrain_dirs(folders: Iterable[Path | str], field: str = "pretrain_di
             raise ValueError(f"{field}: {folder} does not exist")
         if not folder.is_dir():
             raise ValueError(f"{field}: {folder} is not a folder")
-        if not _domains(folder):
+        if not domain_folders(folder):
             raise ValueError(
                 f"{field}: {folder} holds no runtime records "
                 "(expected <model>__<cluster>/*.jsonl or *.jsonl.gz inside it)"
@@ -88,7 +76,7 @@ def check_pretrain_repeats(
             raise ValueError(f"pretrain_repeats: {folder} is given two repeats")
         seen.add(folder.resolve())
         check_pretrain_dirs([repeat], "pretrain_repeats")
-        orphans = sorted({d.name for d in _domains(repeat)} - {d.name for d in _domains(folder)})
+        orphans = sorted({d.name for d in domain_folders(repeat)} - {d.name for d in domain_folders(folder)})
         if orphans:
             raise ValueError(
                 f"pretrain_repeats: {repeat} has {', '.join(orphans)}, which {folder} has not measured"

@@ -19,31 +19,11 @@ from simulator import zoo
 from simulator.learned.data import Domain, SourceFile
 from simulator.spec import ClusterSpec, ModelSpec, SpecError, Strategy
 from simulator.spec.io import parse_as
-from simulator.spec.records import is_reference, read_records
+from simulator.spec.records import DomainFiles, domain_folders, is_reference, read_records
 
 
 def default_runtimes_dir() -> Path:
     return zoo.datasets_dir() / "runtimes"
-
-
-@dataclass(frozen=True)
-class DomainFiles:
-    """A domain's folder and its record files."""
-
-    name: str
-    files: tuple[Path, ...]
-
-
-def domain_folders(root: Path) -> list[DomainFiles]:
-    """Every ``<model>__<cluster>`` folder under ``root`` with at least one record file."""
-    if not root.is_dir():
-        return []
-    out = []
-    for folder in sorted(p for p in root.iterdir() if p.is_dir() and "__" in p.name):
-        files = tuple(sorted([*folder.glob("*.jsonl"), *folder.glob("*.jsonl.gz")]))
-        if files:
-            out.append(DomainFiles(folder.name, files))
-    return out
 
 
 def _sha256(path: Path) -> str:

@@ -18,6 +18,7 @@ from __future__ import annotations
 import gzip
 import json
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +32,29 @@ def record_files(path: Path) -> list[Path]:
     if not path.is_dir():
         return [path]
     return sorted([*path.rglob("*.jsonl"), *path.rglob("*.jsonl.gz")])
+
+
+@dataclass(frozen=True)
+class DomainFiles:
+    """A domain's folder and its record files."""
+
+    name: str
+    files: tuple[Path, ...]
+
+
+def domain_folders(root: Path) -> list[DomainFiles]:
+    """Every ``<model>__<cluster>`` folder under ``root`` with at least one record file: the layout
+    of a dataset folder (``datasets/runtimes-v2``), read by ``simulator.learned.runtimes`` and
+    checked by the service's ``pretrain_dirs`` / ``pretrain_repeats`` settings (here, not there,
+    so that the API process need not import torch to check a folder)."""
+    if not root.is_dir():
+        return []
+    out = []
+    for folder in sorted(p for p in root.iterdir() if p.is_dir() and "__" in p.name):
+        files = tuple(sorted([*folder.glob("*.jsonl"), *folder.glob("*.jsonl.gz")]))
+        if files:
+            out.append(DomainFiles(folder.name, files))
+    return out
 
 
 def parsed_lines(path: Path) -> Iterator[tuple[int, Any]]:
