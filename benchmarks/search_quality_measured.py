@@ -12,13 +12,16 @@ their median); no testbed runs. Searchers, each for ``--seeds`` seeds:
               them, keeps the round's qualified fraction and picks K by Eq. 11
               (``search.round.DEFAULTS``: alpha, qualified_fraction, factor similarity;
               ``search.round.qualify_and_select``, the round's own qualify + Eq. 11 step). Scorer: the hybrid (``simulator.learned.scoring``)
-              of the model ``simulator.learned.tuning.fine_tune`` picks after each round: with
-              fewer than 8 measured strategies the transfer ensemble pretrained leave-one-domain-out
-              (every set of the domain under test, from any dataset, is excluded), fine-tuned on
-              what there is, when the LODO rule says learned, else Eq. 1-3; from 8 on, whichever of
-              the residual model on its two bases (log Eq. 1-3, or the domain's linear price list
-              of its sync terms, + a learned residual), the fine-tuned transfer ensemble and
-              Eq. 1-3 ranks the domain's measured strategies best out of fold.
+              of the model ``simulator.learned.tuning.fine_tune`` picks after each round: in round
+              0 the transfer ensemble pretrained leave-one-domain-out (every set of the domain
+              under test, from any dataset, is excluded) when the LODO rule says learned, else Eq.
+              1-3; with 2 to ``ResidualConfig.min_line`` - 1 measured strategies (every later
+              round here: 5, 10, 15) the blend of that ensemble fine-tuned on them and the
+              residual model on log Eq. 1-3 (``simulator.learned.blend``); from ``min_line`` on
+              (the in-domain figure), whichever of the residual model on its two bases (log Eq.
+              1-3, or the domain's linear price list of its sync terms, + a learned residual), the
+              fine-tuned transfer ensemble and Eq. 1-3 ranks the domain's measured strategies best
+              out of fold.
 (b) analytical the same loop scored by Eq. 1-3 (default constants) alone.
 (o) oracle    the same loop scored by the measured times themselves (a perfect ranker): the floor
               the replay's sampling leaves, since a round can only pick what it sampled.

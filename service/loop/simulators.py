@@ -59,8 +59,11 @@ TRANSFER = "transfer-linear"
 #: Registry kind of a domain's fine-tuned residual model (``simulator.learned.residual.KIND``),
 #: which the transfer retraining registers when it ranks the domain best (same fallback rule).
 RESIDUAL = "residual"
+#: Registry kind of a domain's blend of the two (``simulator.learned.blend.KIND``), which the
+#: transfer retraining registers while the domain has few measured strategies.
+BLEND = "blend"
 #: Kinds whose versions carry the fallback rule's decision and are scored by the hybrid scorer.
-RULED = (TRANSFER, RESIDUAL)
+RULED = (TRANSFER, RESIDUAL, BLEND)
 
 
 @dataclass(frozen=True)

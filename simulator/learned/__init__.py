@@ -16,7 +16,8 @@ What the service calls:
   ``tuning.fine_tune(trainer, target, lodo)`` → the in-domain ranker after fine-tuning (a learned
   residual on log Eq. 1-3 or on the domain's price list of its sync terms (``terms``), the
   fine-tuned transfer ensemble or Eq. 1-3, chosen by cross-validation on the target's
-  measurements); ``noise.estimate`` → the noise ceiling of pairwise accuracy
+  measurements; below ``ResidualConfig.min_line`` of them, ``blend.BlendEnsemble``, the two
+  learned models averaged); ``noise.estimate`` → the noise ceiling of pairwise accuracy
   from a retest.
 """
 

@@ -13,7 +13,8 @@ ranks the target's strategies best out of fold (the version then holds the chose
 or the fine-tuned transfer ensemble with the decision "analytical"); with fewer, the fine-tuned
 transfer ensemble under the rule's LODO half.
 
-Metadata (``VersionInfo``): kind ``transfer-linear`` (or ``residual``); ``domains`` = provenance per set;
+Metadata (``VersionInfo``): kind ``transfer-linear`` (or ``residual``, or ``blend``: the blend of
+the two that ranks a target with fewer than ``ResidualConfig.min_line`` measured strategies); ``domains`` = provenance per set;
 ``metrics`` = ``{set: {"lodo": {"pairwise_accuracy"}, "analytical": {...}}}`` (plus, with a
 target, ``{target: {"held_out": ..., "analytical_held_out": ...}}``); ``notes["decision"]`` =
 ``ScorerDecision.as_dict()``, ``notes["code"]`` = commit, ``notes["target"]``, and with a target
@@ -26,7 +27,7 @@ import hashlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from simulator.learned.data import Domain
 from simulator.learned.registry import Registry, VersionInfo
@@ -137,7 +138,12 @@ def pretrain_version(
         name: {k: {"pairwise_accuracy": _finite(v["pairwise_accuracy"])} for k, v in m.items()}
         for name, m in lodo.items()
     }
-    if target is not None and decision.evidence == "held-out":
+    # Out-of-fold evidence on the target: the chosen model's, or the blend's (from min_held_out on).
+    if (
+        target is not None
+        and decision.evidence != "lodo"
+        and decision.learned_accuracy == decision.learned_accuracy
+    ):
         metrics.setdefault(target, {})["held_out"] = {"pairwise_accuracy": _finite(decision.learned_accuracy)}
         metrics[target]["analytical_held_out"] = {"pairwise_accuracy": _finite(decision.analytical_accuracy)}
     extra = {"fine_tune": tuned.as_dict()} if tuned is not None else {}
@@ -157,18 +163,26 @@ def pretrain_version(
     return info, decision
 
 
+#: ``FineTuneDecision.evidence`` in ``ScorerDecision``'s words.
+_EVIDENCE: dict[str, Literal["held-out", "lodo", "few"]] = {
+    "cross-validated": "held-out",
+    "lodo": "lodo",
+    "few": "few",
+}
+
+
 def _as_scorer_decision(tuned: FineTuneDecision) -> ScorerDecision:
     """``fine_tune``'s verdict in the fallback rule's terms (what the service reads): learned when
     a learned model was chosen; its accuracy is the chosen (else the best learned) candidate's."""
     acc = tuned.accuracy
-    learned = [c for c in ("physical", "residual", "transfer") if c in acc and acc[c] == acc[c]]
+    learned = [c for c in ("physical", "residual", "transfer", "blend") if c in acc and acc[c] == acc[c]]
     best: str | None = tuned.choice if tuned.choice != "analytical" else None
     if best is None and learned:
         best = max(learned, key=lambda c: acc[c])
     return ScorerDecision(
         "analytical" if tuned.choice == "analytical" else "learned",
-        "held-out" if tuned.evidence == "cross-validated" else "lodo",
-        acc[best] if best is not None else float("nan"),
+        _EVIDENCE[tuned.evidence],
+        acc.get(best, float("nan")) if best is not None else float("nan"),
         acc.get("analytical", float("nan")),
         tuned.strategies,
     )

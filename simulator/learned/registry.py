@@ -20,6 +20,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from simulator.learned.blend import KIND as BLEND_KIND
+from simulator.learned.blend import BlendEnsemble
 from simulator.learned.data import Domain
 from simulator.learned.features import FEATURE_SCHEMA_VERSION
 from simulator.learned.linear import LinearRanker
@@ -158,6 +160,8 @@ class Registry:
             return TransferEnsemble(state["coef"].numpy(), state["mean"].numpy(), state["std"].numpy())
         if info.kind == RESIDUAL_KIND:
             return ResidualEnsemble.from_state({k: v.numpy() for k, v in state.items()})
+        if info.kind == BLEND_KIND:
+            return BlendEnsemble.from_state({k: v.numpy() for k, v in state.items()})
         net = make_net(info.kind, info.hidden)
         net.load_state_dict(state)
         return NeuralSimulator(net, info.loss)

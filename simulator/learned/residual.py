@@ -103,7 +103,7 @@ from threadpoolctl import threadpool_limits
 
 from simulator.learned.features import GLOBAL_FEATURE_NAMES, NUM_GLOBAL_FEATURES
 from simulator.learned.terms import NUM_TERMS, TOTALS, TermsLine
-from simulator.learned.transfer import DomainZ, TransferEnsemble, ZEnsemble
+from simulator.learned.transfer import DomainZ, ZEnsemble
 from simulator.learned.trees import ArrayTrees
 from simulator.spec import ClusterSpec, ModelSpec, Strategy
 
@@ -329,5 +329,7 @@ def fit_residual(
     return ResidualEnsemble(out)
 
 
-#: A model ``tuning.fine_tune`` may return and the round scorers (``scoring``) take: both score z alone.
-Ranker = ResidualEnsemble | TransferEnsemble
+#: A model ``tuning.fine_tune`` may return and the round scorers (``scoring``) take: an ensemble
+#: over z (and the sync terms): ``transfer.TransferEnsemble``, ``ResidualEnsemble`` or
+#: ``blend.BlendEnsemble``.
+Ranker = ZEnsemble

@@ -161,6 +161,10 @@ class ZEnsemble(Simulator):
         """Every member's score of every strategy, shape (E, N)."""
         raise NotImplementedError
 
+    def state(self) -> dict[str, np.ndarray]:
+        """Plain arrays the registry saves (``registry.Registry.load`` rebuilds the ensemble)."""
+        raise NotImplementedError
+
     def scores(self, z: np.ndarray, terms: np.ndarray | None = None) -> np.ndarray:
         """The ensemble's ranking score (N,): the members' mean, lower = faster."""
         return self.member_scores(z, terms).mean(axis=0)
@@ -387,7 +391,9 @@ class ScorerDecision:
     """The fallback rule's verdict and its evidence (shown in logs, versions and the benchmark)."""
 
     choice: Choice
-    evidence: Literal["held-out", "lodo"]
+    # "few": a domain with 2 to ResidualConfig.min_line - 1 measured strategies, ranked by the
+    # blend without a choice (``tuning.fine_tune``)
+    evidence: Literal["held-out", "lodo", "few"]
     learned_accuracy: float
     analytical_accuracy: float
     strategies: int  # measured strategies the evidence rests on (held-out) or LODO domains

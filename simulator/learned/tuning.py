@@ -6,9 +6,14 @@ strategies of the target, each candidate — the residual model on the domain's 
 sync terms (``physical``), the residual model on log Eq. 1-3 (``residual``; both
 ``residual.fit_residual``), the transfer ensemble fine-tuned on the target (``transfer``) and
 Eq. 1-3 alone (``analytical``) — is scored out of fold on the target's own measurements, and the
-best one, fitted on all of them, ranks the domain. With fewer, the leave-one-domain-out half of
-the fallback rule (``transfer.choose_from_lodo``) decides between the transfer ensemble and Eq.
-1-3. Why these candidates and how the residual model was chosen: ``residual``'s docstring.
+best one, fitted on all of them, ranks the domain. Between 2 and ``ResidualConfig.min_line``
+measured strategies (a search's first rounds) no choice is made: the blend of the fine-tuned
+transfer ensemble and the residual model ranks the domain (``blend``: on so few points the
+cross-validated choice was noise, and the average of the two beat it; the measurements are in
+``blend``'s docstring); from 8 on the candidates' out-of-fold accuracies are still computed and
+recorded. With no measured strategy, or one, the leave-one-domain-out half of the fallback rule
+(``transfer.choose_from_lodo``) decides between the pretrained transfer ensemble and Eq. 1-3. Why
+these candidates and how the residual model was chosen: ``residual``'s docstring.
 """
 
 from __future__ import annotations
@@ -18,11 +23,12 @@ from typing import Any, Literal
 
 import numpy as np
 
+from simulator.learned.blend import fit_blend, oof_blend
 from simulator.learned.residual import Ranker, ResidualConfig, fit_residual
 from simulator.learned.transfer import DomainZ, EnsembleTrainer, ScorerDecision, choose_from_lodo, out_of_fold
 from simulator.metrics import pairwise_accuracy, resolved_pairs
 
-Candidate = Literal["physical", "residual", "transfer", "analytical"]
+Candidate = Literal["physical", "residual", "transfer", "analytical", "blend"]
 
 
 @dataclass(frozen=True)
@@ -32,11 +38,12 @@ class FineTuneDecision:
     ``accuracy``: out-of-fold pairwise accuracy per candidate on the target's measured
     strategies (NaN where not evaluated); ``choice``: the best, ties going to the simpler one
     (analytical, then transfer, then residual, then physical: the residual model on the
-    ``terms.TermsLine`` base).
+    ``terms.TermsLine`` base), or ``blend`` (evidence ``few``) below ``ResidualConfig.min_line``
+    measured strategies.
     """
 
     choice: Candidate
-    evidence: Literal["cross-validated", "lodo"]
+    evidence: Literal["cross-validated", "lodo", "few"]
     accuracy: dict[str, float]
     strategies: int
 
@@ -77,6 +84,7 @@ def cross_validated(
         "residual": pairwise_accuracy(res, target.times),
         "transfer": pairwise_accuracy(tra, target.times) if tra is not None else float("nan"),
         "analytical": pairwise_accuracy(target.analytical, target.times),
+        "blend": pairwise_accuracy(oof_blend(tra, res), target.times) if tra is not None else float("nan"),
     }
 
 
@@ -88,17 +96,28 @@ def fine_tune(
 ) -> tuple[Ranker | None, FineTuneDecision]:
     """The model that ranks ``target`` after fine-tuning, chosen on the target's own measurements.
 
-    With at least ``min_held_out`` measured strategies: the candidate with the best out-of-fold
-    accuracy (``cross_validated``) on them, fitted on all of them (None = the analytical model).
-    Below that, the LODO half of the fallback rule decides between the transfer ensemble
-    (fine-tuned on what there is) and the analytical model.
+    With no or one measured strategy (or fewer than ``min_held_out`` and no source domain), the
+    LODO half of the fallback rule decides between the pretrained transfer ensemble and the
+    analytical model. From 2 to ``min_line`` - 1: the blend
+    (``blend.fit_blend``), with the candidates' out-of-fold accuracies recorded from
+    ``min_held_out`` on (the LODO rule's below). From ``min_line`` on: the candidate with the best
+    out-of-fold accuracy (``cross_validated``), fitted on all of them (None = the analytical model).
     """
-    if target is None or len(target) < config.min_held_out:
+    # No source domain (a service that has measured one domain): nothing is transferred, and a
+    # ranker of the target alone on fewer than min_held_out points is not trusted (as before).
+    if target is None or len(target) < 2 or (not trainer.sources and len(target) < config.min_held_out):
         lodo_rule: ScorerDecision = choose_from_lodo(lodo)
         acc = {"transfer": lodo_rule.learned_accuracy, "analytical": lodo_rule.analytical_accuracy}
         if lodo_rule.choice == "analytical" or not trainer.sources:
             return None, FineTuneDecision("analytical", "lodo", acc, lodo_rule.strategies)
         return trainer.fit(target), FineTuneDecision("transfer", "lodo", acc, lodo_rule.strategies)
+    if len(target) < config.min_line:
+        if len(target) >= config.min_held_out:
+            acc = cross_validated(trainer, target, config)
+        else:
+            rule = choose_from_lodo(lodo)
+            acc = {"transfer": rule.learned_accuracy, "analytical": rule.analytical_accuracy}
+        return fit_blend(trainer, target, config), FineTuneDecision("blend", "few", acc, len(target))
     acc = cross_validated(trainer, target, config)
     order: tuple[Candidate, ...] = ("analytical", "transfer", "residual", "physical")
     finite = [c for c in order if np.isfinite(acc[c])]

@@ -7,6 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from simulator.learned.blend import BlendEnsemble
 from simulator.learned.features import NUM_GLOBAL_FEATURES
 from simulator.learned.residual import (
     ESTIMATE_COLUMN,
@@ -79,17 +80,27 @@ def test_fine_tune_chooses_by_cross_validation_on_the_target_only() -> None:
     assert decision.accuracy["residual"] > decision.accuracy["analytical"]
     assert ranker is not None and ranker.members == ResidualConfig().members
     # Nothing to learn beyond Eq. 1-3 and no noise: a tie goes to the analytical model.
-    exact = synthetic_z(40, 21, residual=0.0, noise=0.0)
+    exact = synthetic_z(60, 21, residual=0.0, noise=0.0)
     ranker, decision = fine_tune(trainer, exact, {})
     assert decision.accuracy["analytical"] == 1.0
     assert decision.choice == "analytical" and ranker is None
-    # Too few measurements: the LODO rule decides (no LODO evidence here -> analytical).
-    ranker, decision = fine_tune(trainer, target.subset(range(5)), {})
+    # No measurement yet: the LODO rule decides (no LODO evidence here -> analytical).
+    ranker, decision = fine_tune(trainer, None, {})
     assert (decision.evidence, decision.choice, ranker) == ("lodo", "analytical", None)
     lodo = {"x": {"lodo": {"pairwise_accuracy": 0.8}, "analytical": {"pairwise_accuracy": 0.7}}}
-    ranker, decision = fine_tune(trainer, target.subset(range(5)), lodo)
+    ranker, decision = fine_tune(trainer, target.subset([0]), lodo)
     assert (decision.evidence, decision.choice) == ("lodo", "transfer") and ranker is not None
     assert decision.as_dict()["accuracy"] == {"transfer": 0.8, "analytical": 0.7}
+    # 2 .. min_line - 1 measured strategies: the blend, whatever the LODO rule says; its
+    # out-of-fold accuracy and the candidates' are recorded from min_held_out on.
+    ranker, decision = fine_tune(trainer, target.subset(range(5)), {})
+    assert (decision.evidence, decision.choice) == ("few", "blend") and isinstance(ranker, BlendEnsemble)
+    assert "blend" not in decision.accuracy
+    ranker, decision = fine_tune(trainer, target.subset(range(30)), {})
+    assert (decision.evidence, decision.choice) == ("few", "blend") and isinstance(ranker, BlendEnsemble)
+    assert set(decision.accuracy) == {"physical", "residual", "transfer", "analytical", "blend"}
+    assert decision.accuracy["blend"] > decision.accuracy["analytical"], decision
+    assert ResidualConfig().min_line > 30 and ResidualConfig().min_held_out <= 30
 
 
 def test_trees_as_arrays_predict_like_scikit_learn() -> None:
@@ -140,11 +151,12 @@ def test_registry_roundtrip_and_the_fine_tuned_version_is_the_residual_model(tmp
 def test_pretrained_version_with_a_target_holds_the_chosen_model(
     model: ModelSpec, cluster: ClusterSpec, tmp_path: Path
 ) -> None:
+    from simulator.learned.blend import KIND as BLEND_KIND
     from simulator.learned.pretrained import TrainingSet, pretrain_version
     from simulator.learned.registry import Registry
     from simulator.learned.residual import KIND, ResidualEnsemble
 
-    sets = [TrainingSet(f"s{k}", synthetic_domain(model, cluster, 40, seed=k)) for k in range(3)]
+    sets = [TrainingSet(f"s{k}", synthetic_domain(model, cluster, 50, seed=k)) for k in range(3)]
     registry = Registry(tmp_path)
     info, decision = pretrain_version(sets, registry, TransferConfig(members=2), target="s0")
     tuned = info.notes["fine_tune"]
@@ -154,6 +166,15 @@ def test_pretrained_version_with_a_target_holds_the_chosen_model(
     assert decision.analytical_accuracy == tuned["accuracy"]["analytical"]
     loaded = registry.load(info.version)
     assert (info.kind == KIND) == (tuned["choice"] == "residual") == isinstance(loaded, ResidualEnsemble)
+    # A target with fewer than min_line measured strategies: the blend, saved and loaded as such,
+    # with its out-of-fold accuracy as the version's held-out evidence.
+    sets[0] = TrainingSet("s0", synthetic_domain(model, cluster, 20, seed=0))
+    info, decision = pretrain_version(sets, registry, TransferConfig(members=2), target="s0")
+    assert info.kind == BLEND_KIND and info.notes["fine_tune"]["choice"] == "blend"
+    assert (decision.choice, decision.evidence, decision.strategies) == ("learned", "few", 20)
+    assert info.metrics["s0"]["held_out"]["pairwise_accuracy"] == decision.learned_accuracy
+    assert decision.learned_accuracy == info.notes["fine_tune"]["accuracy"]["blend"]
+    assert isinstance(registry.load(info.version), BlendEnsemble)
 
 
 def linear_terms_z(n: int, seed: int) -> DomainZ:

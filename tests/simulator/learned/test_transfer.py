@@ -91,9 +91,10 @@ def test_pretrained_version_roundtrip_and_provenance(domains: list[Domain], tmp_
     z = domain_z(domains[3]).z
     ens = EnsembleTrainer([domain_z(s.domain, s.label) for s in sets], CFG).fit()
     np.testing.assert_allclose(loaded.scores(z), ens.scores(z))
-    # Fine-tuned on one set: held-out evidence (40 strategies >= min_held_out).
+    # Fine-tuned on one set of 40 strategies (min_held_out <= 40 < min_line): the blend, with its
+    # out-of-fold accuracy as held-out evidence.
     info2, decision2 = pretrain_version(sets, reg, CFG, target="service/x")
-    assert decision2.evidence == "held-out" and info2.notes["target"] == "service/x"
+    assert decision2.evidence == "few" and info2.notes["target"] == "service/x" and info2.kind == "blend"
     assert info2.metrics["service/x"]["held_out"]["pairwise_accuracy"] == decision2.learned_accuracy
     with pytest.raises(KeyError, match="target"):
         pretrain_version(sets, reg, CFG, target="nope")
