@@ -7,14 +7,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from simulator.learned.blend import KIND, BlendEnsemble, fit_blend, oof_blend
+from simulator.learned.blend import KIND, BlendEnsemble, fit_blend, oof_blend, percentiles
 from simulator.learned.residual import ResidualConfig
 from simulator.learned.transfer import EnsembleTrainer, TransferConfig
 
 from .test_residual import synthetic_z
 
 
-def test_each_part_counts_in_units_of_its_spread_on_the_target() -> None:
+def test_each_part_counts_by_its_percentile_rank_in_the_batch() -> None:
     sources = [synthetic_z(60, 40 + k, residual=0.3) for k in range(2)]
     trainer = EnsembleTrainer(sources, TransferConfig(members=3, max_pairs=200))
     target, other = synthetic_z(20, 50, residual=0.3), synthetic_z(30, 51, residual=0.3)
@@ -22,28 +22,24 @@ def test_each_part_counts_in_units_of_its_spread_on_the_target() -> None:
     t = blend.transfer.member_scores(other.z)
     r = blend.residual.member_scores(other.z, other.sync_terms)
     assert (t.shape, r.shape, blend.members) == ((3, 30), (2, 30), 3)
-    # Standardised on the target: each part's mean score there is 0 with unit spread.
-    for part, loc, scale in zip(
-        (blend.transfer.scores(target.z), blend.residual.scores(target.z, target.sync_terms)),
-        blend.loc, blend.scale, strict=True,
-    ):  # fmt: skip
-        assert (part.mean(), part.std()) == pytest.approx((loc, scale))
-    # Member e pairs the parts' members e (cycled where one part has fewer).
-    by_hand = 0.5 * ((t - blend.loc[0]) / blend.scale[0] + (r[[0, 1, 0]] - blend.loc[1]) / blend.scale[1])
+    # Member e pairs the parts' members e (cycled where one part has fewer), each as percentiles.
+    pt = np.argsort(np.argsort(t, axis=1), axis=1) / 29  # no ties in these scores
+    pr = np.argsort(np.argsort(r, axis=1), axis=1) / 29
+    by_hand = 0.5 * (pt + pr[[0, 1, 0]])
     np.testing.assert_allclose(blend.member_scores(other.z, other.sync_terms), by_hand)
-    # Multiplying one part's scores by 10 changes nothing: it is standardised first.
+    # Multiplying one part's scores by 10 changes nothing: only their order counts.
     loud = BlendEnsemble(
         type(blend.transfer)(10 * blend.transfer.coef, blend.transfer.mean, blend.transfer.std),
-        blend.residual, (10 * blend.loc[0], blend.loc[1]), (10 * blend.scale[0], blend.scale[1]),
-    )  # fmt: skip
+        blend.residual,
+    )
     np.testing.assert_allclose(
         loud.scores(other.z, other.sync_terms), blend.scores(other.z, other.sync_terms)
     )
-    with pytest.raises(ValueError, match="scale"):
-        BlendEnsemble(blend.transfer, blend.residual, (0.0, 0.0), (1.0, 0.0))
-    # The out-of-fold form: the same standardised mean of two score vectors.
+    assert percentiles(np.array([3.0])).tolist() == [0.0]  # a batch of one
+    np.testing.assert_allclose(percentiles(np.array([2.0, 1.0, 2.0])), [0.75, 0.0, 0.75])
+    # The out-of-fold form: the mean of the two vectors' percentiles.
     a, b = np.array([1.0, 2.0, 3.0]), np.array([30.0, 10.0, 20.0])
-    np.testing.assert_allclose(oof_blend(a, b), 0.5 * ((a - 2) / a.std() + (b - 20) / b.std()))
+    np.testing.assert_allclose(oof_blend(a, b), [0.5, 0.25, 0.75])
 
 
 def test_registry_roundtrip(tmp_path: Path) -> None:
@@ -62,4 +58,4 @@ def test_registry_roundtrip(tmp_path: Path) -> None:
         atol=1e-12,
     )
     with pytest.raises(ValueError, match="missing"):
-        BlendEnsemble.from_state({"loc": np.zeros(2)})
+        BlendEnsemble.from_state({"residual.mean": np.zeros(2)})
