@@ -8,11 +8,13 @@ version fine-tuned on its runtimes after every round. A round on domain X uses, 
 
 1. X's newest version. For the transfer kind (and X's fine-tuned ``residual`` version, which the
    transfer retraining registers when the residual model ranks X's measured strategies best out
-   of fold; ``simulator.learned.pretrained``): the hybrid scorer (learned where the ensemble agrees,
-   Eq. 1-3 where it does not; ``simulator.learned.scoring``) when the fallback rule recorded with
-   the version says learned — judged on X's held-out measured strategies once it has
-   ``ResidualConfig.min_held_out`` of them, else on leave-one-domain-out accuracy — otherwise the
-   analytical model. For a network kind (rnn, gat, linear): that network if it ranks X's validation
+   of fold, or its ``blend`` version, registered while X has 2 to ``ResidualConfig.min_line`` - 1
+   measured strategies; ``simulator.learned.pretrained``, ``simulator.learned.tuning``): the hybrid
+   scorer (learned where the ensemble agrees, Eq. 1-3 where it does not;
+   ``simulator.learned.scoring``) when the fallback rule recorded with the version says learned —
+   judged on X's held-out measured strategies (out of fold) once it has ``min_line`` of them; the
+   blend in between (learned; with no other measured domain, only from ``min_held_out`` on); on
+   leave-one-domain-out accuracy before X's second measurement — otherwise the analytical model. For a network kind (rnn, gat, linear): that network if it ranks X's validation
    split better than the analytical model (the older rule).
 2. Else (a new domain, first round) the pretrained version, under the same fallback rule (its
    LODO half): the first round of a new domain is scored by transfer when that ranks better.
