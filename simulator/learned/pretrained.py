@@ -7,14 +7,17 @@ rule's LODO half, and saves a registry version whose metadata says exactly which
 it: per set the files (path, sha256, records) or the database's runtime-record ids, the sha256 of
 every distinct strategy key, and the code commit. With ``target`` it is the fine-tuned version of
 one set (the domain a search runs on), made by ``tuning.fine_tune``: every other set a source;
-with enough measured strategies of the target, the residual model (log Eq. 1-3 + learned
-residual, kind ``residual``), the transfer ensemble fine-tuned on the target or Eq. 1-3, whichever
-ranks the target's strategies best out of fold (the version then holds the chosen learned model,
-or the fine-tuned transfer ensemble with the decision "analytical"); with fewer, the fine-tuned
-transfer ensemble under the rule's LODO half.
+with at least ``ResidualConfig.min_line`` measured strategies of the target, the residual model
+(on log Eq. 1-3 or on the domain's price list, + learned residual, kind ``residual``), the
+transfer ensemble fine-tuned on the target or Eq. 1-3, whichever ranks the target's strategies
+best out of fold (the version then holds the chosen learned model, or the fine-tuned transfer
+ensemble with the decision "analytical"); with 2 to ``min_line`` - 1, the blend of the fine-tuned
+transfer ensemble and the residual model (kind ``blend``, decision learned, evidence "few"); with
+fewer (or, without another domain, fewer than ``min_held_out``), the fine-tuned transfer ensemble
+under the rule's LODO half.
 
-Metadata (``VersionInfo``): kind ``transfer-linear`` (or ``residual``, or ``blend``: the blend of
-the two that ranks a target with fewer than ``ResidualConfig.min_line`` measured strategies); ``domains`` = provenance per set;
+Metadata (``VersionInfo``): kind ``transfer-linear`` (or ``residual``, or ``blend``);
+``domains`` = provenance per set;
 ``metrics`` = ``{set: {"lodo": {"pairwise_accuracy"}, "analytical": {...}}}`` (plus, with a
 target, ``{target: {"held_out": ..., "analytical_held_out": ...}}``); ``notes["decision"]`` =
 ``ScorerDecision.as_dict()``, ``notes["code"]`` = commit, ``notes["target"]``, and with a target

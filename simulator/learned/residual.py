@@ -129,7 +129,9 @@ class ResidualConfig:
     max_features: float = 0.5  # share of x's columns a split draws from
     seed: int = 0
     folds: int = 4  # cross-fitting folds of ``fine_tune``'s choice
-    min_held_out: int = 8  # below this many measured strategies ``fine_tune`` uses the LODO rule
+    # Below this many measured strategies ``fine_tune`` records no out-of-fold accuracies (and,
+    # with no source domain to transfer from, keeps Eq. 1-3: the LODO rule).
+    min_held_out: int = 8
     line_floor: float = 0.01  # the physical base's floor, a fraction of the median measured time
     # From this many measured strategies on, the physical base is a candidate and the terms'
     # totals join the residual's input: the line has NUM_TERMS + 1 prices, and with fewer points
