@@ -19,6 +19,12 @@ BERT-3L 11.9 (Eq. 1-3) -> 0.0, BERT-6L 2.2 -> 0.2, NCF-A2 3.2 -> 0.6, NCF-B10 9.
 ResNet50 0.6 -> 0.1. The two models fail on different domains (the transfer ensemble where the
 other domains mislead it, the residual model where Eq. 1-3, its base, is far off: NCF-sparse__B10),
 and averaging them is the classic remedy when the data are too few to tell which one to trust.
+With enough data it is not: on the in-domain split (~140 measured strategies, split seeds 5-24)
+the cross-validated choice held out 0.898-0.973 per domain, the percentile mean of the residual
+model on its two bases 0.892-0.955, that and the fine-tuned transfer ensemble 0.852-0.944, and the
+blend offered as a fifth cross-validated candidate was never chosen (figures unchanged). Hence the
+rule in ``tuning.fine_tune``: the blend below ``ResidualConfig.min_line`` measurements, the choice
+from there on.
 
 The model. Member e's score of a strategy = ½ (p(T_e) + p(R_e)), with T the fine-tuned transfer
 ensemble's ranking scores, R the residual model's log seconds (``residual.fit_residual``,
