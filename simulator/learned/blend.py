@@ -45,10 +45,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import numpy as np
-from scipy.stats import rankdata
 
 from simulator.learned.residual import ResidualConfig, ResidualEnsemble, fit_residual
-from simulator.learned.transfer import DomainZ, EnsembleTrainer, TransferEnsemble, ZEnsemble
+from simulator.learned.transfer import DomainZ, EnsembleTrainer, TransferEnsemble, ZEnsemble, percentiles
 from simulator.spec import ClusterSpec, ModelSpec, Strategy
 
 #: Registry kind of the blend.
@@ -56,7 +55,7 @@ KIND = "blend"
 
 
 class BlendEnsemble(ZEnsemble):
-    """The transfer ensemble and the residual model, each standardised on the target (module docstring)."""
+    """The transfer ensemble and the residual model, by their percentile ranks in the batch (module docstring)."""
 
     name = KIND
     needs_terms = True
@@ -101,13 +100,6 @@ class BlendEnsemble(ZEnsemble):
             k.removeprefix("residual."): np.asarray(v) for k, v in state.items() if k.startswith("residual.")
         }
         return cls(TransferEnsemble(t["coef"], t["mean"], t["std"]), ResidualEnsemble.from_state(r))
-
-
-def percentiles(scores: np.ndarray) -> np.ndarray:
-    """Percentile rank of each column within its row, in [0, 1] (ties share their mean rank);
-    rows (E, N) or one row (N,); zeros for a batch of one."""
-    n = scores.shape[-1]
-    return (rankdata(scores, axis=-1) - 1.0) / (n - 1) if n > 1 else np.zeros_like(scores, dtype=np.float64)
 
 
 def fit_blend(

@@ -37,11 +37,10 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import numpy as np
-from scipy.stats import rankdata
 
 from simulator.analytical import AnalyticalSimulator, StrategyBatch
 from simulator.learned.residual import Ranker
-from simulator.learned.transfer import disagreement
+from simulator.learned.transfer import disagreement, percentiles
 from simulator.spec import ClusterSpec, ModelSpec
 
 
@@ -51,11 +50,6 @@ class _Batch(Protocol):
     model: ModelSpec
     cluster: ClusterSpec
     arrays: StrategyBatch
-
-
-def _percentile(x: np.ndarray) -> np.ndarray:
-    n = len(x)
-    return (rankdata(x) - 1.0) / (n - 1) if n > 1 else np.zeros(n)
 
 
 @dataclass(frozen=True, eq=False)
@@ -122,7 +116,7 @@ class HybridScorer:
         """(seconds, disagreement, labels) from member scores (E, M) and analytical seconds (M,)."""
         u = disagreement(members)
         w = self.weights(u)
-        p = w * _percentile(members.mean(axis=0)) + (1.0 - w) * _percentile(analytical_s)
+        p = w * percentiles(members.mean(axis=0)) + (1.0 - w) * percentiles(analytical_s)
         seconds = np.quantile(analytical_s, np.clip(p, 0.0, 1.0))
         labels = np.where(w >= 1.0, "learned", np.where(w <= 0.0, "analytical", "hybrid")).astype(object)
         return seconds, u, labels

@@ -237,6 +237,14 @@ class TransferEnsemble(ZEnsemble):
         return (z - self.mean[0]) / self.std[0]
 
 
+def percentiles(scores: np.ndarray) -> np.ndarray:
+    """Percentile rank of each entry within its row, in [0, 1] (ties share their mean rank);
+    rows (E, N) or one row (N,); zeros for a batch of one."""
+    s = np.asarray(scores, dtype=np.float64)
+    n = s.shape[-1]
+    return (rankdata(s, axis=-1) - 1.0) / (n - 1) if n > 1 else np.zeros_like(s)
+
+
 def disagreement(member_scores: np.ndarray) -> np.ndarray:
     """Per strategy: std over members of its percentile rank within the batch, (E, N) → (N,).
 
@@ -244,12 +252,7 @@ def disagreement(member_scores: np.ndarray) -> np.ndarray:
     percentiles apart. Ranks, not raw scores, because members' scores have different scales and
     only the order matters to a round. Zero for a batch of one strategy.
     """
-    s = np.asarray(member_scores, dtype=np.float64)
-    n = s.shape[1]
-    if n < 2:
-        return np.zeros(n)
-    pct = (rankdata(s, axis=1) - 1.0) / (n - 1)
-    return pct.std(axis=0)
+    return percentiles(member_scores).std(axis=0)
 
 
 @dataclass

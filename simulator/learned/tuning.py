@@ -103,20 +103,16 @@ def fine_tune(
     ``min_held_out`` on (the LODO rule's below). From ``min_line`` on: the candidate with the best
     out-of-fold accuracy (``cross_validated``), fitted on all of them (None = the analytical model).
     """
+    lodo_rule: ScorerDecision = choose_from_lodo(lodo)
+    lodo_acc = {"transfer": lodo_rule.learned_accuracy, "analytical": lodo_rule.analytical_accuracy}
     # No source domain (a service that has measured one domain): nothing is transferred, and a
     # ranker of the target alone on fewer than min_held_out points is not trusted (as before).
     if target is None or len(target) < 2 or (not trainer.sources and len(target) < config.min_held_out):
-        lodo_rule: ScorerDecision = choose_from_lodo(lodo)
-        acc = {"transfer": lodo_rule.learned_accuracy, "analytical": lodo_rule.analytical_accuracy}
         if lodo_rule.choice == "analytical" or not trainer.sources:
-            return None, FineTuneDecision("analytical", "lodo", acc, lodo_rule.strategies)
-        return trainer.fit(target), FineTuneDecision("transfer", "lodo", acc, lodo_rule.strategies)
+            return None, FineTuneDecision("analytical", "lodo", lodo_acc, lodo_rule.strategies)
+        return trainer.fit(target), FineTuneDecision("transfer", "lodo", lodo_acc, lodo_rule.strategies)
     if len(target) < config.min_line:
-        if len(target) >= config.min_held_out:
-            acc = cross_validated(trainer, target, config)
-        else:
-            rule = choose_from_lodo(lodo)
-            acc = {"transfer": rule.learned_accuracy, "analytical": rule.analytical_accuracy}
+        acc = cross_validated(trainer, target, config) if len(target) >= config.min_held_out else lodo_acc
         return fit_blend(trainer, target, config), FineTuneDecision("blend", "few", acc, len(target))
     acc = cross_validated(trainer, target, config)
     order: tuple[Candidate, ...] = ("analytical", "transfer", "residual", "physical")

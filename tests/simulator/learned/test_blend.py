@@ -7,9 +7,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from simulator.learned.blend import KIND, BlendEnsemble, fit_blend, oof_blend, percentiles
+from simulator.learned.blend import KIND, BlendEnsemble, fit_blend, oof_blend
 from simulator.learned.residual import ResidualConfig
-from simulator.learned.transfer import EnsembleTrainer, TransferConfig
+from simulator.learned.transfer import EnsembleTrainer, TransferConfig, percentiles
 
 from .test_residual import synthetic_z
 
