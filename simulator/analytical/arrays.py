@@ -120,10 +120,11 @@ class ClusterArrays:
         j = len(cluster.nodes)
         ps_transfer = np.zeros((j, 2))
         ps_phi = np.zeros((j, 2))
+        ps_delta = np.zeros((j, 2))
         for s in range(j):
             for lr in (0, 1):
                 t = f.ps_terms(cluster, s, bool(lr), 1.0)
-                ps_transfer[s, lr], ps_phi[s, lr] = t.transfer, t.phi_coef
+                ps_transfer[s, lr], ps_phi[s, lr], ps_delta[s, lr] = t.transfer, t.phi_coef, t.delta_coef
         w = cluster.num_gpus
         ring = f.ring_bandwidth_gbps(cluster)
         ar = f.collective_terms("allreduce", 1.0, w, ring)
@@ -148,7 +149,7 @@ class ClusterArrays:
             cluster=cluster,
             code_transfer=np.concatenate([ps_transfer.ravel(), cc_transfer]),
             code_phi=np.concatenate([ps_phi.ravel(), np.zeros(3)]),
-            code_delta=np.concatenate([np.ones(2 * j), np.zeros(3)]),
+            code_delta=np.concatenate([ps_delta.ravel(), np.zeros(3)]),
             ps_transfer=ps_transfer,
             ps_phi=ps_phi,
             cc_transfer=cc_transfer,

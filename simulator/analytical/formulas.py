@@ -80,6 +80,23 @@ def ps_terms(cluster: ClusterSpec, server: int, local_replication: bool, message
     count drops to one per node when I_p holds, which is what is computed here.
     Both directions are counted: workers push gradients and pull parameters, two symmetric
     transfers (supplementary §2), so the transfer and overhead sums are doubled; δ is paid once.
+
+    The node's own reduction under I_p (decision; the paper's Eq. 2 leaves it out). "The node's
+    GPUs reduce locally first" is work: the executor (``runtime.executor.ps``) reduces the
+    node's gradients to its leader before the push and broadcasts the pulled parameters from it
+    after the pull, two collectives among the node's g_k GPUs, on every node with g_k > 1 (the
+    server's own node too), the nodes in parallel. Each is charged Eq. 3's per-call terms,
+    g_k·φ + δ, and no transfer time: traffic inside a host is free of it in Eq. 2 already
+    (I_d(j,k) = 0 for the server's own node). In parallel over the nodes, so the node with the
+    most GPUs counts once: + 2·g·φ + 2·δ. Left out, Eq. 2 made I_p free (r_k messages → 1) and
+    ranked locally replicated PS first wherever messages are small: on runtimes-v2
+    NCF-sparse__B10 (4 GPUs a node, 4-13 ms steps) its ten fastest predictions were mostly
+    replicated PS strategies measured at 10-20 ms, against 4.1 ms for the measured best (no
+    replication). With the step, Eq. 1-3's pairwise accuracy (default constants, merged labels)
+    there rose 0.790 → 0.841, on runtimes-v2 BERT-3L__B5 0.760 → 0.778, elsewhere within ±0.01.
+    Charging the bytes as well (2·c_i(m_i)/b_intra) gave the same Eq. 1-3 accuracies but cost
+    the in-domain residual model on BERT-6L__B9 0.008 (split seeds 5-24)
+    (benchmarks/results/analytical_local_replication_step-2026-11-29.txt).
     """
     transfer = 0.0
     messages = 0.0
@@ -89,7 +106,16 @@ def ps_terms(cluster: ClusterSpec, server: int, local_replication: bool, message
         r = 1 if local_replication else cluster.nodes[k].gpus
         transfer += message_bytes / cluster.link_bytes_per_s(server, k) * r
         messages += r
-    return Terms(2.0 * transfer, 2.0 * messages, 1.0)
+    if not (local_replication and has_local_step(cluster)):
+        return Terms(2.0 * transfer, 2.0 * messages, 1.0)
+    most = max(cluster.nodes[k].gpus for k in cluster.worker_nodes)
+    return Terms(2.0 * transfer, 2.0 * messages + 2.0 * most, 3.0)
+
+
+def has_local_step(cluster: ClusterSpec) -> bool:
+    """Whether local replication (I_p) makes a node reduce and broadcast: some worker node has
+    more than one GPU (``ps_terms``)."""
+    return any(cluster.nodes[k].gpus > 1 for k in cluster.worker_nodes)
 
 
 def ring_bandwidth_gbps(cluster: ClusterSpec) -> float:

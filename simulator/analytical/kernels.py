@@ -263,6 +263,7 @@ def sync_times(
     code_transfer: np.ndarray,
     code_const: np.ndarray,
     ps_const: np.ndarray,
+    lr_const: np.ndarray,
     call_const: np.ndarray,
     unit_overhead: float,
     powersgd_allreduces: float,
@@ -278,8 +279,8 @@ def sync_times(
     ``unnumbered`` = (group, compressor, rank, lowrank) by ``_calls_of`` (``number_calls``'
     numbering). A row's code is 2·server + I_p (PS) or 2·J + op (collective; op from ``sparse``
     and ``algorithm``); its seconds are sent_bytes·code_transfer[code] + const, const =
-    ``ps_const[variable]`` for a PS row when ``ps_const`` is not empty (a measured α per PS
-    round), else ``code_const[code]``. A call takes its rows' seconds + call_const[op]·repeats
+    ``ps_const[variable]`` (+ ``lr_const[variable]`` with I_p) for a PS row when ``ps_const`` is
+    not empty (a measured α per PS round, and per call inside a node), else ``code_const[code]``. A call takes its rows' seconds + call_const[op]·repeats
     (+ ``unit_overhead``). ``var_level`` is each variable's index in ``level_ready`` (ascending
     ready times, ``overlap``); ``bucket`` False skips E (``overlap='full'``). ``combine_sum``:
     one channel (CostParams.combine 'sum'), else a collective channel and one per server.
@@ -357,7 +358,7 @@ def sync_times(
             code = ps * (2 * srv + int(local_replication[r])) + (1 - ps) * (2 * j + op)
             const = code_const[code]
             if by_alpha and ps:
-                const = ps_const[v]
+                const = ps_const[v] + lr_const[v] * local_replication[r]
             seconds = sent_bytes[r] * code_transfer[code] + const
             b = ps * srv + (1 - ps) * (j + local[r - lo])
             acc[b] += seconds

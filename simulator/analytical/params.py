@@ -47,7 +47,9 @@ class CostParams:
     # ``call_alphas()[op]`` instead of Eq. 3's w·φ + δ, and a PS shard costs
     # ``ps_round_s`` per round trip (``simulator.spec.comm.ps_rounds``: a sparse shard takes two)
     # instead of Eq. 2's messages·φ + δ: a calibration of α from the cluster, not a
-    # fit to iteration times. None keeps φ and δ.
+    # fit to iteration times. None keeps φ and δ. A locally replicated shard adds
+    # ``comm.local_replication_calls`` collectives inside its node, each at ``call_overhead_s``
+    # (with ``ps_round_s`` and no ``call_overhead_s`` they are not priced).
     call_overhead_s: float | None = None
     ps_round_s: float | None = None
     # Measured α of one all-gather call (the probe's ``allgather``); None: ``call_overhead_s``.

@@ -59,6 +59,8 @@ def reference_cost(model: ModelSpec, cluster: ClusterSpec, s: Strategy, params: 
                 seconds = terms.seconds(params) + f.ps_latency_s(cluster, j)
             else:
                 seconds = terms.transfer + comm.ps_rounds(shard.sparse) * params.ps_round_s
+                if sync.local_replication and f.has_local_step(cluster) and params.call_overhead_s:
+                    seconds += comm.local_replication_calls(shard.sparse) * params.call_overhead_s
             server_time[j] = server_time.get(j, 0.0) + seconds
             ps_units.append((j, ready[model.variable_layer[shard.var_index]], seconds))
         else:

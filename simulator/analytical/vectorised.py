@@ -85,6 +85,10 @@ def score(
     # a measured α per PS round replaces messages·φ + δ + latency (per variable: sparse rounds)
     ps_const = np.zeros(0) if params.ps_round_s is None else params.ps_round_s * comm.ps_rounds(ma.sparse)
     alphas = params.call_alphas()
+    # ... and a measured collective α per call a locally replicated shard makes inside its node
+    lr_const = np.zeros(len(ps_const))
+    if len(ps_const) and f.has_local_step(ca.cluster):
+        lr_const = (alphas[0] if alphas is not None else 0.0) * comm.local_replication_calls(ma.sparse)
     if alphas is not None:  # a measured α per call replaces w·φ + δ
         call_const = np.asarray(alphas, dtype=np.float64)
     else:
@@ -118,6 +122,7 @@ def score(
         ca.code_transfer,
         code_const,
         np.asarray(ps_const, dtype=np.float64),
+        np.asarray(lr_const, dtype=np.float64),
         call_const,
         unit,
         float(comm.POWERSGD_ALLREDUCES),

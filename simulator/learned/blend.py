@@ -17,7 +17,8 @@ one, at 10 / 15 measured strategies was
 and at 5 (below ``min_held_out``, where the LODO rule chose the transfer ensemble or Eq. 1-3):
 BERT-3L 11.9 (Eq. 1-3) -> 0.0, BERT-6L 2.2 -> 0.2, NCF-A2 3.2 -> 0.6, NCF-B10 9.9 -> 13.3,
 ResNet50 0.6 -> 0.1. The two models fail on different domains (the transfer ensemble where the
-other domains mislead it, the residual model where Eq. 1-3, its base, is far off: NCF-sparse__B10),
+other domains mislead it, the residual model where Eq. 1-3, its base, is far off: NCF-sparse__B10,
+where Eq. 2 then priced local replication as free; ``formulas.ps_terms`` charges it since),
 and averaging them is the classic remedy when the data are too few to tell which one to trust.
 With enough data it is not: on the in-domain split (~140 measured strategies, split seeds 5-24)
 the cross-validated choice held out 0.898-0.973 per domain, the percentile mean of the residual

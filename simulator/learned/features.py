@@ -41,7 +41,9 @@ from simulator.spec import ClusterSpec, ModelSpec, Strategy
 
 #: Bumped whenever the meaning or order of a feature changes; checkpoints record it.
 #: 3: T_comp and the per-layer compute feature come from the roofline compute model (issue 15).
-FEATURE_SCHEMA_VERSION = 3
+#: 4: Eq. 2 charges local replication's intra-node reduce and broadcast (the per-shard φ and δ
+#:    coefficients of a locally replicated PS shard, and every feature built on Eq. 1-3's times).
+FEATURE_SCHEMA_VERSION = 4
 
 _LOG_BYTES = {"param_bytes", "message_bytes", "sent_bytes", "group_sent_bytes"}
 _LOG1P = {"powersgd_rank", "staleness", "group_shards", "messages", "server_latency_us", "z_phi"}

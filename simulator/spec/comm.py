@@ -48,6 +48,11 @@ if TYPE_CHECKING:
 SPARSE_ALLGATHERS = 3
 #: Dependent round trips of one PS shard (push then pull): dense 1; sparse 2 (count first).
 PS_ROUNDS_DENSE, PS_ROUNDS_SPARSE = 1, 2
+#: Collectives inside each node that local replication (I_p) adds to a PS shard
+#: (``runtime.executor.ps``): dense, a reduce to the node's leader and a broadcast of the pulled
+#: value; sparse, an all-gather of row counts and gathers of indices and rows, then broadcasts of
+#: the pulled count, indices and rows.
+LOCAL_CALLS_DENSE, LOCAL_CALLS_SPARSE = 2, 6
 #: All-reduces PowerSGD issues for the compressed part of a unit: P, then Q.
 POWERSGD_ALLREDUCES = 2
 
@@ -81,6 +86,15 @@ def ps_rounds(sparse: Any) -> Any:
         np.where(sparse, PS_ROUNDS_SPARSE, PS_ROUNDS_DENSE)
         if np.ndim(sparse)
         else (PS_ROUNDS_SPARSE if sparse else PS_ROUNDS_DENSE)
+    )
+
+
+def local_replication_calls(sparse: Any) -> Any:
+    """Collectives inside a node that local replication adds to a PS shard (scalar or array)."""
+    return (
+        np.where(sparse, LOCAL_CALLS_SPARSE, LOCAL_CALLS_DENSE)
+        if np.ndim(sparse)
+        else (LOCAL_CALLS_SPARSE if sparse else LOCAL_CALLS_DENSE)
     )
 
 

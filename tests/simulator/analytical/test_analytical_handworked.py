@@ -99,9 +99,11 @@ def test_hierarchical_reduction_ps_and_allreduce() -> None:
     # transfer 2 · 4 · 1e6 / 1.25e9 = 6.4e-3 s, 8 messages.
     flat = both(model, cluster, Strategy(variables=(one("w", PSSync(server="n0")),)))
     assert flat.t_ps == pytest.approx(6.4e-3 + 8 * 1e-4 + 5e-5)
-    # With hierarchical reduction (I_p): one message per node each way: 1.6e-3 s, 2 messages.
+    # With hierarchical reduction (I_p): one message per node each way: 1.6e-3 s, 2 messages; plus
+    # the nodes' own reduce and broadcast (in parallel over the nodes, no transfer time inside a
+    # host): 2 · 4 messages and 2 more δ.
     hier = both(model, cluster, Strategy(variables=(one("w", PSSync(server="n0", local_replication=True)),)))
-    assert hier.t_ps == pytest.approx(1.6e-3 + 2 * 1e-4 + 5e-5)
+    assert hier.t_ps == pytest.approx(1.6e-3 + (2 + 8) * 1e-4 + 3 * 5e-5)
     # Hierarchical all-reduce: intra reduce-scatter 3/4 · 1e6 / 1.25e10 = 6e-5 s, the same again for
     # the all-gather, inter-node all-reduce over n = 2 nodes 2·1/2 · 1e6 / 1.25e9 = 8e-4 s:
     # transfer 9.2e-4 s; φ coefficient 2·4 (two intra phases) + 2 (inter) = 10.
@@ -113,6 +115,28 @@ def test_hierarchical_reduction_ps_and_allreduce() -> None:
     # The flat ring over 8 GPUs is bounded by the 10 Gbit/s inter-node link: 2·7/8 · 0.8e-3 = 1.4e-3 s.
     ring = both(model, cluster, Strategy(variables=(one("w", CollectiveSync()),)))
     assert ring.t_cc == pytest.approx(1.4e-3 + 8 * 1e-4 + 5e-5)
+
+
+def test_local_replication_charges_the_nodes_own_reduce_and_broadcast() -> None:
+    # Server on n0 of two nodes; n1 has 4 GPUs, 10 Gbit/s. Eq. 2 with I_p: n1 sends one message each
+    # way, 2 · 1e6 / 1.25e9 = 1.6e-3 s, 2 messages. The nodes' own reduce and broadcast (the
+    # executor's two collectives among a node's GPUs) add 2 · g φ + 2 δ with g the most GPUs of a
+    # node: 4 on n0 (its GPUs reduce too, the server being on their host) -> 8 messages, 2 δ.
+    model = make_model([W])
+    lr = Strategy(variables=(one("w", PSSync(server="n0", local_replication=True)),))
+    uneven = make_cluster([4, 1], nic_gbps=10.0)  # n0 has 4 GPUs, n1 one
+    r = both(model, uneven, lr)
+    assert r.t_ps == pytest.approx(1.6e-3 + (2 + 8) * 1e-4 + 3 * 5e-5)
+    # On 1-GPU nodes there is nothing to reduce inside a node: I_p changes nothing.
+    flat = make_cluster([1, 1], nic_gbps=10.0)
+    plain = Strategy(variables=(one("w", PSSync(server="n0")),))
+    assert both(model, flat, lr).t_ps == pytest.approx(both(model, flat, plain).t_ps)
+    # Measured α (one PS round 2e-3 s, one collective call 5e-4 s): a dense shard's round, plus two
+    # calls inside the node: 1.6e-3 + 2e-3 + 2 · 5e-4.
+    alpha = replace(P, ps_round_s=2e-3, call_overhead_s=5e-4)
+    got = cost_breakdown(model, uneven, lr, alpha)
+    assert got.t_ps == pytest.approx(1.6e-3 + 2e-3 + 2 * 5e-4)
+    assert reference_cost(model, uneven, lr, alpha).t_sync == pytest.approx(got.t_sync, rel=1e-12)
 
 
 def test_sparse_variable_ps_and_allgather() -> None:

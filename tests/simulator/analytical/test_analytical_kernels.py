@@ -104,6 +104,10 @@ def numpy_times(
     row_const = per_row_const[b.code]
     if params.ps_round_s is not None:
         row_const = np.where(b.is_ps, params.ps_round_s * comm.ps_rounds(ma.sparse[b.variable]), row_const)
+        if params.call_overhead_s and f.has_local_step(ca.cluster):  # I_p: the node's own calls
+            local = b.is_ps & b.local_replication
+            calls = comm.local_replication_calls(ma.sparse[b.variable])
+            row_const = row_const + np.where(local, params.call_overhead_s * calls, 0.0)
     row_time = b.geo.sent_bytes * ca.code_transfer[b.code] + row_const
     acc = np.bincount(b.bin, weights=row_time, minlength=n * j + g)
     server_time = acc[: n * j].reshape(n, j)
