@@ -93,7 +93,7 @@ ROUNDS = 4
 #: looked at while choosing the residual model (``simulator.learned.residual``), so the figure is
 #: reported on seeds it did not see; 5-9 have been reported since 2026-11-29 (and 10-14, 15-19, 20-24
 #: with --split-seeds: results -29k, -29l, -29r, -29s, -29u; 25-29 in design runs; 30-54 judged Eq. 2's
-#: local step, result -29z). Search seeds looked at: 0-819 (fresh figures from 820).
+#: local step, result -29z; 55-59 in -29za). Search seeds looked at: 0-889 (fresh figures from 890).
 SPLIT_SEEDS = tuple(range(5, 10))
 #: Resolved-pair gap where a domain has no retest: the repeatability benchmark's 5 %.
 DEFAULT_GAP = 0.05
