@@ -280,8 +280,8 @@ def sync_times(
     numbering). A row's code is 2·server + I_p (PS) or 2·J + op (collective; op from ``sparse``
     and ``algorithm``); its seconds are sent_bytes·code_transfer[code] + const, const =
     ``ps_const[variable]`` (+ ``lr_const[variable]`` with I_p) for a PS row when ``ps_const`` is
-    not empty (a measured α per PS round, and per call inside a node), else ``code_const[code]``. A call takes its rows' seconds + call_const[op]·repeats
-    (+ ``unit_overhead``). ``var_level`` is each variable's index in ``level_ready`` (ascending
+    not empty (a measured α per PS round, and per call inside a node), else ``code_const[code]``.
+    A call takes its rows' seconds + call_const[op]·repeats (+ ``unit_overhead``). ``var_level`` is each variable's index in ``level_ready`` (ascending
     ready times, ``overlap``); ``bucket`` False skips E (``overlap='full'``). ``combine_sum``:
     one channel (CostParams.combine 'sum'), else a collective channel and one per server.
 
