@@ -14,8 +14,9 @@ version fine-tuned on its runtimes after every round. A round on domain X uses, 
    ``simulator.learned.scoring``) when the fallback rule recorded with the version says learned —
    judged on X's held-out measured strategies (out of fold) once it has ``min_line`` of them; the
    blend in between (learned; with no other measured domain, only from ``min_held_out`` on); on
-   leave-one-domain-out accuracy before X's second measurement — otherwise the analytical model. For a network kind (rnn, gat, linear): that network if it ranks X's validation
-   split better than the analytical model (the older rule).
+   leave-one-domain-out accuracy before X's second measurement — otherwise the analytical model.
+   For a network kind (rnn, gat, linear): that network if it ranks X's validation split better
+   than the analytical model (the older rule).
 2. Else (a new domain, first round) the pretrained version, under the same fallback rule (its
    LODO half): the first round of a new domain is scored by transfer when that ranks better.
 3. Else the analytical model.

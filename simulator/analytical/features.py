@@ -111,7 +111,7 @@ def features(ma: ModelArrays, ca: ClusterArrays, b: StrategyBatch) -> Features:
     shared = np.where(cc, call_shards[call] / repeats[call], 1.0)
     z[:, 0] = np.where(ps, c * ca.ps_transfer[srv, lr], c * ca.cc_transfer[op])
     z[:, 1] = np.where(ps, ca.ps_phi[srv, lr], ca.cc_phi[op] / shared)
-    z[:, 2] = np.where(ps, ca.code_delta[2 * srv + lr], 1.0 / shared)  # I_p: the node's two steps' δ
+    z[:, 2] = np.where(ps, ca.code_delta[b.code], 1.0 / shared)  # a PS row's δ count (I_p: 3)
     comp = b.compressor
     v = b.variable
     n_vars = max(len(ma.numel) - 1, 1)

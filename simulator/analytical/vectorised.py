@@ -87,8 +87,8 @@ def score(
     alphas = params.call_alphas()
     # ... and a measured collective α per call a locally replicated shard makes inside its node
     lr_const = np.zeros(len(ps_const))
-    if len(ps_const) and f.has_local_step(ca.cluster):
-        lr_const = (alphas[0] if alphas is not None else 0.0) * comm.local_replication_calls(ma.sparse)
+    if len(ps_const) and params.call_overhead_s and f.has_local_step(ca.cluster):
+        lr_const = params.call_overhead_s * comm.local_replication_calls(ma.sparse)
     if alphas is not None:  # a measured α per call replaces w·φ + δ
         call_const = np.asarray(alphas, dtype=np.float64)
     else:

@@ -80,22 +80,19 @@ def primitive_calls(algorithm: str, plain: bool, lowrank: bool, sparse: bool) ->
     return {k: v for k, v in out.items() if v}
 
 
+def _by_sparsity(sparse: Any, if_sparse: int, if_dense: int) -> Any:
+    """``if_sparse`` where ``sparse`` holds, else ``if_dense`` (scalar, or elementwise on an array)."""
+    return np.where(sparse, if_sparse, if_dense) if np.ndim(sparse) else (if_sparse if sparse else if_dense)
+
+
 def ps_rounds(sparse: Any) -> Any:
     """Round trips of a PS shard (scalar or, elementwise, a NumPy bool array)."""
-    return (
-        np.where(sparse, PS_ROUNDS_SPARSE, PS_ROUNDS_DENSE)
-        if np.ndim(sparse)
-        else (PS_ROUNDS_SPARSE if sparse else PS_ROUNDS_DENSE)
-    )
+    return _by_sparsity(sparse, PS_ROUNDS_SPARSE, PS_ROUNDS_DENSE)
 
 
 def local_replication_calls(sparse: Any) -> Any:
     """Collectives inside a node that local replication adds to a PS shard (scalar or array)."""
-    return (
-        np.where(sparse, LOCAL_CALLS_SPARSE, LOCAL_CALLS_DENSE)
-        if np.ndim(sparse)
-        else (LOCAL_CALLS_SPARSE if sparse else LOCAL_CALLS_DENSE)
-    )
+    return _by_sparsity(sparse, LOCAL_CALLS_SPARSE, LOCAL_CALLS_DENSE)
 
 
 @overload
