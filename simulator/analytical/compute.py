@@ -80,6 +80,8 @@ _KIND_CLASS: dict[str, OpClass] = {
     "grucell": "gemm",
     "multiheadattention": "attention",
     "attention": "attention",
+    # A fused IO-aware attention kernel (FlashAttention / SDPA): its bytes are the spec's fwd_bytes.
+    "flash_attention": "attention",
     "embedding": "embedding",
     "embeddingbag": "embedding",
 }

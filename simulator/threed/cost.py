@@ -1,0 +1,197 @@
+"""Iteration time of a 3D-parallel GPT plan: compute by ``layer_times``, collectives by NCCL figures.
+
+Per pipeline stage i and micro-batch (one TP rank; b = micro-batch, s = seq, h = hidden, t = tp):
+    f_i, b_i   forward / backward seconds of the rank's layers (``simulator.threed.layers.stage_spec``
+               through ``simulator.analytical.compute.layer_times``: the one compute model)
+    r_i        recompute: full = the transformer layers' forward again before their backward,
+               selective = the attention cores' forward again (Korthikanti et al. 2022, §4-5)
+    c_i        TP collectives (Megatron, Shoeybi et al. 2019 §3): per transformer layer 2 all-reduces
+               of b·s·h fp16 in the forward (after proj and fc2, the g operators), 2 in the backward
+               (before qkv and fc1, the f operators) and 2 more when the forward is recomputed; the
+               first stage's vocab-parallel embedding 1 (forward), the last stage's logits 1 (backward)
+               and the vocab-parallel cross-entropy's 3 fp32 all-reduces of b·s (max, sum, target).
+               With sequence parallelism each all-reduce becomes a reduce-scatter + all-gather of
+               the same ring bytes (same time).
+    x_i = f_i + b_i + r_i + c_i + o_μ   (o_μ: the framework's host cost per micro-batch)
+Pipeline (1F1B and GPipe have the same length; Narayanan et al. 2021 §2.2): with m micro-batches,
+p stages and a point-to-point send of b·s·h fp16 between stages costing q,
+    T_pipe = Σ_i x_i + 2(p−1)·q + (m−1)·max_i (x_i + 2q·[p>1])
+(one micro-batch through every stage, then m−1 more at the slowest stage's rate; for uniform
+stages this is (m + p − 1)·x, the bubble (p−1)/m of the ideal m·x).
+Data parallelism over d replicas, gradient bytes G = 2 · (the stage's parameters / t):
+    ZeRO 0/1  one all-reduce of G after the backward (ZeRO-1: reduce-scatter + all-gather, same bytes)
+    ZeRO 2    a reduce-scatter of G per micro-batch during its backward, exposed max(0, RS − b_i),
+              and the all-gather of the updated fp16 parameters after the step
+    ZeRO 3    as ZeRO 2, plus an all-gather of the parameters before each forward, backward and
+              recomputed forward, overlapped with that pass: exposed max(0, AG − pass)
+    overlap_grad_sync (ZeRO 0/1): buckets all-reduced during the last backward: exposed
+              max(0, AR − b_i) + one bucket's all-reduce
+plus, when p > 1, the tied word embedding's gradient all-reduce between the first and last stage.
+Optimizer (mixed-precision Adam, memory-bound): N parameters per rank (÷ d under ZeRO ≥ 1) x
+``FrameworkParams.optimizer_bytes`` / (memory bandwidth x the memory efficiency).
+    T = T_pipe + exposed DP sync + tied sync + optimizer + o_step
+
+Shapes: every time in seconds; ``stage_*`` tuples have one entry per pipeline stage.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cache
+
+from simulator.analytical.compute import layer_times
+from simulator.analytical.params import CostParams
+from simulator.spec import DeviceType, ModelSpec
+from simulator.threed.layers import E, stage_spec
+from simulator.threed.nccl import Collectives
+from simulator.threed.plan import GPTConfig, ThreeDPlan
+
+#: DDP's default bucket (25 MiB): the tail an overlapped gradient sync cannot hide.
+BUCKET_BYTES = 25 * 2**20
+
+
+@dataclass(frozen=True)
+class FrameworkParams:
+    """Costs of the training framework itself (host scheduling, optimizer), not of the model's math."""
+
+    # Host seconds per micro-batch and stage (Python schedule, p2p/collective launches, loss scaling).
+    micro_overhead_s: float = 1e-3
+    # Host seconds per iteration (optimizer launch, gradient-norm reduction, overflow check, logging).
+    step_overhead_s: float = 5e-3
+    # Bytes the mixed-precision Adam step moves per parameter: fp32 master, m, v read + written
+    # (24), fp16 gradient read twice (norm and update, 4), fp16 parameter written (2).
+    optimizer_bytes: float = 30.0
+
+
+@dataclass(frozen=True)
+class ThreeDCost:
+    """Predicted seconds of one iteration and its parts."""
+
+    stage_forward: tuple[float, ...]
+    stage_backward: tuple[float, ...]
+    stage_recompute: tuple[float, ...]
+    stage_tp_comm: tuple[float, ...]
+    p2p: float
+    pipeline: float
+    dp_sync: float
+    tied_sync: float
+    optimizer: float
+    overhead: float
+
+    @property
+    def total(self) -> float:
+        return self.pipeline + self.dp_sync + self.tied_sync + self.optimizer + self.overhead
+
+    @property
+    def bubble(self) -> float:
+        """Fraction of the pipeline spent idle on the slowest stage: 1 − m·max x / T_pipe."""
+        return 0.0 if self.pipeline <= 0 else max(0.0, 1.0 - self._busy / self.pipeline)
+
+    _busy: float = 0.0
+
+
+@cache
+def _spec(cfg: GPTConfig, tp: int, pp: int, stage: int, sp: bool, fused: bool) -> ModelSpec:
+    return stage_spec(cfg, tp, pp, stage, sp=sp, fused=fused)
+
+
+def stage_params(cfg: GPTConfig, tp: int, pp: int, stage: int) -> float:
+    """Parameters one TP rank of ``stage`` holds (embedding on the first, final norm on the last)."""
+    n = cfg.layers // pp * cfg.layer_params() / tp
+    if stage == 0:
+        n += cfg.embedding_params(tp) / tp
+    if stage == pp - 1:
+        n += 2 * cfg.hidden
+        if pp > 1:
+            n += cfg.padded_vocab(tp) * cfg.hidden / tp  # the tied output embedding's copy
+    return n
+
+
+def tp_comm_seconds(cfg: GPTConfig, plan: ThreeDPlan, stage: int, comms: Collectives) -> float:
+    """TP collective seconds one micro-batch costs ``stage`` (forward + backward + recompute)."""
+    t = plan.tp
+    if t == 1:
+        return 0.0
+    act = plan.micro_batch * cfg.seq * cfg.hidden * E
+    per_layer = 4 + (2 if plan.recompute == "full" else 0)
+    n = cfg.layers // plan.pp * per_layer
+    n += 1 if stage == 0 else 0
+    n += 1 if stage == plan.pp - 1 else 0
+    sec = n * comms.allreduce(act, t)
+    if stage == plan.pp - 1:
+        sec += 3 * comms.allreduce(plan.micro_batch * cfg.seq * 4, t)
+    return sec
+
+
+def predict(
+    cfg: GPTConfig,
+    plan: ThreeDPlan,
+    device: DeviceType,
+    comms: Collectives,
+    params: CostParams | None = None,
+    framework: FrameworkParams | None = None,
+) -> ThreeDCost:
+    """One iteration of ``plan`` training ``cfg`` on GPUs of type ``device`` (see the module doc)."""
+    plan.check(cfg)
+    params = params or CostParams()
+    fw = framework or FrameworkParams()
+    p, m, d = plan.pp, plan.num_micro_batches, plan.dp
+    fwd, bwd, rec, tpc = [], [], [], []
+    for i in range(p):
+        spec = _spec(cfg, plan.tp, p, i, plan.sequence_parallel, plan.fused_attention)
+        ct = layer_times(spec, device, plan.micro_batch, params)
+        fwd.append(float(ct.fwd.sum()))
+        bwd.append(float(ct.bwd.sum()))
+        if plan.recompute == "full":
+            rec.append(
+                float(sum(f for f, ly in zip(ct.fwd, spec.layers, strict=True) if ly.name.startswith("l")))
+            )
+        elif plan.recompute == "selective":
+            rec.append(
+                float(
+                    sum(f for f, ly in zip(ct.fwd, spec.layers, strict=True) if ly.name.endswith("attn_core"))
+                )
+            )
+        else:
+            rec.append(0.0)
+        tpc.append(tp_comm_seconds(cfg, plan, i, comms))
+    x = [f + b + r + c + fw.micro_overhead_s for f, b, r, c in zip(fwd, bwd, rec, tpc, strict=True)]
+    q = comms.send(plan.micro_batch * cfg.seq * cfg.hidden * E) if p > 1 else 0.0
+    pipeline = sum(x) + 2 * (p - 1) * q + (m - 1) * (max(x) + 2 * q)
+
+    dp_sync = 0.0
+    if d > 1:
+        worst = 0.0
+        for i in range(p):
+            g = 2.0 * stage_params(cfg, plan.tp, p, i)
+            if plan.zero_stage <= 1:
+                ar = comms.allreduce(g, d)
+                exposed = (
+                    max(0.0, ar - bwd[i]) + comms.allreduce(min(g, BUCKET_BYTES), d)
+                    if plan.overlap_grad_sync
+                    else ar
+                )
+            else:
+                rs = comms.reduce_scatter(g, d)
+                exposed = m * max(0.0, rs - bwd[i]) + comms.reduce_scatter(g, d)  # + the parameter all-gather
+                if plan.zero_stage == 3:
+                    passes = [fwd[i], bwd[i]] + ([rec[i]] if rec[i] > 0 else [])
+                    exposed += m * sum(max(0.0, rs - t) for t in passes)
+            worst = max(worst, exposed)
+        dp_sync = worst
+    tied = comms.allreduce(2.0 * cfg.padded_vocab(plan.tp) * cfg.hidden / plan.tp, 2) if p > 1 else 0.0
+    n_opt = max(stage_params(cfg, plan.tp, p, i) for i in range(p)) / (d if plan.zero_stage >= 1 else 1)
+    optimizer = n_opt * fw.optimizer_bytes / (device.memory_bw_gbs * 1e9 * params.op_efficiency.memory)
+    return ThreeDCost(
+        stage_forward=tuple(fwd),
+        stage_backward=tuple(bwd),
+        stage_recompute=tuple(rec),
+        stage_tp_comm=tuple(tpc),
+        p2p=q,
+        pipeline=pipeline,
+        dp_sync=dp_sync,
+        tied_sync=tied,
+        optimizer=optimizer,
+        overhead=fw.step_overhead_s,
+        _busy=m * max(x),
+    )
