@@ -24,7 +24,7 @@ import csv
 import math
 from collections import defaultdict
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -126,14 +126,19 @@ def calibrate(rows: Sequence[Row], device: DeviceType, comms: Collectives) -> Ph
     """Least squares on log(pred/meas) over ``rows`` of the physics vector, within physical bounds."""
     meas = np.array([r.measured_s for r in rows])
     lo = np.array([0.05, 0.02, 0.05, 0.0, 0.0, 0.0])
-    hi = np.array([1.0, 1.0, 1.0, 50.0, 0.02, 0.1])
+    hi = np.array([1.0, 1.0, 1.0, 200.0, 0.02, 0.1])
 
     def resid(v: np.ndarray) -> np.ndarray:
         return np.log(predict_rows(rows, device, comms, Physics.of(v)) / meas)
 
-    x0 = np.clip(Physics().vector(), lo, hi)
-    sol = least_squares(resid, x0, bounds=(lo, hi), diff_step=1e-3, max_nfev=60)
-    return Physics.of(sol.x)
+    best = None
+    for launch in (5.0, 30.0, 80.0):  # the host/GPU maximum makes the fit multi-modal: several starts
+        x0 = np.clip(replace(Physics(), launch_us=launch).vector(), lo, hi)
+        sol = least_squares(resid, x0, bounds=(lo, hi), diff_step=1e-3, max_nfev=40)
+        if best is None or sol.cost < best.cost:
+            best = sol
+    assert best is not None
+    return Physics.of(best.x)
 
 
 @dataclass(frozen=True)

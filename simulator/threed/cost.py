@@ -1,8 +1,9 @@
 """Iteration time of a 3D-parallel GPT plan: compute by ``layer_times``, collectives by NCCL figures.
 
 Per pipeline stage i and micro-batch (one TP rank; b = micro-batch, s = seq, h = hidden, t = tp):
-    f_i, b_i   forward / backward seconds of the rank's layers (``simulator.threed.layers.stage_spec``
-               through ``simulator.analytical.compute.layer_times``: the one compute model)
+    f_i, b_i   forward / backward GPU seconds of the rank's layers (``simulator.threed.layers.stage_spec``
+               through ``simulator.analytical.compute.roofline``, the one compute model's roofline
+               that ``layer_times`` applies, with the launch cost taken out: it is the host's, k_i)
     r_i        recompute: full = the transformer layers' forward again before their backward,
                selective = the attention cores' forward again (Korthikanti et al. 2022, §4-5)
     c_i        TP collectives (Megatron, Shoeybi et al. 2019 §3): per transformer layer 2 all-reduces
@@ -12,7 +13,11 @@ Per pipeline stage i and micro-batch (one TP rank; b = micro-batch, s = seq, h =
                and the vocab-parallel cross-entropy's 3 fp32 all-reduces of b·s (max, sum, target).
                With sequence parallelism each all-reduce becomes a reduce-scatter + all-gather of
                the same ring bytes (same time).
-    x_i = f_i + b_i + r_i + c_i + o_μ   (o_μ: the framework's host cost per micro-batch)
+    k_i        host seconds issuing them: (kernels of f_i, b_i, r_i + collective calls) x the device's
+               ``launch_overhead_us`` (PyTorch eager dispatch; kernels run asynchronously)
+    x_i = smax(f_i + b_i + r_i + c_i, k_i) + o_μ   (launch-bound when the kernels are small;
+               smax(g, h) = (g^k + h^k)^(1/k), ``FrameworkParams.overlap_sharpness``; o_μ: the
+               framework's host cost per micro-batch)
 Pipeline (1F1B and GPipe have the same length; Narayanan et al. 2021 §2.2): with m micro-batches,
 p stages and a point-to-point send of b·s·h fp16 between stages costing q,
     T_pipe = Σ_i x_i + 2(p−1)·q + (m−1)·max_i (x_i + 2q·[p>1])
@@ -39,7 +44,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import cache
 
-from simulator.analytical.compute import layer_times
+import numpy as np
+
+from simulator.analytical.compute import LayerWork, layer_work, roofline
 from simulator.analytical.params import CostParams
 from simulator.spec import DeviceType, ModelSpec
 from simulator.threed.layers import E, stage_spec
@@ -61,6 +68,9 @@ class FrameworkParams:
     # Bytes the mixed-precision Adam step moves per parameter: fp32 master, m, v read + written
     # (24), fp16 gradient read twice (norm and update, 4), fp16 parameter written (2).
     optimizer_bytes: float = 30.0
+    # k of the smooth maximum (g^k + h^k)^(1/k) of a micro-batch's GPU and host time: the launch
+    # queue hides the host only partly when the two are close (k → ∞: a hard max).
+    overlap_sharpness: float = 4.0
 
 
 @dataclass(frozen=True)
@@ -71,6 +81,8 @@ class ThreeDCost:
     stage_backward: tuple[float, ...]
     stage_recompute: tuple[float, ...]
     stage_tp_comm: tuple[float, ...]
+    # Host seconds issuing one micro-batch's kernels and collectives per stage.
+    stage_host: tuple[float, ...]
     p2p: float
     pipeline: float
     dp_sync: float
@@ -82,17 +94,35 @@ class ThreeDCost:
     def total(self) -> float:
         return self.pipeline + self.dp_sync + self.tied_sync + self.optimizer + self.overhead
 
+    # m · max_i x_i: the slowest stage's busy time.
+    busy: float = 0.0
+
     @property
     def bubble(self) -> float:
-        """Fraction of the pipeline spent idle on the slowest stage: 1 − m·max x / T_pipe."""
-        return 0.0 if self.pipeline <= 0 else max(0.0, 1.0 - self._busy / self.pipeline)
-
-    _busy: float = 0.0
+        """Fraction of the pipeline the slowest stage is idle: 1 − m·max x / T_pipe."""
+        return 0.0 if self.pipeline <= 0 else max(0.0, 1.0 - self.busy / self.pipeline)
 
 
 @cache
-def _spec(cfg: GPTConfig, tp: int, pp: int, stage: int, sp: bool, fused: bool) -> ModelSpec:
-    return stage_spec(cfg, tp, pp, stage, sp=sp, fused=fused)
+def _spec(cfg: GPTConfig, tp: int, pp: int, stage: int, sp: bool, fused: bool, micro: int) -> ModelSpec:
+    return stage_spec(cfg, tp, pp, stage, sp=sp, fused=fused, micro_batch=micro)
+
+
+@cache
+def _work(
+    cfg: GPTConfig, tp: int, pp: int, stage: int, sp: bool, fused: bool, micro: int, dtype: str | None
+) -> LayerWork:
+    """``layer_work`` of a stage spec, kept for the process (its own cache holds 64 specs)."""
+    return layer_work(_spec(cfg, tp, pp, stage, sp, fused, micro), micro, dtype)
+
+
+def _recomputed(spec: ModelSpec, recompute: str) -> np.ndarray:
+    """Mask of the layers whose forward runs again before the backward."""
+    if recompute == "full":
+        return np.array([ly.name.startswith("l") and "." in ly.name for ly in spec.layers])
+    if recompute == "selective":
+        return np.array([ly.name.endswith("attn_core") for ly in spec.layers])
+    return np.zeros(len(spec.layers), dtype=bool)
 
 
 def stage_params(cfg: GPTConfig, tp: int, pp: int, stage: int) -> float:
@@ -107,17 +137,28 @@ def stage_params(cfg: GPTConfig, tp: int, pp: int, stage: int) -> float:
     return n
 
 
+def tp_allreduces(cfg: GPTConfig, plan: ThreeDPlan, stage: int) -> int:
+    """All-reduces of b·s·h activations one micro-batch issues on ``stage`` (0 without TP)."""
+    if plan.tp == 1:
+        return 0
+    per_layer = 4 + (2 if plan.recompute == "full" else 0)
+    n = cfg.layers // plan.pp * per_layer
+    return n + (1 if stage == 0 else 0) + (1 if stage == plan.pp - 1 else 0)
+
+
+def tp_comm_calls(cfg: GPTConfig, plan: ThreeDPlan, stage: int) -> int:
+    """Collective calls one micro-batch issues on ``stage`` (the cross-entropy's 3 included)."""
+    n = tp_allreduces(cfg, plan, stage)
+    return n + (3 if n and stage == plan.pp - 1 else 0)
+
+
 def tp_comm_seconds(cfg: GPTConfig, plan: ThreeDPlan, stage: int, comms: Collectives) -> float:
     """TP collective seconds one micro-batch costs ``stage`` (forward + backward + recompute)."""
     t = plan.tp
     if t == 1:
         return 0.0
     act = plan.micro_batch * cfg.seq * cfg.hidden * E
-    per_layer = 4 + (2 if plan.recompute == "full" else 0)
-    n = cfg.layers // plan.pp * per_layer
-    n += 1 if stage == 0 else 0
-    n += 1 if stage == plan.pp - 1 else 0
-    sec = n * comms.allreduce(act, t)
+    sec = tp_allreduces(cfg, plan, stage) * comms.allreduce(act, t)
     if stage == plan.pp - 1:
         sec += 3 * comms.allreduce(plan.micro_batch * cfg.seq * 4, t)
     return sec
@@ -136,26 +177,37 @@ def predict(
     params = params or CostParams()
     fw = framework or FrameworkParams()
     p, m, d = plan.pp, plan.num_micro_batches, plan.dp
-    fwd, bwd, rec, tpc = [], [], [], []
+    gpu_only = device.model_copy(update={"launch_overhead_us": 0.0})
+    launch = device.launch_overhead_us * 1e-6
+    fwd, bwd, rec, tpc, host = [], [], [], [], []
     for i in range(p):
-        spec = _spec(cfg, plan.tp, p, i, plan.sequence_parallel, plan.fused_attention)
-        ct = layer_times(spec, device, plan.micro_batch, params)
-        fwd.append(float(ct.fwd.sum()))
-        bwd.append(float(ct.bwd.sum()))
-        if plan.recompute == "full":
-            rec.append(
-                float(sum(f for f, ly in zip(ct.fwd, spec.layers, strict=True) if ly.name.startswith("l")))
-            )
-        elif plan.recompute == "selective":
-            rec.append(
-                float(
-                    sum(f for f, ly in zip(ct.fwd, spec.layers, strict=True) if ly.name.endswith("attn_core"))
-                )
-            )
-        else:
-            rec.append(0.0)
+        spec = _spec(cfg, plan.tp, p, i, plan.sequence_parallel, plan.fused_attention, plan.micro_batch)
+        work = _work(
+            cfg,
+            plan.tp,
+            p,
+            i,
+            plan.sequence_parallel,
+            plan.fused_attention,
+            plan.micro_batch,
+            params.compute_dtype,
+        )
+        t_fb = roofline(work, gpu_only, params)
+        kernels = work.kernels
+        again = _recomputed(spec, plan.recompute)
+        fwd.append(float(t_fb[0].sum()))
+        bwd.append(float(t_fb[1].sum()))
+        rec.append(float(t_fb[0][again].sum()))
+        calls = tp_comm_calls(cfg, plan, i)
         tpc.append(tp_comm_seconds(cfg, plan, i, comms))
-    x = [f + b + r + c + fw.micro_overhead_s for f, b, r, c in zip(fwd, bwd, rec, tpc, strict=True)]
+        host.append(float(kernels.sum() + kernels[0][again].sum() + calls) * launch)
+    # The host issues kernels asynchronously: a stage's micro-batch takes the longer of its GPU
+    # time and its host time (launch-bound when the kernels are small).
+    k = fw.overlap_sharpness
+    x = [
+        ((f + b + r + c) ** k + hst**k) ** (1.0 / k) + fw.micro_overhead_s
+        for f, b, r, c, hst in zip(fwd, bwd, rec, tpc, host, strict=True)
+    ]
     q = comms.send(plan.micro_batch * cfg.seq * cfg.hidden * E) if p > 1 else 0.0
     pipeline = sum(x) + 2 * (p - 1) * q + (m - 1) * (max(x) + 2 * q)
 
@@ -187,11 +239,12 @@ def predict(
         stage_backward=tuple(bwd),
         stage_recompute=tuple(rec),
         stage_tp_comm=tuple(tpc),
+        stage_host=tuple(host),
         p2p=q,
         pipeline=pipeline,
         dp_sync=dp_sync,
         tied_sync=tied,
         optimizer=optimizer,
         overhead=fw.step_overhead_s,
-        _busy=m * max(x),
+        busy=m * max(x),
     )

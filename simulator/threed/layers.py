@@ -14,7 +14,11 @@ Activation bytes read + written (``fwd_bytes``, parameters excluded):
     linear          (in + out) · e
     core, Megatron  q, k, v read + out written (4sh/t · e) and the a/t · s² scores: baddbmm writes
                     (1), fused scale-mask-softmax reads + writes (2), dropout reads + writes (2)
-                    + its 1-byte mask (0.5), AV reads (1): 6.5 · (a/t)s² · e
+                    + its 1-byte mask (0.5), AV reads (1): 6.5 · (a/t)s² · e. Megatron's fused
+                    softmax kernel runs only when b·a/t is a multiple of 4 (its batches per CUDA
+                    block for s <= 1024: ``FusedScaleMaskSoftmax.is_kernel_available``); otherwise
+                    PyTorch casts to fp32, masks, softmaxes and casts back: 29 bytes per score
+                    element instead of 4 (14.5 e instead of 2 e), 4 kernels instead of 1
     core, fused     FlashAttention (Dao et al. 2022, Thm. 2): K, V read once, Q, O (and the
                     row statistics) read and written once per K/V block: per head
                     e · (2sd + T_c · 4sd), T_c = ⌈s / B_c⌉, B_c = ⌈M / (4 d e)⌉ with M the SRAM bytes
@@ -77,10 +81,15 @@ def _vec(name: str, kind: str, tokens: int, width: int, passes: float, inputs: t
     )
 
 
+def softmax_fused(cfg: GPTConfig, tp: int, micro_batch: int) -> bool:
+    """Whether Megatron's fused scale-mask-softmax kernel takes b·(a/t) attention batches of ``cfg``."""
+    return 16 < cfg.seq <= 4096 and cfg.seq % 4 == 0 and micro_batch * (cfg.heads // tp) % 4 == 0
+
+
 def transformer_layer(
-    cfg: GPTConfig, tp: int, i: int, *, sp: bool = False, fused: bool = False
+    cfg: GPTConfig, tp: int, i: int, *, sp: bool = False, fused: bool = False, micro_batch: int = 1
 ) -> list[Layer]:
-    """The layers one TP rank runs for transformer layer ``i`` (one sample)."""
+    """The layers one TP rank runs for transformer layer ``i`` (one sample of a ``micro_batch``)."""
     s, h, t = cfg.seq, cfg.hidden, tp
     f = cfg.ffn_mult * h
     tok = s // t if sp else s  # tokens the norms and dropouts see
@@ -99,14 +108,15 @@ def transformer_layer(
         )
     else:
         scores = heads * s * s * E
+        kernel = softmax_fused(cfg, tp, micro_batch)
         core = Layer(
             name=p + "attn_core",
             kind="matmul",
             fwd_flops=4.0 * s * s * h / t,
             activation_bytes=float(s * h // t * E),
             inputs=(p + "qkv",),
-            fwd_bytes=float(4 * s * h // t * E + 6.5 * scores),
-            fwd_kernels=6,  # baddbmm, fused softmax, dropout, bmm, two layout copies
+            fwd_bytes=float(4 * s * h // t * E + (6.5 if kernel else 19.0) * scores),
+            fwd_kernels=6 if kernel else 9,  # baddbmm, softmax (or 4 ops), dropout, bmm, 2 layout copies
         )
     return [
         _vec(p + "ln1", "layernorm", tok, h, 2, ()),
@@ -174,14 +184,21 @@ def head_layers(cfg: GPTConfig, tp: int, last_input: str) -> list[Layer]:
 
 
 def stage_spec(
-    cfg: GPTConfig, tp: int, pp: int, stage: int, *, sp: bool = False, fused: bool = False
+    cfg: GPTConfig,
+    tp: int,
+    pp: int,
+    stage: int,
+    *,
+    sp: bool = False,
+    fused: bool = False,
+    micro_batch: int = 1,
 ) -> ModelSpec:
     """One TP rank's layers of pipeline ``stage`` (of ``pp``): its transformer layers, plus the
     embedding on the first stage and the head on the last."""
     per = cfg.layers // pp
     layers: list[Layer] = embedding_layers(cfg, tp) if stage == 0 else []
     for i in range(stage * per, (stage + 1) * per):
-        block = transformer_layer(cfg, tp, i, sp=sp, fused=fused)
+        block = transformer_layer(cfg, tp, i, sp=sp, fused=fused, micro_batch=micro_batch)
         if layers:
             block[0] = block[0].model_copy(update={"inputs": (layers[-1].name,)})
         layers.extend(block)
