@@ -87,8 +87,88 @@ P100 = DeviceType(
     memory_bw_gbs=732,
     source="NVIDIA Tesla P100 datasheet (SXM2 16GB); " + _LAUNCH,
 )
+# GPUs people train on now (issue 42). Dense tensor-core peaks (the datasheets' sparsity figures
+# halved); GeForce cards: FP16/BF16 with FP32 accumulation (what mixed-precision training runs),
+# half their FP16-accumulate rate (Ampere GA102 / Ada whitepapers, appendix tables).
+A100_40 = DeviceType(
+    name="A100-SXM4-40GB",
+    fp32_tflops=19.5,
+    fp16_tflops=312,
+    tf32_tflops=156,
+    bf16_tflops=312,
+    memory_gb=40,
+    memory_bw_gbs=1555,
+    source="NVIDIA A100 Tensor Core GPU datasheet (SXM4 40GB, dense); " + _LAUNCH,
+)
+GH200 = DeviceType(
+    name="GH200-96GB",
+    fp32_tflops=67,
+    fp16_tflops=989,
+    tf32_tflops=494,
+    bf16_tflops=989,
+    memory_gb=96,
+    memory_bw_gbs=4000,
+    source="NVIDIA GH200 Grace Hopper Superchip datasheet (H100 GPU, 96 GB HBM3 at 4 TB/s; dense: half"
+    " the sparsity figures); " + _LAUNCH,
+)
+L4 = DeviceType(
+    name="L4-24GB",
+    fp32_tflops=30.3,
+    fp16_tflops=121,
+    tf32_tflops=60,
+    bf16_tflops=121,
+    memory_gb=24,
+    memory_bw_gbs=300,
+    source="NVIDIA L4 Tensor Core GPU datasheet (dense: half the sparsity figures 242/120); " + _LAUNCH,
+)
+L40S = DeviceType(
+    name="L40S-48GB",
+    fp32_tflops=91.6,
+    fp16_tflops=362,
+    tf32_tflops=183,
+    bf16_tflops=362,
+    memory_gb=48,
+    memory_bw_gbs=864,
+    source="NVIDIA L40S datasheet (dense: half the sparsity figures 733/366); " + _LAUNCH,
+)
+RTX3090 = DeviceType(
+    name="RTX3090-24GB",
+    fp32_tflops=35.6,
+    fp16_tflops=71,
+    tf32_tflops=35.6,
+    bf16_tflops=71,
+    memory_gb=24,
+    memory_bw_gbs=936,
+    source="NVIDIA Ampere GA102 GPU architecture whitepaper, Table 9 (RTX 3090: FP16/BF16 tensor with"
+    " FP32 accumulate 71 TFLOPS dense, TF32 35.6; 24 GB GDDR6X, 936 GB/s); " + _LAUNCH,
+)
+RTX4090 = DeviceType(
+    name="RTX4090-24GB",
+    fp32_tflops=82.6,
+    fp16_tflops=165.2,
+    tf32_tflops=82.6,
+    bf16_tflops=165.2,
+    memory_gb=24,
+    memory_bw_gbs=1008,
+    source="NVIDIA Ada GPU architecture whitepaper, Appendix A (RTX 4090: FP16/BF16 tensor with FP32"
+    " accumulate 165.2 TFLOPS dense, TF32 82.6; 24 GB GDDR6X, 1008 GB/s); " + _LAUNCH,
+)
+MI300X = DeviceType(
+    name="MI300X-192GB",
+    fp32_tflops=163.4,
+    fp16_tflops=1307.4,
+    tf32_tflops=653.7,
+    bf16_tflops=1307.4,
+    memory_gb=192,
+    memory_bw_gbs=5300,
+    source="AMD Instinct MI300X accelerator datasheet (dense matrix FP16/BF16 1307.4, TF32 653.7,"
+    " FP32 vector 163.4 TFLOPS; 192 GB HBM3, 5.3 TB/s); launch overhead: as the NVIDIA parts",
+)
 
 PCIE3_X16_GBPS = 126.0  # 15.75 GB/s per direction
+PCIE4_X16_GBPS = 252.0  # 31.5 GB/s per direction
+# MI300X platform: each GPU has 7 Infinity Fabric links of 64 GB/s per direction to its 7 peers.
+INFINITY_FABRIC_MI300X_GBPS = 7 * 64 * 8.0
 NVLINK2_V100_GBPS = 1200.0  # 6 NVLink 2.0 links x 25 GB/s per direction
 NVLINK1_P100_GBPS = 640.0  # 4 NVLink 1.0 links x 20 GB/s per direction
 
@@ -135,6 +215,42 @@ A100_NODE = InstanceType(
 H100_NODE = InstanceType(
     "h100", "AWS p5.48xlarge / DGX H100 class (8x H100 SXM, NVSwitch, 8x400G NICs)", H100, 8, 3200.0,
     2.0, 192, 2048 * GIB_IN_GB, 98.32, 3600.0,
+)  # fmt: skip
+# AWS p4d.24xlarge: 8x A100 40GB on NVSwitch (NVLink 3), 400 Gbps EFA, 96 vCPUs, 1152 GiB.
+A100_40_NODE = InstanceType(
+    "a100-40", "AWS p4d.24xlarge (8x A100 40GB, NVSwitch)", A100_40, 8, 400.0, 15.0, 96,
+    1152 * GIB_IN_GB, 32.77, 2400.0,
+)  # fmt: skip
+# One GH200 superchip per node (72 Grace cores, 480 GB LPDDR5X), one 400 Gbit/s NDR ConnectX-7;
+# no GPU peer inside the node (intra_gbps: NVLink-C2C to its own CPU, 450 GB/s per direction).
+GH200_NODE = InstanceType(
+    "gh200", "GH200 Grace Hopper node (1x GH200 96GB, 72-core Grace, 480 GB LPDDR5X, 400G NDR)", GH200, 1,
+    400.0, 2.0, 72, 480.0, 0.0, 3600.0,
+)  # fmt: skip
+# AWS g6.48xlarge: 8x L4 on PCIe Gen4 (no NVLink), 100 Gbps, 192 vCPUs, 768 GiB.
+L4_NODE = InstanceType(
+    "l4", "AWS g6.48xlarge (8x L4 24GB, PCIe Gen4)", L4, 8, 100.0, 15.0, 192, 768 * GIB_IN_GB, 13.35,
+    PCIE4_X16_GBPS,
+)  # fmt: skip
+# AWS g6e.48xlarge: 8x L40S on PCIe Gen4 (no NVLink), 400 Gbps, 192 vCPUs, 1536 GiB.
+L40S_NODE = InstanceType(
+    "l40s", "AWS g6e.48xlarge (8x L40S 48GB, PCIe Gen4)", L40S, 8, 400.0, 15.0, 192, 1536 * GIB_IN_GB,
+    30.13, PCIE4_X16_GBPS,
+)  # fmt: skip
+# Workstations: 4 GeForce cards on PCIe Gen4 x16, 10GbE between boxes. The RTX 4090 has no NVLink and
+# its driver disables peer-to-peer, so GPU-to-GPU traffic goes through host memory (same PCIe rate).
+RTX3090_NODE = InstanceType(
+    "rtx3090", "workstation: 4x RTX 3090 24GB on PCIe Gen4, 32-core CPU, 256 GB RAM, 10GbE", RTX3090, 4,
+    10.0, 20.0, 32, 256.0, 0.0, PCIE4_X16_GBPS,
+)  # fmt: skip
+RTX4090_NODE = InstanceType(
+    "rtx4090", "workstation: 4x RTX 4090 24GB on PCIe Gen4 (no P2P), 32-core CPU, 256 GB RAM, 10GbE",
+    RTX4090, 4, 10.0, 20.0, 32, 256.0, 0.0, PCIE4_X16_GBPS,
+)  # fmt: skip
+# 8x MI300X OAM platform (fully connected Infinity Fabric), 8 x 400 Gbit/s NICs.
+MI300X_NODE = InstanceType(
+    "mi300x", "AMD Instinct MI300X platform (8x MI300X 192GB, Infinity Fabric mesh, 8x400G NICs)", MI300X, 8,
+    3200.0, 2.0, 192, 2048.0, 0.0, INFINITY_FABRIC_MI300X_GBPS,
 )  # fmt: skip
 
 # Whale §5: "Every cluster node is equipped with a 96-core Intel Xeon Platinum 8163 with 736GB RAM
@@ -219,6 +335,14 @@ def zoo_clusters() -> list[ClusterSpec]:
         ("H100-4x8", [(H100_NODE, 4)], "4 nodes x 8 H100 SXM on NVSwitch, 8x400 Gbit/s rails per node; one flow rides one rail.", 400.0),
         ("V100x8+P100x8", [(WHALE_V100_8, 1), (WHALE_P100_8, 1)], "Whale §5.2 data parallelism: 8x 32GB V100 + 8x 16GB P100, one node each, 50GbE.", None),
         ("V100x4+P100x4", [(WHALE_V100_4, 1), (WHALE_P100_4, 1)], "Whale §5.2 pipelines: 4x 32GB V100 + 4x 16GB P100, one node each, 50GbE.", None),
+        ("A100-40GBx8", [(A100_40_NODE, 1)], "One p4d.24xlarge: 8x A100 40GB on NVSwitch.", None),
+        ("A100-40GB-2x8", [(A100_40_NODE, 2)], "Two p4d.24xlarge (8x A100 40GB each), 400 Gbps EFA.", None),
+        ("GH200x4", [(GH200_NODE, 4)], "4 GH200 superchip nodes, one GPU each, 400 Gbit/s NDR between them; no price listed.", None),
+        ("L4x8", [(L4_NODE, 1)], "One g6.48xlarge: 8x L4 on PCIe Gen4.", None),
+        ("L40Sx8", [(L40S_NODE, 1)], "One g6e.48xlarge: 8x L40S on PCIe Gen4.", None),
+        ("RTX3090x4", [(RTX3090_NODE, 1)], "One workstation: 4x RTX 3090 on PCIe Gen4 (in-house, no price).", None),
+        ("RTX4090x2x4", [(RTX4090_NODE, 2)], "Two workstations of 4x RTX 4090 (no P2P), 10GbE (in-house, no price).", None),
+        ("MI300Xx8", [(MI300X_NODE, 1)], "One 8x MI300X platform on Infinity Fabric (no price listed).", None),
         ("A100x8+T4x8", [(A100_NODE, 1), (G4DN_12XL, 2)], "Mixed generations: 1x p4de.24xlarge (8x A100 80GB) + 2x g4dn.12xlarge (4x T4 each), 10 Gbps single-flow cap.", aws),
     ]  # fmt: skip
     from simulator.extract.zoo_resources import heterogeneous_clusters

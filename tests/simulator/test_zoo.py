@@ -54,6 +54,15 @@ GPU_DISTRIBUTION: dict[str, list[int]] = {
     "V100x8+P100x8": [8, 8],
     "V100x4+P100x4": [4, 4],
     "A100x8+T4x8": [8, 4, 4],
+    # GPUs people train on now (issue 42).
+    "A100-40GBx8": [8],
+    "A100-40GB-2x8": [8, 8],
+    "GH200x4": [1] * 4,
+    "L4x8": [8],
+    "L40Sx8": [8],
+    "RTX3090x4": [4],
+    "RTX4090x2x4": [4, 4],
+    "MI300Xx8": [8],
     # HeterPS's priced pools: one representative server of each type (CPU server first).
     "HeterPS-2GPU": [0, 4, 8],
     "HeterPS-4GPU": [0, 4, 8, 8, 8],
