@@ -14,6 +14,7 @@ Public API:
     balanced_data_parallel / balanced_pipeline (+ even_*)        HybridPlans and their baselines
     memory_reasons(plan, memory)                                 the one memory check of a HybridPlan
     auto_partition(model, cluster, memory, global_batch) -> AutoPlan   TaskGraphs chosen from the hardware
+    rank_plans(cfg, cluster, global_batch) -> [RankedPlan]       3D plans (TP x PP x DP, ZeRO, recompute) of a GPT
 """
 
 from search.hybrid.auto import AutoCandidate, AutoPlan, auto_partition
@@ -48,6 +49,7 @@ from search.hybrid.plans import (
     memory_reasons,
     pipeline,
 )
+from search.hybrid.threed import RankedPlan, enumerate_plans, rank_plans
 
 __all__ = [
     "AutoCandidate",
@@ -58,6 +60,7 @@ __all__ = [
     "InfeasiblePartition",
     "Partition",
     "PipelineChoice",
+    "RankedPlan",
     "Shift",
     "StageSlot",
     "TaskGraphProfile",
@@ -68,6 +71,7 @@ __all__ = [
     "balanced_pipeline",
     "data_parallel",
     "device_slots",
+    "enumerate_plans",
     "evaluate_partition",
     "even_data_parallel",
     "even_partition",
@@ -78,6 +82,7 @@ __all__ = [
     "memory_reasons",
     "pipeline",
     "proportional_shares",
+    "rank_plans",
     "replicate_profile",
     "split_profile",
     "stage_slots",

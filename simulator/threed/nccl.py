@@ -147,3 +147,16 @@ class Collectives:
 
     def send(self, nbytes: float) -> float:
         return self.curve.send(nbytes)
+
+
+#: Share of a link's per-direction bandwidth NCCL's ring reaches as bus bandwidth for large
+#: messages: 210 GB/s of NVLink 3's 300 GB/s on the vTrain A100 tables (``A100_NVSWITCH``).
+RING_EFFICIENCY = 0.7
+
+
+def curve_for_link(gbps: float, alpha_s: float = A100_NVSWITCH.alpha_s) -> BusBwCurve:
+    """A ``BusBwCurve`` for a link of ``gbps`` Gbit/s per direction where nothing was measured:
+    the A100 curve's latency and saturation size, B_max = ``RING_EFFICIENCY`` x the link."""
+    return BusBwCurve(
+        alpha_s=alpha_s, busbw_max=RING_EFFICIENCY * gbps / 8 * 1e9, half_bytes=A100_NVSWITCH.half_bytes
+    )
