@@ -15,7 +15,8 @@ One TP rank of stage i (of p), N_i parameters (``cost.stage_params``), d data-pa
       full recompute also holds one layer's whole activations during its backward;
       in flight: 1F1B stage i stashes min(p − i, m) micro-batches (Narayanan et al. 2021), GPipe m;
     first stage: the embedding's dropout mask, s·b·h bytes per micro-batch in flight;
-    last stage: fp16 logits and their fp32 copy for the vocab-parallel cross-entropy, 6·s·b·V/t;
+    last stage: the final norm's input and output, 2e·sbh, and the loss's logits,
+      ``loss_bytes_per_logit`` · s·b·V/t (Megatron: fp16 logits + fp32 softmax, 6);
     pipeline buffers: a sent and a received b·s·h fp16 tensor when p > 1;
   × ``MemoryConfig.fragmentation`` (the caching allocator's reserved / allocated), plus outside
     the allocator: NCCL's buffers per communicator the rank is in (TP, DP, the pipeline's
@@ -46,6 +47,16 @@ class MemoryConfig:
     optimizer_bytes: float = 12.0
     # Caching allocator's reserved / allocated at the peak (PyTorch's block rounding and splitting).
     fragmentation: float = 1.10
+    # Bytes per activation element (fp16/bf16: 2; fp32: 4); dropout masks are 1 byte either way.
+    elem_bytes: int = 2
+    # Bytes per logit the loss keeps at the start of the backward (Megatron's vocab-parallel
+    # cross-entropy: fp16 logits + fp32 softmax = 6; PyTorch's fp32 cross_entropy: the saved
+    # log-softmax and the two gradients its backward creates = 12).
+    loss_bytes_per_logit: float = 6.0
+    # Gradients stay allocated through the step (Megatron / DDP gradient buffers); False:
+    # ``zero_grad(set_to_none=True)`` frees them, so the peak is the larger of the start of the
+    # backward (activations, no gradients) and its end (gradients, no activations).
+    grads_persist: bool = True
     # NCCL buffers per communicator: 2 directions x NCCL_BUFFSIZE (4 MiB) x 8 channels.
     nccl_bytes_per_comm: float = 2 * 4 * 2**20 * 8
     # CUDA context and cuBLAS / cuDNN workspaces (outside the allocator's count).
@@ -89,22 +100,30 @@ class ThreeDMemory:
         return self.peak <= self.capacity
 
 
-def layer_activation_bytes(cfg: GPTConfig, plan: ThreeDPlan) -> float:
-    """Bytes one transformer layer keeps for its backward, per micro-batch (Korthikanti Table 2)."""
+def layer_activation_bytes(cfg: GPTConfig, plan: ThreeDPlan, elem_bytes: int = 2) -> float:
+    """Bytes one transformer layer keeps for its backward, per micro-batch (Korthikanti Table 2).
+
+    For e-byte elements and 1-byte dropout masks the paper's terms are: replicated across TP
+    sbh(4e + 2) (the two norms' inputs, the QKV and fc1 inputs, two masks; 10 sbh at e = 2),
+    split over t: 12e·sbh/t (Q, K, V, proj input, GELU input, fc2 input; 24 sbh/t), the scores
+    (2e + 1)·a·s²·b/t (softmax output, its dropout mask and output; 5as/h per sbh). e = 2 gives
+    the published sbh(10 + 24/t + 5as/(ht)).
+    """
+    e = elem_bytes
     s, b, h, a, t = cfg.seq, plan.micro_batch, cfg.hidden, cfg.heads, plan.tp
     sbh = s * b * h
-    scores = 5.0 * a * s / h  # the attention core's a·s² terms, per sbh
+    scores = (2 * e + 1) * a * s / h  # the attention core's a·s² terms, per sbh
     if plan.fused_attention:
         scores = 4.0 * a / h  # softmax statistics: 4·a·s·b bytes (fp32 row max and sum) per sbh
     if plan.recompute == "full":
-        return 2.0 * sbh / (t if plan.sequence_parallel else 1)
+        return e * sbh / (t if plan.sequence_parallel else 1)
     core = 0.0 if plan.recompute == "selective" else scores
     if plan.sequence_parallel:
-        return sbh / t * (34.0 + core)
-    return sbh * (10.0 + 24.0 / t + core / t)
+        return sbh / t * (16 * e + 2 + core)
+    return sbh * (4 * e + 2 + 12 * e / t + core / t)
 
 
-def whole_layer_bytes(cfg: GPTConfig, plan: ThreeDPlan) -> float:
+def whole_layer_bytes(cfg: GPTConfig, plan: ThreeDPlan, elem_bytes: int = 2) -> float:
     """One layer's activations without recompute (held while a fully recomputed layer runs backward)."""
     plain = ThreeDPlan(
         tp=plan.tp,
@@ -112,7 +131,7 @@ def whole_layer_bytes(cfg: GPTConfig, plan: ThreeDPlan) -> float:
         sequence_parallel=plan.sequence_parallel,
         fused_attention=plan.fused_attention,
     )
-    return layer_activation_bytes(cfg, plain)
+    return layer_activation_bytes(cfg, plain, elem_bytes)
 
 
 def in_flight(plan: ThreeDPlan, stage: int) -> int:
@@ -134,17 +153,21 @@ def predict_memory(
     for i in range(p):
         n = stage_params(cfg, t, p, i)
         k = in_flight(plan, i)
-        act = cfg.layers // p * layer_activation_bytes(cfg, plan) * k
+        act = cfg.layers // p * layer_activation_bytes(cfg, plan, c.elem_bytes) * k
         if plan.recompute == "full":
-            act += whole_layer_bytes(cfg, plan)
+            act += whole_layer_bytes(cfg, plan, c.elem_bytes)
         if i == 0:
             act += s * b * h * k  # embedding dropout mask (1 byte per element)
         if i == p - 1:
-            act += 6.0 * s * b * cfg.padded_vocab(t) / t  # fp16 logits + fp32 copy
+            act += 2 * c.elem_bytes * s * b * h  # final norm's input and output (the logits' input)
+            act += c.loss_bytes_per_logit * s * b * cfg.padded_vocab(t) / t
+        grads = c.grad_bytes * n / (d if plan.zero_stage >= 2 else 1)
+        if not c.grads_persist:  # the larger phase: start of the backward or its end
+            act, grads = (act, 0.0) if act >= grads else (0.0, grads)
         stages.append(
             StageMemory(
                 params=c.param_bytes * n / (d if plan.zero_stage >= 3 else 1),
-                grads=c.grad_bytes * n / (d if plan.zero_stage >= 2 else 1),
+                grads=grads,
                 optimizer=c.optimizer_bytes * n / (d if plan.zero_stage >= 1 else 1),
                 activations=act,
                 buffers=2.0 * s * b * h * E if p > 1 else 0.0,

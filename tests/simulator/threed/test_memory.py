@@ -55,7 +55,24 @@ def test_activation_part_by_hand() -> None:
     layer = sbh * (10 + 24 / 2 + 5 * 16 * 1024 / (1024 * 2))
     st = predict_memory(cfg, plan, A100).stages
     assert st[0].activations == pytest.approx(12 * layer * 2 + sbh * 2)  # 2 in flight + dropout masks
-    assert st[1].activations == pytest.approx(12 * layer * 1 + 6 * 1024 * 4 * cfg.padded_vocab(2) / 2)
+    # last stage: 1 in flight, the final norm's input and output (2 x 2 B x sbh) and 6 B per logit
+    assert st[1].activations == pytest.approx(
+        12 * layer * 1 + 4 * sbh + 6 * 1024 * 4 * cfg.padded_vocab(2) / 2
+    )
+
+
+def test_element_size_generalises_the_published_terms() -> None:
+    # fp32 activations: sbh(16e + 2) + (2e + 1)·a·s²·b = 66 sbh + 9 a s² b on one GPU
+    cfg = GPTConfig(hidden=256, heads=4, layers=2, seq=256)
+    sbh = 256 * 2 * 256
+    assert layer_activation_bytes(cfg, ThreeDPlan(micro_batch=2), 4) == 66 * sbh + 9 * 4 * 256 * 256 * 2
+
+
+def test_grads_freed_peak_is_the_larger_phase() -> None:
+    cfg = GPTConfig(hidden=256, heads=4, layers=2, seq=256, vocab=8192)
+    kept = predict_memory(cfg, ThreeDPlan(micro_batch=2), A100).stages[0]
+    freed = predict_memory(cfg, ThreeDPlan(micro_batch=2), A100, MemoryConfig(grads_persist=False)).stages[0]
+    assert freed.allocated == pytest.approx(kept.allocated - min(kept.grads, kept.activations))
 
 
 def test_predicts_oom() -> None:
