@@ -14,7 +14,7 @@ One TP rank of stage i (of p), N_i parameters (``cost.stage_params``), d data-pa
       output and dropout mask) is replaced by the per-row softmax statistics, 4·a·s·b/t bytes;
       full recompute also holds one layer's whole activations during its backward;
       in flight: 1F1B stage i stashes min(p − i, m) micro-batches (Narayanan et al. 2021), GPipe m;
-    first stage: the embedding's dropout mask, s·b·h bytes per micro-batch in flight;
+    first stage: the embedding's dropout mask, m·s·b·h bytes per micro-batch in flight;
     last stage: the final norm's input and output, 2e·sbh, and the loss's logits,
       ``loss_bytes_per_logit`` · s·b·V/t (Megatron: fp16 logits + fp32 softmax, 6);
     pipeline buffers: a sent and a received b·s·h fp16 tensor when p > 1;
@@ -47,11 +47,13 @@ class MemoryConfig:
     optimizer_bytes: float = 12.0
     # Caching allocator's reserved / allocated at the peak (PyTorch's block rounding and splitting).
     fragmentation: float = 1.10
-    # Bytes per activation element (fp16/bf16: 2; fp32: 4); dropout masks are 1 byte either way.
+    # Bytes per activation element (fp16/bf16: 2; fp32: 4).
     elem_bytes: int = 2
-    # Bytes per logit the loss keeps at the start of the backward (Megatron's vocab-parallel
-    # cross-entropy: fp16 logits + fp32 softmax = 6; PyTorch's fp32 cross_entropy: the saved
-    # log-softmax and the two gradients its backward creates = 12).
+    # Bytes per dropout-mask element: 1 for the fused CUDA kernel's bool mask; ATen's CPU dropout
+    # multiplies by a noise tensor of the input's dtype (``_dropout_impl``), so elem_bytes there.
+    mask_bytes: int = 1
+    # Bytes per logit alive at the end of the forward (Megatron's vocab-parallel cross-entropy:
+    # fp16 logits + fp32 softmax = 6; PyTorch's fp32 cross_entropy: logits + log-softmax = 8).
     loss_bytes_per_logit: float = 6.0
     # Gradients stay allocated through the step (Megatron / DDP gradient buffers); False:
     # ``zero_grad(set_to_none=True)`` frees them, so the peak is the larger of the start of the
@@ -100,30 +102,32 @@ class ThreeDMemory:
         return self.peak <= self.capacity
 
 
-def layer_activation_bytes(cfg: GPTConfig, plan: ThreeDPlan, elem_bytes: int = 2) -> float:
+def layer_activation_bytes(
+    cfg: GPTConfig, plan: ThreeDPlan, elem_bytes: int = 2, mask_bytes: int = 1
+) -> float:
     """Bytes one transformer layer keeps for its backward, per micro-batch (Korthikanti Table 2).
 
-    For e-byte elements and 1-byte dropout masks the paper's terms are: replicated across TP
-    sbh(4e + 2) (the two norms' inputs, the QKV and fc1 inputs, two masks; 10 sbh at e = 2),
-    split over t: 12e·sbh/t (Q, K, V, proj input, GELU input, fc2 input; 24 sbh/t), the scores
-    (2e + 1)·a·s²·b/t (softmax output, its dropout mask and output; 5as/h per sbh). e = 2 gives
-    the published sbh(10 + 24/t + 5as/(ht)).
+    For e-byte elements and m-byte dropout masks the paper's terms are: replicated across TP
+    sbh(4e + 2m) (the two norms' inputs, the QKV and fc1 inputs, two masks; 10 sbh at e = 2,
+    m = 1), split over t: 12e·sbh/t (Q, K, V, proj input, GELU input, fc2 input; 24 sbh/t), the
+    scores (2e + m)·a·s²·b/t (softmax output, its dropout mask and output; 5as/h per sbh).
+    e = 2, m = 1 give the published sbh(10 + 24/t + 5as/(ht)).
     """
-    e = elem_bytes
+    e, m = elem_bytes, mask_bytes
     s, b, h, a, t = cfg.seq, plan.micro_batch, cfg.hidden, cfg.heads, plan.tp
     sbh = s * b * h
-    scores = (2 * e + 1) * a * s / h  # the attention core's a·s² terms, per sbh
+    scores = (2 * e + m) * a * s / h  # the attention core's a·s² terms, per sbh
     if plan.fused_attention:
         scores = 4.0 * a / h  # softmax statistics: 4·a·s·b bytes (fp32 row max and sum) per sbh
     if plan.recompute == "full":
         return e * sbh / (t if plan.sequence_parallel else 1)
     core = 0.0 if plan.recompute == "selective" else scores
     if plan.sequence_parallel:
-        return sbh / t * (16 * e + 2 + core)
-    return sbh * (4 * e + 2 + 12 * e / t + core / t)
+        return sbh / t * (16 * e + 2 * m + core)
+    return sbh * (4 * e + 2 * m + 12 * e / t + core / t)
 
 
-def whole_layer_bytes(cfg: GPTConfig, plan: ThreeDPlan, elem_bytes: int = 2) -> float:
+def whole_layer_bytes(cfg: GPTConfig, plan: ThreeDPlan, elem_bytes: int = 2, mask_bytes: int = 1) -> float:
     """One layer's activations without recompute (held while a fully recomputed layer runs backward)."""
     plain = ThreeDPlan(
         tp=plan.tp,
@@ -131,7 +135,7 @@ def whole_layer_bytes(cfg: GPTConfig, plan: ThreeDPlan, elem_bytes: int = 2) -> 
         sequence_parallel=plan.sequence_parallel,
         fused_attention=plan.fused_attention,
     )
-    return layer_activation_bytes(cfg, plain, elem_bytes)
+    return layer_activation_bytes(cfg, plain, elem_bytes, mask_bytes)
 
 
 def in_flight(plan: ThreeDPlan, stage: int) -> int:
@@ -153,11 +157,11 @@ def predict_memory(
     for i in range(p):
         n = stage_params(cfg, t, p, i)
         k = in_flight(plan, i)
-        act = cfg.layers // p * layer_activation_bytes(cfg, plan, c.elem_bytes) * k
+        act = cfg.layers // p * layer_activation_bytes(cfg, plan, c.elem_bytes, c.mask_bytes) * k
         if plan.recompute == "full":
-            act += whole_layer_bytes(cfg, plan, c.elem_bytes)
+            act += whole_layer_bytes(cfg, plan, c.elem_bytes, c.mask_bytes)
         if i == 0:
-            act += s * b * h * k  # embedding dropout mask (1 byte per element)
+            act += c.mask_bytes * s * b * h * k  # embedding dropout mask
         if i == p - 1:
             act += 2 * c.elem_bytes * s * b * h  # final norm's input and output (the logits' input)
             act += c.loss_bytes_per_logit * s * b * cfg.padded_vocab(t) / t
