@@ -9,8 +9,9 @@ Every part is an existing model, called rather than restated:
   ``CostParams.efficiency_of``;
 - data-parallel gradient sync: AutoSync's Eq. 3 (``simulator.analytical.formulas.collective_terms``)
   for one all-reduce of the TaskGraph's gradient bytes over its copies, on the ring of those
-  devices (its slowest link), plus the measured per-call cost α when ``CostParams.call_overhead_s``
-  is set (else w·φ + δ), plus ring latency;
+  devices (its slowest link), plus w·φ + δ and the ring's latency, or, when
+  ``CostParams.call_overhead_s`` is set, the measured per-call cost α instead of both (a measured
+  call contains the links' latency: the rule the AutoSync scorer follows);
 - pipelines (``num_micro_batches > 1``): the pipeline issue's event simulation of the kFkB action
   lists (``simulator.pipeline.simulate`` of ``kfkb``) per nested replica, stage times on the
   replica's own devices, boundary transfers = ``simulator.pipeline.cost.boundary_bytes`` over the
@@ -108,13 +109,17 @@ def ring_gbps(cluster: ClusterSpec, devices: Sequence[str]) -> float:
 def collective_seconds(
     cluster: ClusterSpec, devices: Sequence[str], primitive: Primitive, nbytes: float, params: CostParams
 ) -> float:
-    """One collective of ``nbytes`` over ``devices`` (Eq. 3, measured α when given, ring latency)."""
+    """One collective of ``nbytes`` over ``devices``: Eq. 3 plus the ring's hop latency, or, with a
+    measured per-call cost α (``CostParams.call_overhead_s``), the transfer plus α alone. The one
+    rule the AutoSync scorer (collectives and PS shards with ``ps_round_s``) follows too: a measured
+    call already contains the links' latency, so it replaces Eq. 3's constant and the hops."""
     w = len(devices)
     if w <= 1 or nbytes <= 0:
         return 0.0
     terms = collective_terms(primitive, nbytes, w, ring_gbps(cluster, devices))
-    fixed = params.call_overhead_s if params.call_overhead_s is not None else None
-    seconds = terms.transfer + fixed if fixed is not None else terms.seconds(params)
+    if params.call_overhead_s is not None:
+        return terms.transfer + params.call_overhead_s
+    seconds = terms.seconds(params)
     nodes = [cluster.node_index[d.rpartition(":")[0]] for d in devices]
     hop = max(one_way_latency_s(cluster, nodes[i], nodes[(i + 1) % w]) for i in range(w))
     hops = 2 * (w - 1) if primitive == "allreduce" else w - 1

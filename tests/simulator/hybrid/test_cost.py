@@ -104,6 +104,21 @@ def test_measured_call_overhead_replaces_phi_and_delta() -> None:
     assert collective_seconds(c, ["f:0"], "allreduce", 1e6, PARAMS) == 0.0
 
 
+def test_measured_call_overhead_replaces_the_link_latency_too() -> None:
+    # 100 us per hop: Eq. 3 adds 2(w-1) = 2 hops for an all-reduce of 2; a measured α contains them
+    slow_links = cluster().model_copy(
+        update={"nodes": tuple(n.model_copy(update={"latency_us": 100.0}) for n in cluster().nodes)}
+    )
+    transfer = collective_seconds(cluster(), ["f:0", "s:0"], "allreduce", 1e6, PARAMS)
+    assert collective_seconds(slow_links, ["f:0", "s:0"], "allreduce", 1e6, PARAMS) == pytest.approx(
+        transfer + 2 * 100e-6
+    )
+    probed = collective_seconds(
+        slow_links, ["f:0", "s:0"], "allreduce", 1e6, CostParams(call_overhead_s=0.01)
+    )
+    assert probed == pytest.approx(transfer + 0.01)
+
+
 def pipe(model: ModelSpec, devs: list[list[str]], cuts: list[int], batch: int, mb: int) -> HybridPlan:
     bounds = [0, *cuts, len(model.layers)]
     tgs = tuple(
