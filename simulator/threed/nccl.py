@@ -130,23 +130,37 @@ def fit_curve(tables: Mapping[int, NcclTable], max_bytes: float = 256 * 2**20) -
 
 
 class Collectives:
-    """All-reduce times from measured tables where one exists for n, else from the curve."""
+    """All-reduce times from measured tables where one exists for n, else from the curve.
 
-    def __init__(self, curve: BusBwCurve, tables: Mapping[int, NcclTable] | None = None) -> None:
+    ``slowdown``: in-training time / published time of a collective (1.0: nccl-tests' figures,
+    measured on idle GPUs; a training step's collectives share the GPUs' SMs and memory with
+    compute, and a calibration may find them slower).
+    """
+
+    def __init__(
+        self, curve: BusBwCurve, tables: Mapping[int, NcclTable] | None = None, slowdown: float = 1.0
+    ) -> None:
+        if slowdown <= 0:
+            raise ValueError(f"slowdown: must be > 0, got {slowdown}")
         self.curve = curve
         self.tables = dict(tables or {})
+        self.slowdown = slowdown
+
+    def with_slowdown(self, slowdown: float) -> Collectives:
+        return Collectives(self.curve, self.tables, slowdown)
 
     def allreduce(self, nbytes: float, ranks: int) -> float:
         if ranks <= 1 or nbytes <= 0:
             return 0.0
         table = self.tables.get(ranks)
-        return table.allreduce(nbytes) if table is not None else self.curve.allreduce(nbytes, ranks)
+        t = table.allreduce(nbytes) if table is not None else self.curve.allreduce(nbytes, ranks)
+        return t * self.slowdown
 
     def reduce_scatter(self, nbytes: float, ranks: int) -> float:
-        return self.curve.reduce_scatter(nbytes, ranks)
+        return self.curve.reduce_scatter(nbytes, ranks) * self.slowdown
 
     def send(self, nbytes: float) -> float:
-        return self.curve.send(nbytes)
+        return self.curve.send(nbytes) * self.slowdown
 
 
 #: Share of a link's per-direction bandwidth NCCL's ring reaches as bus bandwidth for large
