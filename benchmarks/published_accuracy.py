@@ -98,6 +98,7 @@ class Physics:
     micro_overhead_s: float = FrameworkParams().micro_overhead_s
     step_overhead_s: float = FrameworkParams().step_overhead_s
     comm_slowdown: float = 1.0
+    overlap_sharpness: float = FrameworkParams().overlap_sharpness
 
     def vector(self) -> np.ndarray:
         return np.array(
@@ -109,6 +110,7 @@ class Physics:
                 self.micro_overhead_s,
                 self.step_overhead_s,
                 self.comm_slowdown,
+                self.overlap_sharpness,
             ]
         )
 
@@ -121,7 +123,11 @@ def predict_rows(rows: Sequence[Row], device: DeviceType, comms: Collectives, ph
     eff = OpEfficiency(gemm=ph.gemm, attention=ph.attention, memory=ph.memory)
     params = CostParams(op_efficiency=eff)
     dev = device.model_copy(update={"launch_overhead_us": ph.launch_us})
-    fw = FrameworkParams(micro_overhead_s=ph.micro_overhead_s, step_overhead_s=ph.step_overhead_s)
+    fw = FrameworkParams(
+        micro_overhead_s=ph.micro_overhead_s,
+        step_overhead_s=ph.step_overhead_s,
+        overlap_sharpness=ph.overlap_sharpness,
+    )
     c = comms.with_slowdown(ph.comm_slowdown)
     return np.array([predict(r.cfg, r.plan, dev, c, params, fw).total for r in rows])
 
@@ -129,8 +135,8 @@ def predict_rows(rows: Sequence[Row], device: DeviceType, comms: Collectives, ph
 def calibrate(rows: Sequence[Row], device: DeviceType, comms: Collectives) -> Physics:
     """Least squares on log(pred/meas) over ``rows`` of the physics vector, within physical bounds."""
     meas = np.array([r.measured_s for r in rows])
-    lo = np.array([0.05, 0.02, 0.05, 0.0, 0.0, 0.0, 0.5])
-    hi = np.array([1.0, 1.0, 1.0, 200.0, 0.02, 0.1, 5.0])
+    lo = np.array([0.05, 0.02, 0.05, 0.0, 0.0, 0.0, 0.5, 1.5])
+    hi = np.array([1.0, 1.0, 1.0, 200.0, 0.02, 0.1, 5.0, 30.0])
 
     def resid(v: np.ndarray) -> np.ndarray:
         return np.log(predict_rows(rows, device, comms, Physics.of(v)) / meas)
