@@ -126,6 +126,9 @@ class Settings(BaseSettings):
     # Largest request body the API reads, in bytes; a larger one is answered 413 before it is read
     # (the zoo's largest model is ~0.2 MB as JSON, so 10 MB is 50x that).
     max_body_bytes: int = Field(10_000_000, ge=1024)
+    # Seconds a request body may take to arrive in full once its headers are in; past it: 408 (a
+    # client that announces a body and never sends it cannot hold a connection and a worker open).
+    body_timeout_s: float = Field(30.0, gt=0, le=3600)
     # Searches one user may have active (pending, running or awaiting approval); one more: 429.
     max_active_searches: int = Field(20, ge=1)
     # Queued trials one user's searches may hold; creating a search at or past it: 429.

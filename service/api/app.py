@@ -136,7 +136,12 @@ def create_app(settings: Settings | None = None, *, orchestrator: Orchestrator |
     app.state.orchestrator = orchestrator or StoreOnly()
     app.state.zoo = ZooCache()
     errors.install(app)
-    app.add_middleware(RequestGuard, max_body_bytes=settings.max_body_bytes, api_prefix=API_PREFIX)
+    app.add_middleware(
+        RequestGuard,
+        max_body_bytes=settings.max_body_bytes,
+        body_timeout_s=settings.body_timeout_s,
+        api_prefix=API_PREFIX,
+    )
     for module in (
         models,
         clusters,
