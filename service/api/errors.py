@@ -16,9 +16,12 @@ from collections.abc import Sequence
 from typing import Any, TypeVar
 
 from fastapi import FastAPI, HTTPException, Request, status
+from fastapi.exception_handlers import http_exception_handler
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Match
 
 from service.api.text import encodable, printable
 from service.domain import Conflict, NotFound, QuotaExceeded
@@ -72,10 +75,39 @@ def install(app: FastAPI) -> None:
     async def quota(_request: Request, exc: QuotaExceeded) -> JSONResponse:
         return JSONResponse({"detail": printable(str(exc))}, status.HTTP_429_TOO_MANY_REQUESTS)
 
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(request: Request, exc: StarletteHTTPException) -> Response:
+        if exc.status_code != status.HTTP_405_METHOD_NOT_ALLOWED:
+            return await http_exception_handler(request, exc)
+        allow = ", ".join(sorted(allowed_methods(request)))
+        if request.method == "OPTIONS":  # a path that exists: which methods it takes, nothing else
+            return Response(status_code=status.HTTP_204_NO_CONTENT, headers={"Allow": allow})
+        return JSONResponse(
+            {"detail": "Method Not Allowed"}, status.HTTP_405_METHOD_NOT_ALLOWED, {"Allow": allow}
+        )
+
     @app.exception_handler(RequestValidationError)
     async def invalid(_request: Request, exc: RequestValidationError) -> JSONResponse:
         detail = [_clean_error(e) for e in exc.errors()]
         return JSONResponse({"detail": detail}, status.HTTP_422_UNPROCESSABLE_CONTENT)
+
+
+def allowed_methods(request: Request) -> set[str]:
+    """Every method some route takes at ``request``'s path (Starlette's 405 names only the first
+    route's), and OPTIONS (answered by `install`'s handler). The routers are
+    ``app.state.routers``, ``(prefix, router)`` pairs as `service.api.app.create_app` included them."""
+    methods = {"OPTIONS"}
+    path: str = request.scope["path"]
+    for prefix, router in getattr(request.app.state, "routers", ()):
+        if not path.startswith(prefix):
+            continue
+        # a fresh scope: the request's own carries FastAPI's note of the route already chosen
+        scope = {"type": "http", "path": path[len(prefix) :], "root_path": "", "method": "GET"}
+        for route in router.routes:
+            match, _ = route.matches(scope)
+            if match != Match.NONE:
+                methods |= set(getattr(route, "methods", None) or ())
+    return methods
 
 
 def _clean_error(error: Any) -> dict[str, Any]:

@@ -9,6 +9,7 @@ from fastapi import APIRouter, Body, Depends, Query, Response, status
 
 from service.api.deps import SessionDep, require
 from service.api.errors import parse_request
+from service.api.openapi import spec_body
 from service.api.params import IdPath
 from service.api.schemas.profiles import (
     ComputePublic,
@@ -41,7 +42,9 @@ _EXAMPLE = {
 }
 
 
-@router.post("", status_code=status.HTTP_201_CREATED, response_model=ProfilePublic)
+@router.post(
+    "", status_code=status.HTTP_201_CREATED, response_model=ProfilePublic, openapi_extra=spec_body(Profile)
+)
 def upload_profile(
     session: SessionDep,
     caller: CallerDep,
@@ -116,7 +119,9 @@ def claim_job(
     )
 
 
-@router.post("/jobs/{job_id}/result", response_model=ProfileJobPublic)
+@router.post(
+    "/jobs/{job_id}/result", response_model=ProfileJobPublic, openapi_extra=spec_body(ProfileJobResult)
+)
 def report_job(
     job_id: IdPath,
     session: SessionDep,
@@ -140,7 +145,7 @@ def report_job(
     return ProfileJobPublic.of(rec)
 
 
-@router.get("/{profile_id}", response_model=ProfilePublic)
+@router.get("/{profile_id:int}", response_model=ProfilePublic)
 def get_profile(profile_id: IdPath, session: SessionDep, caller: CallerDep) -> ProfilePublic:
     """A stored profile by id; 404 if none."""
     return ProfilePublic.of(repo.get_profile(session, profile_id=profile_id))
