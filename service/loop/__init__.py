@@ -80,6 +80,9 @@ class LoopConfig:
     max_trial_attempts: int = 3
     # A queued trial is nudged again if it is still queued this many seconds after its last nudge.
     renudge_s: float = 10.0
+    # Trials one user's searches may hold queued (settings.max_queued_trials): a round whose
+    # trials would pass it waits (service.db.repo_quotas.queue_room).
+    max_queued_trials: int = 200
     # How candidates are sampled, scored and selected.
     round: RoundConfig = field(default_factory=RoundConfig)
     # How the domain's simulator is retrained between rounds.
@@ -246,7 +249,16 @@ class SearchLoop:
         remaining = search.trial_budget - done
         if remaining <= 0:
             return self._finish(search, trials)
-        k = min(search.candidates_per_round, remaining)
+        k = min(search.candidates_per_round, remaining, self.config.max_queued_trials)
+        with self.sessions() as s:
+            room = repo.queue_room(
+                s, owner_id=search.owner_id, max_queued_trials=self.config.max_queued_trials
+            )
+        if room < k:  # a plan already computed waits with the jobs until it fits
+            return (
+                f"round {search.current_round + 1} waits: its {k} trials would pass the owner's"
+                f" max_queued_trials of {self.config.max_queued_trials} ({room} more may be queued)"
+            )
         if kind is not None:
             return self._next_kind_round(search, trials, k, wait_s, kind)
         return self._next_round(search, trials, k, wait_s)

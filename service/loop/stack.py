@@ -105,6 +105,7 @@ class Stack:
                 sweep_s=s.sweep_interval_s,
                 heartbeat_timeout_s=s.heartbeat_timeout_s,
                 max_trial_attempts=s.max_trial_attempts,
+                max_queued_trials=s.max_queued_trials,
                 registry_dir=s.simulators_path,
                 retrain=RetrainConfig(pretrain_datasets=s.pretrain_dirs, pretrain_repeats=s.pretrain_repeats),
                 jobs=JobBudget(
