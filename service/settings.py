@@ -116,6 +116,9 @@ class Settings(BaseSettings):
     round_memory_mb: int = Field(4096, ge=16)
     # Rounds computed at once (each in its own process, one busy core); other searches wait a tick.
     round_workers: int = Field(2, ge=1, le=64)
+    # Times a round or baseline job whose process died (killed by a signal, e.g. the out-of-memory
+    # killer, or gone without a result) is started again before its search fails with the reason.
+    round_retries: int = Field(2, ge=0, le=10)
     # PostgreSQL connections each API process opens at most and keeps open (service.db.engine.make_engine).
     # Several API processes and the loop share the server's max_connections (100 by default).
     db_pool_size: int = Field(30, ge=1, le=60)

@@ -109,7 +109,10 @@ class Stack:
                 registry_dir=s.simulators_path,
                 retrain=RetrainConfig(pretrain_datasets=s.pretrain_dirs, pretrain_repeats=s.pretrain_repeats),
                 jobs=JobBudget(
-                    time_s=s.round_time_budget_s, memory_mb=s.round_memory_mb, slots=s.round_workers
+                    time_s=s.round_time_budget_s,
+                    memory_mb=s.round_memory_mb,
+                    slots=s.round_workers,
+                    retries=s.round_retries,
                 ),
             ),
             nudger=self.nudger,
