@@ -306,7 +306,7 @@ class SearchLoop:
 
             def args() -> tuple[Any, ...]:
                 model, cluster = self._specs(search)
-                return model, cluster, options, missing, self._profiles(model)
+                return model, cluster, options, missing, self._profiles(search, model)
 
             out = self._job(search, "baselines", kind.baselines, args, wait_s)
         if isinstance(out, str):
@@ -371,7 +371,7 @@ class SearchLoop:
                 k=k,
                 seed=search.seed * 1_000 + index,
                 tried=tuple(t.strategy for t in trials),
-                profiles=self._profiles(model),
+                profiles=self._profiles(search, model),
             )
             return model, cluster, options, ask
 
@@ -425,12 +425,12 @@ class SearchLoop:
         with self.sessions() as s:
             return search_specs(s, search=search)
 
-    def _profiles(self, model: ModelSpec) -> tuple[Profile, ...]:
-        """The measured profiles of ``model`` the service stores and uses (uploaded through
-        ``POST /profiles`` or reported by a profile job): what a plan kind's round ranks with and
-        its documents carry to the worker's replay (issue 15)."""
+    def _profiles(self, search: d.Search, model: ModelSpec) -> tuple[Profile, ...]:
+        """The measured profiles of ``model`` the search's owner uses (their own and the zoo-wide
+        ones, uploaded through ``POST /profiles`` or reported by a profile job): what a plan kind's
+        round ranks with and its documents carry to the worker's replay (issues 15, 44)."""
         with self.sessions() as s:
-            return repo.profiles_in_use(s, model=model.name)
+            return repo.profiles_in_use(s, owner_id=search.owner_id, model=model.name)
 
     def _nudge_queued(self, search: d.Search) -> None:
         with self.sessions() as s:
