@@ -88,3 +88,17 @@ def test_models_and_clusters_of_the_same_name_are_each_users_own(
         r = client.post(f"{API}/searches", json={"model": "tiny-mlp", "cluster": "shared-name"}, headers=who)
         assert r.status_code == 201, r.text
         assert r.json()["cluster_spec_id"] == cid
+
+
+def test_a_worker_name_belongs_to_the_token_that_first_used_it(
+    client: TestClient, tokens: dict[str, Any], session: Any
+) -> None:
+    from service.db import repository as repo
+
+    other = {"Authorization": "Bearer " + repo.create_token(session, name="w-other", role="worker").secret}
+    body = {"clusters": ["two-node"], "worker": "embedded-worker"}
+    assert client.post(f"{API}/workers/claim", json=body, headers=tokens["worker"]).status_code == 204
+    r = client.post(f"{API}/workers/claim", json=body, headers=other)
+    assert r.status_code == 409 and "belongs to another token" in r.json()["detail"]
+    assert client.post(f"{API}/workers/claim", json=body, headers=tokens["worker"]).status_code == 204
+    assert client.post(f"{API}/workers/claim", json=body | {"worker": "w2"}, headers=other).status_code == 204
