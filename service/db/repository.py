@@ -46,6 +46,7 @@ from service.db.repo_searches import (
     list_candidates,
     list_rounds,
     list_searches,
+    set_plan_options,
     set_round_state,
     transition_search,
 )
@@ -108,6 +109,7 @@ __all__ = [
     "resolve_spec",
     "revoke_token",
     "search_status",
+    "set_plan_options",
     "set_round_state",
     "start_retrain",
     "store_profile",

@@ -312,6 +312,15 @@ class SearchLoop:
         if isinstance(out, str):
             return out
         queued = [n for n in missing if n in out.value]  # the job may have started when fewer were due
+        dropped = [n for n in queued if out.value[n].get("kind") == "infeasible"]
+        if dropped:  # a plan kind checked its default baselines in the job: keep those that can run
+            kept = [n for n in (kind.due_baselines(search, []) if kind else ()) if n not in dropped]
+            with self.sessions() as s:
+                repo.set_plan_options(
+                    s, search_id=search.id, plan_options={**(search.plan_options or {}), "baselines": kept}
+                )
+            log.info("search %s: baselines %s cannot meet the limit, dropped", search.id, ", ".join(dropped))
+            queued = [n for n in queued if n not in dropped]
         for name in queued:
             with self.sessions() as s:
                 trial = repo.enqueue_trial(s, search_id=search.id, strategy=out.value[name], baseline=name)
