@@ -28,9 +28,10 @@ class ComputeEstimate:
     profiled_layers: int
 
 
-def cost_params(session: Session, *, model: str | None = None) -> CostParams:
-    """Default cost constants plus the stored profiles (of ``model`` if given)."""
-    return CostParams().with_profiles(repo.profiles_in_use(session, model=model))
+def cost_params(session: Session, *, owner_id: int | None, model: str | None = None) -> CostParams:
+    """Default cost constants plus the stored profiles ``owner_id`` uses (of ``model`` if given):
+    their own and the zoo-wide ones (`service.db.repo_profiles`)."""
+    return CostParams().with_profiles(repo.profiles_in_use(session, owner_id=owner_id, model=model))
 
 
 def estimate_compute(
@@ -39,7 +40,7 @@ def estimate_compute(
     """T_comp of ``model`` (name or id) on ``cluster`` with the stored profiles; NotFound if unknown."""
     m = repo.resolve_spec(session, kind="model", ref=model, owner_id=owner_id).model_spec()
     c = repo.resolve_spec(session, kind="cluster", ref=cluster, owner_id=owner_id).cluster_spec()
-    params = cost_params(session, model=m.name)
+    params = cost_params(session, owner_id=owner_id, model=m.name)
     times = f.compute_source(m, c, params)
     node_t = f.node_compute_times(m, c, params)
     slowest = max(node_t, key=lambda k: node_t[k])

@@ -116,6 +116,9 @@ class Settings(BaseSettings):
     round_memory_mb: int = Field(4096, ge=16)
     # Rounds computed at once (each in its own process, one busy core); other searches wait a tick.
     round_workers: int = Field(2, ge=1, le=64)
+    # Times a round or baseline job whose process died (killed by a signal, e.g. the out-of-memory
+    # killer, or gone without a result) is started again before its search fails with the reason.
+    round_retries: int = Field(2, ge=0, le=10)
     # PostgreSQL connections each API process opens at most and keeps open (service.db.engine.make_engine).
     # Several API processes and the loop share the server's max_connections (100 by default).
     db_pool_size: int = Field(30, ge=1, le=60)
@@ -126,6 +129,9 @@ class Settings(BaseSettings):
     # Largest request body the API reads, in bytes; a larger one is answered 413 before it is read
     # (the zoo's largest model is ~0.2 MB as JSON, so 10 MB is 50x that).
     max_body_bytes: int = Field(10_000_000, ge=1024)
+    # Seconds a request body may take to arrive in full once its headers are in; past it: 408 (a
+    # client that announces a body and never sends it cannot hold a connection and a worker open).
+    body_timeout_s: float = Field(30.0, gt=0, le=3600)
     # Searches one user may have active (pending, running or awaiting approval); one more: 429.
     max_active_searches: int = Field(20, ge=1)
     # Queued trials one user's searches may hold; creating a search at or past it: 429.

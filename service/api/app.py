@@ -8,10 +8,10 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
-from fastapi import FastAPI
+from fastapi import APIRouter, FastAPI
 
 from service import web
-from service.api import errors
+from service.api import errors, openapi
 from service.api.deps import PrincipalCache
 from service.api.guard import RequestGuard
 from service.api.hooks import Orchestrator, StoreOnly
@@ -136,7 +136,15 @@ def create_app(settings: Settings | None = None, *, orchestrator: Orchestrator |
     app.state.orchestrator = orchestrator or StoreOnly()
     app.state.zoo = ZooCache()
     errors.install(app)
-    app.add_middleware(RequestGuard, max_body_bytes=settings.max_body_bytes, api_prefix=API_PREFIX)
+    openapi.install(app)
+    app.add_middleware(
+        RequestGuard,
+        max_body_bytes=settings.max_body_bytes,
+        body_timeout_s=settings.body_timeout_s,
+        api_prefix=API_PREFIX,
+    )
+    routers: list[tuple[str, APIRouter]] = []
+    app.state.routers = routers  # for the Allow header of 405 and OPTIONS (service.api.errors)
     for module in (
         models,
         clusters,
@@ -151,6 +159,8 @@ def create_app(settings: Settings | None = None, *, orchestrator: Orchestrator |
         profiles,
     ):
         app.include_router(module.router, prefix=API_PREFIX, responses=COMMON_RESPONSES)
+        routers.append((API_PREFIX, module.router))
     app.include_router(health.router)
+    routers.append(("", health.router))
     web.install(app)
     return app

@@ -4,8 +4,9 @@
 A 422 always has FastAPI's shape, ``{"detail": [{"loc": [...], "msg": ..., "type": ...}]}``, where
 ``loc`` starts with where the value came from (``"body"``, ``"query"``, ``"path"``) followed by the
 field path inside it (e.g. ``["body", "layers", 3, "inputs", 0]``). A 422 always serialises as strict
-JSON: the offending ``input`` is echoed only when it is a short, finite scalar (a ``NaN`` in the
-request cannot make the error answer itself fail).
+JSON: the offending ``input`` is echoed only when it is a short, finite scalar that can be encoded
+(a ``NaN`` or a lone surrogate in the request cannot make the error answer itself fail), and every
+message is made printable (`service.api.text.printable`).
 """
 
 from __future__ import annotations
@@ -15,10 +16,14 @@ from collections.abc import Sequence
 from typing import Any, TypeVar
 
 from fastapi import FastAPI, HTTPException, Request, status
+from fastapi.exception_handlers import http_exception_handler
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Match
 
+from service.api.text import encodable, printable
 from service.domain import Conflict, NotFound, QuotaExceeded
 from simulator.spec import SpecError
 from simulator.spec.io import parse_as
@@ -59,16 +64,27 @@ def install(app: FastAPI) -> None:
     @app.exception_handler(NotFound)
     async def not_found(_request: Request, exc: NotFound) -> JSONResponse:
         return JSONResponse(
-            {"detail": str(exc.args[0]) if exc.args else "not found"}, status.HTTP_404_NOT_FOUND
+            {"detail": printable(str(exc.args[0])) if exc.args else "not found"}, status.HTTP_404_NOT_FOUND
         )
 
     @app.exception_handler(Conflict)
     async def conflict(_request: Request, exc: Conflict) -> JSONResponse:
-        return JSONResponse({"detail": str(exc)}, status.HTTP_409_CONFLICT)
+        return JSONResponse({"detail": printable(str(exc))}, status.HTTP_409_CONFLICT)
 
     @app.exception_handler(QuotaExceeded)
     async def quota(_request: Request, exc: QuotaExceeded) -> JSONResponse:
-        return JSONResponse({"detail": str(exc)}, status.HTTP_429_TOO_MANY_REQUESTS)
+        return JSONResponse({"detail": printable(str(exc))}, status.HTTP_429_TOO_MANY_REQUESTS)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(request: Request, exc: StarletteHTTPException) -> Response:
+        if exc.status_code != status.HTTP_405_METHOD_NOT_ALLOWED:
+            return await http_exception_handler(request, exc)
+        allow = ", ".join(sorted(allowed_methods(request)))
+        if request.method == "OPTIONS":  # a path that exists: which methods it takes, nothing else
+            return Response(status_code=status.HTTP_204_NO_CONTENT, headers={"Allow": allow})
+        return JSONResponse(
+            {"detail": "Method Not Allowed"}, status.HTTP_405_METHOD_NOT_ALLOWED, {"Allow": allow}
+        )
 
     @app.exception_handler(RequestValidationError)
     async def invalid(_request: Request, exc: RequestValidationError) -> JSONResponse:
@@ -76,18 +92,38 @@ def install(app: FastAPI) -> None:
         return JSONResponse({"detail": detail}, status.HTTP_422_UNPROCESSABLE_CONTENT)
 
 
+def allowed_methods(request: Request) -> set[str]:
+    """Every method some route takes at ``request``'s path (Starlette's 405 names only the first
+    route's), and OPTIONS (answered by `install`'s handler). The routers are
+    ``app.state.routers``, ``(prefix, router)`` pairs as `service.api.app.create_app` included them."""
+    methods = {"OPTIONS"}
+    path: str = request.scope["path"]
+    for prefix, router in getattr(request.app.state, "routers", ()):
+        if not path.startswith(prefix):
+            continue
+        # a fresh scope: the request's own carries FastAPI's note of the route already chosen
+        scope = {"type": "http", "path": path[len(prefix) :], "root_path": "", "method": "GET"}
+        for route in router.routes:
+            match, _ = route.matches(scope)
+            if match != Match.NONE:
+                methods |= set(getattr(route, "methods", None) or ())
+    return methods
+
+
 def _clean_error(error: Any) -> dict[str, Any]:
     out: dict[str, Any] = {
-        "loc": [p if isinstance(p, int) else str(p) for p in error.get("loc", ())],
-        "msg": str(error.get("msg", "")),
-        "type": str(error.get("type", "")),
+        "loc": [p if isinstance(p, int) else printable(str(p)) for p in error.get("loc", ())],
+        "msg": printable(str(error.get("msg", ""))),
+        "type": printable(str(error.get("type", ""))),
     }
     value = error.get("input")
     if _short_scalar(value):
         out["input"] = value
     ctx = error.get("ctx")
     if isinstance(ctx, dict):
-        out["ctx"] = {str(k): v if _short_scalar(v) else str(v)[:200] for k, v in ctx.items()}
+        out["ctx"] = {
+            printable(str(k)): v if _short_scalar(v) else printable(str(v)[:200]) for k, v in ctx.items()
+        }
     return out
 
 
@@ -95,5 +131,5 @@ def _short_scalar(value: Any) -> bool:
     if isinstance(value, float):
         return math.isfinite(value)
     if isinstance(value, str):
-        return len(value) <= 200
+        return len(value) <= 200 and encodable(value)
     return value is None or (isinstance(value, bool | int) and abs(value) < 2**53)

@@ -70,11 +70,11 @@ def queue_profile_job(
         return _record(row)
 
 
-def get_profile_job(session: Session, *, job_id: int) -> d.ProfileJobRecord:
-    """A job by id; NotFound otherwise."""
+def get_profile_job(session: Session, *, job_id: int, viewer_id: int | None) -> d.ProfileJobRecord:
+    """A job by id, if ``viewer_id`` queued it (None: an admin, any job); NotFound otherwise."""
     with session.begin():
         row = session.get(ProfileJobRow, job_id)
-        if row is None:
+        if row is None or (viewer_id is not None and row.owner_id != viewer_id):
             raise d.NotFound(f"no profile job {job_id}")
         return _record(row)
 
@@ -110,9 +110,11 @@ def finish_profile_job(
     worker: str,
     profile: Profile | None,
     error: str | None,
-    owner_id: int | None,
 ) -> d.ProfileJobRecord:
     """Finish a running job of ``worker``: store ``profile`` (done) or record ``error`` (failed).
+
+    The profile belongs to whoever queued the job (`service.db.repo_profiles`: theirs to use, or
+    zoo-wide when an admin queued it), never to the worker that measured it.
 
     Conflict when the job is not running for this worker, or the profile is not of the job's
     model, dtype and batch; NotFound when there is no such job.
@@ -128,7 +130,7 @@ def finish_profile_job(
             got = (profile.model, profile.dtype, profile.batch)
             if got != want:
                 raise d.Conflict(f"profile job {job_id}: the profile is for {got}, the job for {want}")
-            prof = add_profile(session, profile=profile, owner_id=owner_id)
+            prof = add_profile(session, profile=profile, owner_id=row.owner_id)
             row.profile_id, row.state = prof.id, "done"
         else:
             row.state, row.error = "failed", error or "failed without a reason"

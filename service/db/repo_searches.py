@@ -297,6 +297,16 @@ def add_round(
         return convert.round_(rnd), [convert.candidate(c) for c in rows]
 
 
+def set_plan_options(session: Session, *, search_id: int, plan_options: dict[str, Any]) -> None:
+    """Replace a search's stored plan options (the loop, once a job has checked them: issue 44)."""
+    with session.begin():
+        session.execute(
+            update(SearchRow)
+            .where(SearchRow.id == search_id)
+            .values(plan_options=plan_options, updated_at=utcnow())
+        )
+
+
 def list_rounds(
     session: Session,
     *,

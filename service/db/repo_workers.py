@@ -25,19 +25,26 @@ from sqlalchemy.orm import Session
 
 from service import domain as d
 from service.db.convert import aware, maybe_aware
-from service.db.models import TrialRow, WorkerRow, utcnow
+from service.db.models import TokenRow, TrialRow, WorkerRow, utcnow
 from service.db.repo_searches import load_search
 
 
 def touch_worker(
     session: Session, *, name: str, user_id: int | None, clusters: Sequence[str], pool: str = ""
 ) -> None:
-    """Record that worker ``name`` is alive, in ``pool``, able to run ``clusters`` (insert or update)."""
+    """Record that worker ``name`` is alive, in ``pool``, able to run ``clusters`` (insert or update).
+
+    A worker name belongs to the token's user that first used it (issue 44): another user's token
+    claiming under it is a Conflict, while that user holds a token that is not revoked, so no token
+    can pose as another's worker (``embedded-worker`` included) or take its trials' heartbeats.
+    """
     with session.begin():
         row = session.scalars(select(WorkerRow).where(WorkerRow.name == name)).one_or_none()
         if row is None:
             session.add(WorkerRow(name=name, user_id=user_id, clusters=list(clusters), pool=pool))
             return
+        if row.user_id is not None and row.user_id != user_id and _holds_a_live_token(session, row.user_id):
+            raise d.Conflict(f"worker name {name!r} belongs to another token; pick another name")
         if list(row.clusters) != list(clusters):
             row.clusters = list(clusters)
         if pool and row.pool != pool:
@@ -147,3 +154,8 @@ def waiting_on_workers(
             f" with no live worker for it ({who})"
         )
     return "; ".join(lines) or None
+
+
+def _holds_a_live_token(session: Session, user_id: int) -> bool:
+    live = select(TokenRow.id).where(TokenRow.user_id == user_id, TokenRow.revoked_at.is_(None)).limit(1)
+    return session.scalars(live).first() is not None

@@ -22,7 +22,7 @@ from service.db.repo_profile_jobs import (
     queue_profile_job,
 )
 from service.db.repo_profiles import get_profile, list_profiles, profiles_in_use, store_profile
-from service.db.repo_quotas import user_usage
+from service.db.repo_quotas import check_can_create_search, queue_room, user_usage
 from service.db.repo_runtimes import (
     add_simulator_version,
     count_runtimes,
@@ -46,6 +46,7 @@ from service.db.repo_searches import (
     list_candidates,
     list_rounds,
     list_searches,
+    set_plan_options,
     set_round_state,
     transition_search,
 )
@@ -66,6 +67,7 @@ __all__ = [
     "add_round",
     "add_simulator_version",
     "cancel_search",
+    "check_can_create_search",
     "claim_profile_job",
     "claim_trial",
     "count_runtimes",
@@ -100,12 +102,14 @@ __all__ = [
     "list_workers",
     "profiles_in_use",
     "queue_profile_job",
+    "queue_room",
     "report_trial",
     "request_retrain",
     "requeue_stale_trials",
     "resolve_spec",
     "revoke_token",
     "search_status",
+    "set_plan_options",
     "set_round_state",
     "start_retrain",
     "store_profile",

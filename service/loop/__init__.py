@@ -80,6 +80,9 @@ class LoopConfig:
     max_trial_attempts: int = 3
     # A queued trial is nudged again if it is still queued this many seconds after its last nudge.
     renudge_s: float = 10.0
+    # Trials one user's searches may hold queued (settings.max_queued_trials): a round whose
+    # trials would pass it waits (service.db.repo_quotas.queue_room).
+    max_queued_trials: int = 200
     # How candidates are sampled, scored and selected.
     round: RoundConfig = field(default_factory=RoundConfig)
     # How the domain's simulator is retrained between rounds.
@@ -246,7 +249,16 @@ class SearchLoop:
         remaining = search.trial_budget - done
         if remaining <= 0:
             return self._finish(search, trials)
-        k = min(search.candidates_per_round, remaining)
+        k = min(search.candidates_per_round, remaining, self.config.max_queued_trials)
+        with self.sessions() as s:
+            room = repo.queue_room(
+                s, owner_id=search.owner_id, max_queued_trials=self.config.max_queued_trials
+            )
+        if room < k:  # a plan already computed waits with the jobs until it fits
+            return (
+                f"round {search.current_round + 1} waits: its {k} trials would pass the owner's"
+                f" max_queued_trials of {self.config.max_queued_trials} ({room} more may be queued)"
+            )
         if kind is not None:
             return self._next_kind_round(search, trials, k, wait_s, kind)
         return self._next_round(search, trials, k, wait_s)
@@ -294,12 +306,21 @@ class SearchLoop:
 
             def args() -> tuple[Any, ...]:
                 model, cluster = self._specs(search)
-                return model, cluster, options, missing, self._profiles(model)
+                return model, cluster, options, missing, self._profiles(search, model)
 
             out = self._job(search, "baselines", kind.baselines, args, wait_s)
         if isinstance(out, str):
             return out
         queued = [n for n in missing if n in out.value]  # the job may have started when fewer were due
+        dropped = [n for n in queued if out.value[n].get("kind") == "infeasible"]
+        if dropped:  # a plan kind checked its default baselines in the job: keep those that can run
+            kept = [n for n in (kind.due_baselines(search, []) if kind else ()) if n not in dropped]
+            with self.sessions() as s:
+                repo.set_plan_options(
+                    s, search_id=search.id, plan_options={**(search.plan_options or {}), "baselines": kept}
+                )
+            log.info("search %s: baselines %s cannot meet the limit, dropped", search.id, ", ".join(dropped))
+            queued = [n for n in queued if n not in dropped]
         for name in queued:
             with self.sessions() as s:
                 trial = repo.enqueue_trial(s, search_id=search.id, strategy=out.value[name], baseline=name)
@@ -359,7 +380,7 @@ class SearchLoop:
                 k=k,
                 seed=search.seed * 1_000 + index,
                 tried=tuple(t.strategy for t in trials),
-                profiles=self._profiles(model),
+                profiles=self._profiles(search, model),
             )
             return model, cluster, options, ask
 
@@ -413,12 +434,12 @@ class SearchLoop:
         with self.sessions() as s:
             return search_specs(s, search=search)
 
-    def _profiles(self, model: ModelSpec) -> tuple[Profile, ...]:
-        """The measured profiles of ``model`` the service stores and uses (uploaded through
-        ``POST /profiles`` or reported by a profile job): what a plan kind's round ranks with and
-        its documents carry to the worker's replay (issue 15)."""
+    def _profiles(self, search: d.Search, model: ModelSpec) -> tuple[Profile, ...]:
+        """The measured profiles of ``model`` the search's owner uses (their own and the zoo-wide
+        ones, uploaded through ``POST /profiles`` or reported by a profile job): what a plan kind's
+        round ranks with and its documents carry to the worker's replay (issues 15, 44)."""
         with self.sessions() as s:
-            return repo.profiles_in_use(s, model=model.name)
+            return repo.profiles_in_use(s, owner_id=search.owner_id, model=model.name)
 
     def _nudge_queued(self, search: d.Search) -> None:
         with self.sessions() as s:

@@ -22,6 +22,10 @@ Decisions:
   are already mapped and are not the round's doing), in MiB;
 - at most ``slots`` jobs run at once; a search whose job cannot start yet waits for the next tick
   (every job ends within its budget, so a slot is never held for longer);
+- a job that *dies* (killed by a signal, e.g. SIGKILL from the kernel's out-of-memory killer or an
+  operator, or exiting without a result) is started again, up to ``JobBudget.retries`` times; a
+  job that fails on its own (its exception, its memory cap, its time budget, an oversized result)
+  is not, since it would fail the same way; every failure reason says which of these happened;
 - a job dies with the service: the forkserver exits when the API process does (its pipe closes),
   and each job asks the kernel for SIGKILL when the forkserver goes (PR_SET_PDEATHSIG), so a
   killed ``strategist serve`` leaves no job computing.
@@ -75,6 +79,8 @@ class JobBudget:
     memory_mb: int = 4096
     # Jobs running at once (each is one busy core while it computes).
     slots: int = 2
+    # Times a job that died (killed by a signal, or gone without a result) is started again.
+    retries: int = 2
 
 
 @dataclass(frozen=True)
@@ -84,6 +90,8 @@ class JobOutcome:
     ok: bool
     value: Any = None
     error: str = ""
+    # The process died rather than failed: another attempt may succeed.
+    died: bool = False
 
 
 @dataclass
@@ -94,6 +102,9 @@ class _Job:
     conn: Connection
     started: float
     deadline: float
+    fn: Callable[..., Any]
+    args: tuple[Any, ...]
+    attempt: int = 1
 
 
 def _context() -> Any:
@@ -134,20 +145,26 @@ class RoundJobs:
         self._done.pop(search_id, None)
         if len(self._running) >= self.budget.slots:
             return False
+        self._start(search_id, label, fn, tuple(args), attempt=1)
+        return True
+
+    def _start(
+        self, search_id: int, label: str, fn: Callable[..., Any], args: tuple[Any, ...], *, attempt: int
+    ) -> None:
         ctx = _context()
         recv, send = ctx.Pipe(duplex=False)
         process = ctx.Process(
             target=_child_main,
-            args=(send, os.getpid(), self.budget.memory_mb, fn, tuple(args)),
+            args=(send, os.getpid(), self.budget.memory_mb, fn, args),
             name=f"strategist-search-{search_id}-{label.replace(' ', '-')}",
             daemon=True,
         )
         process.start()
         send.close()  # the child holds the only writing end: EOF when it dies
         now = time.monotonic()
-        self._running[search_id] = _Job(search_id, label, process, recv, now, now + self.budget.time_s)
-        log.info("search %s: %s started in process %s", search_id, label, process.pid)
-        return True
+        job = _Job(search_id, label, process, recv, now, now + self.budget.time_s, fn, args, attempt)
+        self._running[search_id] = job
+        log.info("search %s: %s started in process %s (attempt %s)", search_id, label, process.pid, attempt)
 
     def take(self, search_id: int, label: str) -> JobOutcome | None:
         """The outcome of the search's finished ``label`` job (once), after reaping; else None."""
@@ -170,10 +187,19 @@ class RoundJobs:
         """Reap finished jobs and kill those past their deadline (cheap; called every tick)."""
         for search_id, job in list(self._running.items()):
             outcome = self._check(job)
-            if outcome is not None:
-                del self._running[search_id]
-                self._end(job)
-                self._done[search_id] = (job.label, outcome)
+            if outcome is None:
+                continue
+            del self._running[search_id]
+            self._end(job)
+            if outcome.died and job.attempt <= self.budget.retries:
+                log.warning("search %s: %s; starting it again", search_id, outcome.error)
+                self._start(search_id, job.label, job.fn, job.args, attempt=job.attempt + 1)
+                continue
+            if outcome.died and job.attempt > 1:
+                outcome = JobOutcome(
+                    False, error=f"{outcome.error} (attempt {job.attempt}, the last)", died=True
+                )
+            self._done[search_id] = (job.label, outcome)
 
     def retain(self, active: Iterable[int]) -> list[int]:
         """Cancel the jobs of searches not in ``active`` (cancelled, failed, finished); their ids."""
@@ -205,10 +231,13 @@ class RoundJobs:
         if job.conn.poll():
             try:
                 kind, value = pickle.loads(job.conn.recv_bytes(MAX_RESULT_BYTES))
-            except EOFError:
+            except (EOFError, OSError, pickle.UnpicklingError) as e:
+                # "bad message length" is a result past MAX_RESULT_BYTES, but only from a job that
+                # ended well: a job killed mid-send leaves a torn message that reads the same way
+                job.process.join(2.0)
+                if isinstance(e, OSError) and job.process.exitcode in (0, None):
+                    return JobOutcome(False, error=f"{what}: its result exceeded {MAX_RESULT_BYTES >> 20} MB")
                 return self._died(job, what)
-            except OSError:  # longer than MAX_RESULT_BYTES
-                return JobOutcome(False, error=f"{what}: its result exceeded {MAX_RESULT_BYTES >> 20} MB")
             if kind == "ok":
                 return JobOutcome(True, value=value)
             if kind == "memory":
@@ -226,15 +255,7 @@ class RoundJobs:
 
     def _died(self, job: _Job, what: str) -> JobOutcome:
         job.process.join(1.0)
-        code = job.process.exitcode
-        how = (
-            f"was killed by {signal.Signals(-code).name}"
-            if code is not None and code < 0
-            else (f"exited with code {code}")
-        )
-        return JobOutcome(
-            False, error=f"{what}: its process {how} (memory budget {self.budget.memory_mb} MB)"
-        )
+        return JobOutcome(False, error=f"{what}: its process {death(job.process.exitcode)}", died=True)
 
     def _memory_reason(self, what: str) -> str:
         return (
@@ -251,6 +272,23 @@ class RoundJobs:
             job.conn.close()
         with contextlib.suppress(ValueError):  # still running after SIGKILL: leave it to the kernel
             job.process.close()
+
+
+def death(exitcode: int | None) -> str:
+    """How a job process ended without a result, in words (``exitcode`` as multiprocessing gives it)."""
+    if exitcode is None:
+        return "stopped answering and was killed"
+    if exitcode < 0:
+        number = -exitcode
+        try:
+            name = signal.Signals(number).name
+        except ValueError:
+            name = "an unknown signal"
+        how = f"was killed by signal {number} ({name})"
+        if number == signal.SIGKILL:
+            how += "; the kernel's out-of-memory killer sends it when the machine runs out of memory"
+        return how
+    return f"exited with code {exitcode} without sending a result"
 
 
 # -------------------------------------------------------------------- in the child

@@ -105,10 +105,14 @@ class Stack:
                 sweep_s=s.sweep_interval_s,
                 heartbeat_timeout_s=s.heartbeat_timeout_s,
                 max_trial_attempts=s.max_trial_attempts,
+                max_queued_trials=s.max_queued_trials,
                 registry_dir=s.simulators_path,
                 retrain=RetrainConfig(pretrain_datasets=s.pretrain_dirs, pretrain_repeats=s.pretrain_repeats),
                 jobs=JobBudget(
-                    time_s=s.round_time_budget_s, memory_mb=s.round_memory_mb, slots=s.round_workers
+                    time_s=s.round_time_budget_s,
+                    memory_mb=s.round_memory_mb,
+                    slots=s.round_workers,
+                    retries=s.round_retries,
                 ),
             ),
             nudger=self.nudger,

@@ -19,9 +19,18 @@ Candidates are ranked by predicted money (rank 1 = cheapest); a candidate's ``pr
 is the predicted seconds of one iteration of B samples, B / θ_P.
 
 **Baselines** are the paper's comparisons (Section 6): AIBox's heuristic plan, all-GPU and
-all-CPU (``search.heterogeneous``), each provisioned for the limit; ``validate`` keeps the ones
-that can meet the limit (an infeasible baseline would never have a trial), and all are queued with
-the first round.
+all-CPU (``search.heterogeneous``), each provisioned for the limit; only the ones that can meet
+the limit are kept (an infeasible baseline would never have a trial), and all are queued with the
+first round.
+
+**Bounded request work** (issue 44): the exact scheduler's arrays grow as (L+1)^2 T (T+1)^2 for
+L layers and T resource types (a 1,000-layer model took 160 s and 3.3 GB in the API). ``validate``
+runs the scheduler checks (is the limit reachable at all, which baselines meet it) only when that
+size is at most `REQUEST_CELLS`; past it, the search is stored unchecked and the checks run in
+the search's first bounded job (``baselines``, `service.loop.jobs`): an unreachable limit or a
+named baseline that cannot meet it fails the search with the reason, a default baseline that
+cannot is dropped (the loop stores the kept ones), and a job past its time or memory budget fails
+the search saying so.
 
 **Options** (``HeterogeneousOptions``, stored with defaults filled in): ``throughput_limit``
 (samples/s, required), ``scheduler`` ('exact' by default: the DP of ``search.heterogeneous.exact``
@@ -58,6 +67,17 @@ BASELINES: tuple[BaselineName, ...] = ("aibox", "all-gpu", "all-cpu")
 BLACK_BOX_SECONDS = 20.0
 #: Throughput limits above this are refused (1e12 samples/s is far past any cluster).
 MAX_THROUGHPUT = 1e12
+#: The largest exact-scheduler problem, (L+1)^2 T (T+1)^2 cells, checked inside an API request
+#: (CTRDNN on HeterPS-4GPU: ~14k cells, milliseconds); a larger one is checked in the search's job.
+REQUEST_CELLS = 250_000
+#: What a ``baselines`` job answers for a default baseline that cannot meet the limit.
+INFEASIBLE = "infeasible"
+
+
+def scheduler_cells(model: ModelSpec, cluster: ClusterSpec) -> int:
+    """(L+1)^2 T (T+1)^2: the size of the exact scheduler's arrays for ``model`` on ``cluster``."""
+    layers, types = len(model.layers), len(cluster.resource_types)
+    return (layers + 1) ** 2 * types * (types + 1) ** 2
 
 
 class HeterogeneousOptions(BaseModel):
@@ -247,6 +267,8 @@ class HeterogeneousPlans(PlanKind):
         if issues:
             raise OptionsInvalid(issues)
         cm = cost_model(model, cluster, opts)
+        if scheduler_cells(model, cluster) > REQUEST_CELLS:  # too big for a request: the job checks
+            return opts.model_copy(update={"batch_size": cm.workload.batch_size}).model_dump(mode="json")
         if not scheduler("exact").schedule(cm).feasible:
             raise OptionsInvalid([(("plan_options", "throughput_limit"), infeasible_reason(cm))])
         names = opts.baselines if opts.baselines is not None else BASELINES
@@ -265,7 +287,8 @@ class HeterogeneousPlans(PlanKind):
         return stored.model_dump(mode="json")
 
     def due_baselines(self, search: Search, trials: Sequence[Trial]) -> tuple[str, ...]:
-        return tuple((search.plan_options or {}).get("baselines") or ())
+        stored = (search.plan_options or {}).get("baselines")
+        return BASELINES if stored is None else tuple(stored)  # None: not checked yet (large model)
 
     def baselines(
         self,
@@ -275,12 +298,20 @@ class HeterogeneousPlans(PlanKind):
         names: tuple[str, ...],
         profiles: tuple[Profile, ...] | None = None,
     ) -> dict[str, dict[str, Any]]:
-        cm = cost_model(model, cluster, HeterogeneousOptions.model_validate(options))
-        out = {}
+        opts = HeterogeneousOptions.model_validate(options)
+        cm = cost_model(model, cluster, opts)
+        unchecked = scheduler_cells(model, cluster) > REQUEST_CELLS  # validate left the checks here
+        if unchecked and not scheduler("exact").schedule(cm).feasible:
+            raise ValueError(f"plan_options.throughput_limit: {infeasible_reason(cm)}")
+        out: dict[str, dict[str, Any]] = {}
         for name in names:
             r = scheduler(name).schedule(cm)
             if r.feasible:
                 out[name] = document(cm, r, name).model_dump(mode="json")
+            elif unchecked and opts.baselines is not None:
+                raise ValueError(f"plan_options.baselines: {name!r} cannot meet the limit: {r.reason}")
+            elif unchecked:  # a default baseline that cannot meet the limit: the loop drops it
+                out[name] = {"kind": INFEASIBLE, "reason": r.reason}
         return out
 
     def plan_round(

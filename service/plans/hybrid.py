@@ -64,8 +64,16 @@ def _issues(path: Loc, error: ValidationError | SpecError) -> list[tuple[Loc, st
     return [(("plan_options", *path, *i.path), i.reason) for i in err.issues]
 
 
-def _matches(module: str, layer: str) -> bool:
-    return layer == module or layer.startswith((module + ".", module + "#"))
+def _annotatable(model: ModelSpec) -> set[str]:
+    """Every module name an annotation may target: each layer's name and each of its prefixes that
+    ends before a "." or "#" (one pass over the layers, so checking A annotations costs O(A + L),
+    not O(A x L): issue 44 measured 33 s for 1,000 annotations on a 100k-layer model)."""
+    names: set[str] = set()
+    for layer in model.layers:
+        name = layer.name
+        names.add(name)
+        names.update(name[:i] for i, c in enumerate(name) if c in ".#")
+    return names
 
 
 def _int_in(out: dict[str, Any], field: str, lo: int, hi: int) -> list[tuple[Loc, str]]:
@@ -95,8 +103,9 @@ class HybridPlans(PlanKind):
         if ann is not None and not isinstance(ann, dict):
             issues.append((("plan_options", "annotations"), "must be a mapping of module name to primitive"))
         elif ann is not None:
+            targets = _annotatable(model)
             for module, entry in ann.items():
-                if not any(_matches(module, layer.name) for layer in model.layers):
+                if module not in targets:
                     issues.append(
                         (
                             ("plan_options", "annotations", module),

@@ -15,11 +15,11 @@ from fastapi import APIRouter, Form, HTTPException, Request, status
 from fastapi.responses import HTMLResponse, RedirectResponse
 from pydantic import ValidationError
 
-from service.api.deps import OrchestratorDep, SessionDep, notify
+from service.api.deps import OrchestratorDep, SessionDep, SettingsDep, notify
 from service.api.routes._plans import plan_options
 from service.api.schemas.searches import SearchCreate
 from service.db import repository as repo
-from service.domain import NotFound
+from service.domain import NotFound, QuotaExceeded
 from service.web.auth import WebUser
 from service.web.render import page
 from simulator import zoo
@@ -98,6 +98,7 @@ def create_search(
     session: SessionDep,
     user: WebUser,
     orchestrator: OrchestratorDep,
+    settings: SettingsDep,
     model: Annotated[str, Form()] = "",
     cluster: Annotated[str, Form()] = "",
     trial_budget: Annotated[str, Form()] = "8",
@@ -143,6 +144,15 @@ def create_search(
         entry = cast(list[dict[str, Any]], e.detail)[0]
         where = ".".join(str(p) for p in entry["loc"][1:])
         return _form(request, shown, f"{where}: {entry['msg']}", status.HTTP_422_UNPROCESSABLE_CONTENT)
+    try:  # the API's quota check (service.db.repo_quotas), its 429 as the form's one line
+        repo.check_can_create_search(
+            session,
+            owner_id=user.user_id,
+            max_active_searches=settings.max_active_searches,
+            max_queued_trials=settings.max_queued_trials,
+        )
+    except QuotaExceeded as e:
+        return _form(request, shown, str(e), status.HTTP_429_TOO_MANY_REQUESTS)
     search = repo.create_search(
         session,
         owner_id=user.user_id,

@@ -51,7 +51,9 @@ def _strategy_page(
         return page(request, "not_found.html", status_code=422, what=f"a valid strategy ({e})")
     baselines = {name: baseline(name, model, cluster) for name in COMPARED}
     layers = strategy_layers(model, strategy, baselines)
-    params = cost_params(session, model=model.name)  # stored measured profiles replace the roofline
+    params = cost_params(
+        session, owner_id=search.owner_id, model=model.name
+    )  # the owner's stored measured profiles replace the roofline
     costs = {"this strategy": cost_breakdown(model, cluster, strategy, params)}
     costs.update({name: cost_breakdown(model, cluster, b, params) for name, b in baselines.items()})
     return page(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import statistics
 from typing import Annotated, Any
 
@@ -12,6 +13,10 @@ from simulator.spec.limits import LIMITS, Name, json_issues
 
 #: Seconds of one iteration (or of its compute / its synchronisation wait): finite, bounded.
 Seconds = Annotated[float, Field(ge=0.0, le=LIMITS.seconds)]
+
+
+#: What no database or UTF-8 encoder takes: NUL and lone UTF-16 surrogates.
+_UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
 
 
 class Measurement(BaseModel):
@@ -25,8 +30,9 @@ class Measurement(BaseModel):
 
     Every number is finite and within `simulator.spec.limits` (the API refuses the rest with 422).
     ``failure`` is our own diagnostic text, so it is cleaned rather than refused: a NUL (which
-    PostgreSQL cannot store) becomes U+FFFD and text past the limit is cut, so a failed trial is
-    never lost over its message.
+    PostgreSQL cannot store) and a lone surrogate (which nothing encodes as UTF-8, e.g. a crashed
+    process's output decoded with ``surrogateescape``) become U+FFFD and text past the limit is
+    cut, so a failed trial is never lost over its message.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
@@ -60,7 +66,7 @@ class Measurement(BaseModel):
     def _clean_failure(cls, value: str | None) -> str | None:
         if value is None:
             return None
-        value = value.replace("\x00", "\ufffd")
+        value = _UNSTORABLE.sub("\ufffd", value)
         if len(value) > LIMITS.text_chars:
             value = value[: LIMITS.text_chars - 1] + "…"
         return value

@@ -7,10 +7,15 @@ body that matches the documented schema. The default run sends ~80 cases per (da
 ~470 in all; ``-m slow`` sends ~2,300 per (database, caller), ~14,000 in all. Decision: the admin-token run leaves out ``POST /tokens/{token_id}/revoke``,
 which would revoke the fuzzer's own token (and every other) within a few cases and turn the rest of
 the run into 401s; the user-token run covers that route (403) and the token-less run too (401).
+Issue 44 adds, as user, admin and worker, a lone surrogate (422 naming the field) and a
+100,000-character string (20,000 in a URL; no 5xx) in every string field of every body, query
+and path.
 """
 
 from __future__ import annotations
 
+import json
+import re
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -20,6 +25,7 @@ from typing import Any
 import pytest
 import schemathesis
 from fastapi import FastAPI
+from fastapi.testclient import TestClient
 from hypothesis import HealthCheck, Phase, given, seed, settings
 from hypothesis.errors import Unsatisfiable
 from schemathesis import GenerationMode
@@ -156,3 +162,92 @@ def _headers(session: Session, who: str) -> dict[str, str]:
         return {}
     secret = repo.create_token(session, name=f"fuzz-{who}", role="admin" if who == "admin" else "user").secret
     return {"Authorization": f"Bearer {secret}"}
+
+
+# --- issue 44: text that cannot be encoded and text far past every limit, in every string field ---
+
+LONG = "x" * 100_000
+LONG_URL = "x" * 20_000  # httpx refuses a URL part past 64 KiB; servers stop far sooner
+
+
+def _string_fields(doc: dict[str, Any], op: dict[str, Any]) -> tuple[dict[str, Any], list[list[Any]]]:
+    """A base body for ``op`` (its first example, else {}) and the path of every string field:
+    each top-level property of its schema and each string inside the example."""
+    content = op.get("requestBody", {}).get("content", {}).get("application/json", {})
+    schema = content.get("schema", {})
+    if "$ref" in schema:
+        schema = doc["components"]["schemas"][schema["$ref"].rsplit("/", 1)[1]]
+    examples = content.get("examples") or {}
+    base = next(iter(examples.values()))["value"] if examples else {}
+    paths: list[list[Any]] = [[name] for name in schema.get("properties", {})]
+
+    def walk(value: Any, where: list[Any]) -> None:
+        if isinstance(value, str) and where not in paths:
+            paths.append(where)
+        elif isinstance(value, dict):
+            for k, v in value.items():
+                walk(v, [*where, k])
+        elif isinstance(value, list):
+            for i, v in enumerate(value):
+                walk(v, [*where, i])
+
+    walk(base, [])
+    return base, paths
+
+
+def _with(body: Any, where: list[Any], value: str) -> Any:
+    out = json.loads(json.dumps(body))
+    if not where:
+        return value
+    holder = out
+    for step in where[:-1]:
+        holder = holder[step]
+    holder[where[-1]] = value
+    return out
+
+
+@pytest.mark.parametrize("who", ["user", "admin", "worker"])
+def test_lone_surrogates_and_overlong_strings_in_every_string_field(
+    fuzz_app: FastAPI, session: Session, who: str
+) -> None:
+    role = "worker" if who == "worker" else who
+    secret = repo.create_token(session, name=f"text-{who}", role=role).secret
+    headers = {"Authorization": f"Bearer {secret}", "content-type": "application/json"}
+    statuses: Counter[int] = Counter()
+    failures: list[str] = []
+    with TestClient(fuzz_app) as client:
+        doc = client.get("/openapi.json").json()
+        for template, ops in doc["paths"].items():
+            path = re.sub(r"\{[^}]+\}", "1", template)
+            for method, op in ops.items():
+                if f"{method.upper()} {template}" == REVOKE:
+                    continue
+                for param in op.get("parameters", []):  # over-long query and path strings
+                    if param["in"] == "query":
+                        r = client.request(method, path, params={param["name"]: LONG_URL}, headers=headers)
+                    elif param["in"] == "path" and param.get("schema", {}).get("type") == "string":
+                        r = client.request(method, re.sub(r"\{[^}]+\}", LONG_URL, template), headers=headers)
+                    else:
+                        continue
+                    statuses[r.status_code] += 1
+                    if r.status_code >= 500:
+                        failures.append(f"{method} {template} ?{param['name']}=long: {r.status_code}")
+                if "requestBody" not in op:
+                    continue
+                base, fields = _string_fields(doc, op)
+                for where in fields:
+                    text = json.dumps(_with(base, where, "a@@b")).replace("@@", "\\udfff")
+                    r = client.request(method, path, content=text.encode(), headers=headers)
+                    statuses[r.status_code] += 1
+                    locs = [d.get("loc") for d in r.json()["detail"]] if r.status_code == 422 else []
+                    if r.status_code != 422 or ["body", *where] not in locs:
+                        failures.append(
+                            f"{method} {template} {where} surrogate: {r.status_code} {r.text[:200]}"
+                        )
+                    r = client.request(method, path, json=_with(base, where, LONG), headers=headers)
+                    statuses[r.status_code] += 1
+                    if r.status_code >= 500:
+                        failures.append(f"{method} {template} {where} long: {r.status_code} {r.text[:200]}")
+    print(f"\n{who}: {sum(statuses.values())} cases, statuses: {dict(sorted(statuses.items()))}")
+    assert sum(statuses.values()) >= 150
+    assert not failures, "\n".join(failures[:20])

@@ -49,8 +49,10 @@ def test_upload_list_get_and_the_compute_it_gives(
         "compute_source": "roofline",
         "profiled_layers": 0,
     }
-    # A pipeline (worker token) uploads a measured profile: stored, listed, and then used.
-    r = client.post(f"{API}/profiles", json=_profile(specs), headers=tokens["worker"])
+    # A worker token cannot upload (its measurements arrive through the jobs users queue); alice's
+    # upload is stored, listed to her, and used for her (issue 44: for no one else).
+    assert client.post(f"{API}/profiles", json=_profile(specs), headers=tokens["worker"]).status_code == 403
+    r = client.post(f"{API}/profiles", json=_profile(specs), headers=tokens["alice"])
     assert r.status_code == 201, r.text
     body = r.json()
     assert {k: body[k] for k in ("id", "model", "device", "dtype", "batch", "layers", "source")} == {
@@ -64,7 +66,8 @@ def test_upload_list_get_and_the_compute_it_gives(
     }
     assert body["step_s"] == pytest.approx(0.01)
     assert client.get(f"{API}/profiles/1", headers=tokens["alice"]).json() == body
-    assert client.get(f"{API}/profiles", headers=tokens["alice"]).json() == {"data": [body], "count": 1}
+    listed = {"data": [body], "count": 1, "next_cursor": None}
+    assert client.get(f"{API}/profiles", headers=tokens["alice"]).json() == listed
     after = client.get(f"{API}/profiles/compute", params=q, headers=tokens["alice"]).json()
     assert after["compute_source"] == "profile" and after["profiled_layers"] == 2
     assert after["t_comp"] == pytest.approx(2 * (0.002 + 0.003))
@@ -74,10 +77,11 @@ def test_upload_list_get_and_the_compute_it_gives(
     client.post(f"{API}/profiles", json=other, headers=tokens["alice"])
     newest = client.get(f"{API}/profiles/compute", params=q, headers=tokens["alice"]).json()
     assert newest["t_comp"] == pytest.approx(2 * (0.01 + 0.003))
-    assert (
-        client.get(f"{API}/profiles", params={"model": "tiny-mlp"}, headers=tokens["bob"]).json()["count"]
-        == 3
-    )
+    mine = client.get(f"{API}/profiles", params={"model": "tiny-mlp"}, headers=tokens["alice"]).json()
+    assert mine["count"] == 3
+    theirs = client.get(f"{API}/profiles", params={"model": "tiny-mlp"}, headers=tokens["bob"]).json()
+    assert theirs["count"] == 0  # alice's profiles are hers
+    assert client.get(f"{API}/profiles/1", headers=tokens["bob"]).status_code == 404
 
 
 def test_bad_profiles_get_422_naming_the_field(

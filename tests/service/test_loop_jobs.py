@@ -304,3 +304,48 @@ def test_job_outcomes_value_error_death_unsendable_and_slots() -> None:
     finally:
         jobs.close()
     assert jobs.pids() == {}
+
+
+def test_a_job_killed_by_a_signal_is_started_again_and_then_succeeds() -> None:
+    """Issue 44: a kill -9 of a round's process (an operator, the out-of-memory killer) used to fail
+    its search for good, read as "its result exceeded 64 MB"; now the job runs again."""
+    jobs = RoundJobs(JobBudget(time_s=60.0, slots=1, retries=2))
+    try:
+        assert jobs.submit(1, "round 1", time.sleep, (1.5,))
+        first = jobs.pids()[1]
+        os.kill(first, 9)
+        deadline = time.monotonic() + 10
+        while jobs.pids().get(1) in (first, None) and time.monotonic() < deadline:
+            jobs.poll()
+            time.sleep(0.05)
+        assert jobs.running(1, "round 1") and jobs.pids()[1] != first  # a second attempt, same label
+        jobs.wait(1, 60)
+        assert jobs.take(1, "round 1") == JobOutcome(True, value=None)
+    finally:
+        jobs.close()
+
+
+def test_a_job_that_keeps_dying_fails_with_the_signal_after_its_retries() -> None:
+    jobs = RoundJobs(JobBudget(time_s=60.0, slots=1, retries=2))
+    try:
+        jobs.submit(1, "baselines", os.abort, ())
+        jobs.wait(1, 60)
+        out = jobs.take(1, "baselines")
+        assert out is not None and not out.ok and out.died
+        assert out.error == (
+            "baselines of search 1: its process was killed by signal 6 (SIGABRT) (attempt 3, the last)"
+        ), out.error
+    finally:
+        jobs.close()
+
+
+def test_an_oversized_result_says_so_and_is_not_retried() -> None:
+    jobs = RoundJobs(JobBudget(time_s=60.0, slots=1, retries=2))
+    try:
+        jobs.submit(1, "round 1", bytes, (70 << 20,))
+        jobs.wait(1, 60)
+        out = jobs.take(1, "round 1")
+        assert out is not None and not out.died
+        assert out.error == "round 1 of search 1: its result exceeded 64 MB"
+    finally:
+        jobs.close()

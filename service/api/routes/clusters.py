@@ -8,6 +8,7 @@ from fastapi import APIRouter, Body, Request, Response, status
 
 from service.api.deps import SessionDep, UserDep, ZooDep, owner_filter
 from service.api.errors import parse_request
+from service.api.openapi import spec_body
 from service.api.paging import DEFAULT_LIMIT, CursorQuery, LimitQuery, fetch, page
 from service.api.params import IdPath
 from service.api.schemas.specs import ClusterPublic, ClustersPublic, ZooPublic
@@ -32,7 +33,12 @@ _EXAMPLE = {
 }
 
 
-@router.post("", status_code=status.HTTP_201_CREATED, response_model=ClusterPublic)
+@router.post(
+    "",
+    status_code=status.HTTP_201_CREATED,
+    response_model=ClusterPublic,
+    openapi_extra=spec_body(ClusterSpec),
+)
 def upload_cluster(
     session: SessionDep,
     user: UserDep,

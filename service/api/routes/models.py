@@ -8,6 +8,7 @@ from fastapi import APIRouter, Body, Request, Response, status
 
 from service.api.deps import SessionDep, UserDep, ZooDep, owner_filter
 from service.api.errors import parse_request
+from service.api.openapi import spec_body
 from service.api.paging import DEFAULT_LIMIT, CursorQuery, LimitQuery, fetch, page
 from service.api.params import IdPath
 from service.api.schemas.specs import ModelPublic, ModelsPublic, ZooPublic
@@ -34,7 +35,12 @@ _EXAMPLE = {
 }
 
 
-@router.post("", status_code=status.HTTP_201_CREATED, response_model=ModelPublic)
+@router.post(
+    "",
+    status_code=status.HTTP_201_CREATED,
+    response_model=ModelPublic,
+    openapi_extra=spec_body(ModelSpec),
+)
 def upload_model(
     session: SessionDep,
     user: UserDep,

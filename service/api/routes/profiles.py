@@ -7,8 +7,10 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Body, Depends, Query, Response, status
 
-from service.api.deps import SessionDep, require
+from service.api.deps import SessionDep, owner_filter, require
 from service.api.errors import parse_request
+from service.api.openapi import spec_body
+from service.api.paging import DEFAULT_LIMIT, CursorQuery, LimitQuery, fetch, page
 from service.api.params import IdPath
 from service.api.schemas.profiles import (
     ComputePublic,
@@ -25,7 +27,7 @@ from simulator.spec.profile import Profile, ProfileJob, ProfileJobResult
 
 router = APIRouter(prefix="/profiles", tags=["profiles"])
 
-#: Users, admins and workers (a GPU worker pool's profiling jobs) may upload and read profiles.
+#: Users and admins upload profiles; workers also read them and run the profile jobs (issue 15).
 CallerDep = Annotated[Principal, Depends(require("user", "admin", "worker"))]
 UserDep = Annotated[Principal, Depends(require("user", "admin"))]
 WorkerDep = Annotated[Principal, Depends(require("worker"))]
@@ -41,15 +43,23 @@ _EXAMPLE = {
 }
 
 
-@router.post("", status_code=status.HTTP_201_CREATED, response_model=ProfilePublic)
+@router.post(
+    "", status_code=status.HTTP_201_CREATED, response_model=ProfilePublic, openapi_extra=spec_body(Profile)
+)
 def upload_profile(
     session: SessionDep,
-    caller: CallerDep,
+    caller: UserDep,
     body: Annotated[dict[str, Any], Body(openapi_examples={"one-layer": {"value": _EXAMPLE}})],
 ) -> ProfilePublic:
-    """Store a Profile as the newest for its (model, device, dtype, batch); 422 names every bad field."""
+    """Store a Profile as the newest for its (model, device, dtype, batch); 422 names every bad field.
+
+    A user's profile is theirs: only their searches and estimates use it and only they see it. An
+    admin's is zoo-wide: everyone's searches use it unless they measured that key themselves. A
+    worker token may not upload (403): its measurements arrive through the profile jobs users
+    queue, and belong to them.
+    """
     profile = parse_request(Profile, body)
-    return ProfilePublic.of(repo.store_profile(session, profile=profile, owner_id=caller.user_id))
+    return ProfilePublic.of(repo.store_profile(session, profile=profile, owner_id=owner_filter(caller)))
 
 
 @router.get("", response_model=ProfilesPublic)
@@ -57,10 +67,17 @@ def list_profiles(
     session: SessionDep,
     caller: CallerDep,
     model: Annotated[str | None, Query(max_length=LIMITS.name_chars, pattern=NAME_PATTERN)] = None,
+    limit: LimitQuery = DEFAULT_LIMIT,
+    cursor: CursorQuery = None,
 ) -> ProfilesPublic:
-    """Every stored profile (of ``model`` if given), newest first."""
-    data = [ProfilePublic.of(r) for r in repo.list_profiles(session, model=model)]
-    return ProfilesPublic(data=data, count=len(data))
+    """The zoo-wide profiles and your own (an admin: every one), of ``model`` if given, newest
+    first, paged."""
+    recs = repo.list_profiles(
+        session, viewer_id=owner_filter(caller), model=model, after=cursor, limit=fetch(limit)
+    )
+    shown, next_cursor = page(recs, limit)
+    data = [ProfilePublic.of(r) for r in shown]
+    return ProfilesPublic(data=data, count=len(data), next_cursor=next_cursor)
 
 
 @router.get("/compute", response_model=ComputePublic)
@@ -86,15 +103,15 @@ def queue_job(session: SessionDep, caller: UserDep, body: ProfileJobCreate) -> P
         dtype=body.dtype,
         device=body.device,
         repeats=body.repeats,
-        owner_id=caller.user_id,
+        owner_id=owner_filter(caller),  # an admin's job measures a zoo-wide profile
     )
     return ProfileJobPublic.of(rec)
 
 
 @router.get("/jobs/{job_id}", response_model=ProfileJobPublic)
 def get_job(job_id: IdPath, session: SessionDep, caller: CallerDep) -> ProfileJobPublic:
-    """A profile job by id; 404 if none."""
-    return ProfileJobPublic.of(repo.get_profile_job(session, job_id=job_id))
+    """A profile job you queued (an admin: any) by id; 404 if none."""
+    return ProfileJobPublic.of(repo.get_profile_job(session, job_id=job_id, viewer_id=owner_filter(caller)))
 
 
 @router.post(
@@ -116,7 +133,9 @@ def claim_job(
     )
 
 
-@router.post("/jobs/{job_id}/result", response_model=ProfileJobPublic)
+@router.post(
+    "/jobs/{job_id}/result", response_model=ProfileJobPublic, openapi_extra=spec_body(ProfileJobResult)
+)
 def report_job(
     job_id: IdPath,
     session: SessionDep,
@@ -135,12 +154,11 @@ def report_job(
         worker=result.worker,
         profile=result.profile,
         error=result.error,
-        owner_id=caller.user_id,
     )
     return ProfileJobPublic.of(rec)
 
 
-@router.get("/{profile_id}", response_model=ProfilePublic)
+@router.get("/{profile_id:int}", response_model=ProfilePublic)
 def get_profile(profile_id: IdPath, session: SessionDep, caller: CallerDep) -> ProfilePublic:
-    """A stored profile by id; 404 if none."""
-    return ProfilePublic.of(repo.get_profile(session, profile_id=profile_id))
+    """A zoo-wide profile or your own by id; 404 if none."""
+    return ProfilePublic.of(repo.get_profile(session, profile_id=profile_id, viewer_id=owner_filter(caller)))

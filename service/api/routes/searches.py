@@ -27,7 +27,6 @@ from service.api.schemas.searches import (
     SearchStatusPublic,
 )
 from service.db import repository as repo
-from service.domain import QuotaExceeded
 from service.plans.heterogeneous_results import cheapest_as_best
 
 router = APIRouter(prefix="/searches", tags=["searches"])
@@ -52,20 +51,14 @@ def create_search(
     """Store a search in state 'pending'; the search loop starts round 1 and the baselines.
 
     Quotas (settings ``max_active_searches``, ``max_queued_trials``) are checked before the
-    search is stored: 429 names the limit. Two requests racing past the check can exceed a quota
-    by one each; the quota bounds a careless pipeline, it is not an accounting ledger.
+    search is stored (`service.db.repo_quotas.check_can_create_search`): 429 names the limit.
     """
-    usage = repo.user_usage(session, owner_id=user.user_id)
-    if usage.active_searches >= settings.max_active_searches:
-        raise QuotaExceeded(
-            f"you have {usage.active_searches} active searches, the limit is {settings.max_active_searches};"
-            " wait for one to finish or cancel one"
-        )
-    if usage.queued_trials >= settings.max_queued_trials:
-        raise QuotaExceeded(
-            f"your searches have {usage.queued_trials} queued trials, the limit is"
-            f" {settings.max_queued_trials}; wait for workers to take them"
-        )
+    repo.check_can_create_search(
+        session,
+        owner_id=user.user_id,
+        max_active_searches=settings.max_active_searches,
+        max_queued_trials=settings.max_queued_trials,
+    )
     model = resolve_field(
         session, kind="model", ref=body.model, owner_id=user.user_id, loc=["body", "model"], zoo=zoo_cache
     )

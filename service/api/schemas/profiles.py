@@ -49,6 +49,7 @@ class ProfilePublic(Public):
 class ProfilesPublic(Public):
     data: list[ProfilePublic]
     count: int
+    next_cursor: int | None = None
 
 
 class ComputePublic(Public):
