@@ -14,7 +14,7 @@ from typing import Any
 
 import typer
 
-PLANS = ("sync", "pipeline", "hybrid")
+PLANS = ("sync", "pipeline", "hybrid", "heterogeneous")
 
 
 def _fail(option: str, reason: str) -> typer.Exit:
@@ -43,7 +43,7 @@ def plan_fields(
         raise _fail(given[0], "needs --plan pipeline")
     if plan != "hybrid" and annotate:
         raise _fail("--annotate", "needs --plan hybrid")
-    if plan == "sync":
+    if plan in ("sync", "heterogeneous"):  # heterogeneous: --throughput-limit and --scheduler
         if global_batch is not None:
             raise _fail("--global-batch", "needs --plan pipeline or hybrid")
         return {}
