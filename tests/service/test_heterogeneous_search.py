@@ -222,6 +222,15 @@ def test_cost_objective_search_runs_end_to_end_through_the_api(
     assert status["best_trial_id"] == best["trial_id"]
     assert status["best_time"] == pytest.approx(2048 / best["measured_throughput"], rel=1e-9)
     assert status["families"] == [] and status["speedups"] == {}
+    # the one result shape: the cheapest plan meeting the limit vs the cheapest measured baseline
+    result = status["result"]
+    assert result["plan_kind"] == "heterogeneous" and result["metric"] == "money"
+    assert result["best"]["trial_id"] == best["trial_id"]
+    assert result["best"]["value"] == pytest.approx(best["measured_money"])
+    strongest = min((p for p in plans if p["baseline"]), key=lambda p: p["measured_money"])
+    assert result["baseline"]["label"] == strongest["baseline"]
+    assert result["ratio"] == pytest.approx(costs["savings"][strongest["baseline"]])
+    assert result["slower"] == (result["ratio"] < 1)
     # heterogeneous trials are not AutoSync runtimes: none enters the simulators' training data
     runtimes = client.get(f"{API}/runtimes", headers=tokens["admin"])
     assert runtimes.status_code == 200 and runtimes.json()["count"] == 0, runtimes.text
