@@ -45,8 +45,9 @@ from service.api.schemas.searches import (
     SearchPublic,
     SearchStatusPublic,
 )
+from service.api.schemas.specs import ClusterPublic, ClustersPublic, ModelPublic, ModelsPublic
 from service.api.schemas.trials import TrialPublic, TrialsPublic
-from simulator.spec import Strategy
+from simulator.spec import ClusterSpec, ModelSpec, Strategy
 
 if TYPE_CHECKING:
     from runtime.worker.plan_heterogeneous import HeterogeneousPlan
@@ -289,6 +290,37 @@ class StrategistClient:
         if pick is None:
             return None
         return plan_of(self.trial(pick.trial_id).strategy)
+
+    # -- your model and cluster specs ----------------------------------------------------------
+
+    def upload_model(self, spec: ModelSpec | dict[str, Any]) -> ModelPublic:
+        """Store a ModelSpec under your user (``ApiError`` 422 naming every bad field; nothing stored).
+
+        Searches then name it by its ``name`` (yours first, else the zoo's) or by the returned id.
+        """
+        body = spec.model_dump(mode="json") if isinstance(spec, ModelSpec) else dict(spec)
+        return self._call(ModelPublic, "POST", "/models", json=body)
+
+    def upload_cluster(self, spec: ClusterSpec | dict[str, Any]) -> ClusterPublic:
+        """Store a ClusterSpec under your user (``ApiError`` 422 naming every bad field; nothing stored)."""
+        body = spec.model_dump(mode="json") if isinstance(spec, ClusterSpec) else dict(spec)
+        return self._call(ClusterPublic, "POST", "/clusters", json=body)
+
+    def models(self) -> list[ModelPublic]:
+        """The model specs you uploaded (an admin: everyone's), every page."""
+        return self._all(ModelsPublic, "/models")
+
+    def clusters(self) -> list[ClusterPublic]:
+        """The cluster specs you uploaded (an admin: everyone's), every page."""
+        return self._all(ClustersPublic, "/clusters")
+
+    def model(self, model_id: int) -> ModelPublic:
+        """One stored model spec by id, with its full JSON."""
+        return self._call(ModelPublic, "GET", f"/models/{model_id}")
+
+    def cluster(self, cluster_id: int) -> ClusterPublic:
+        """One stored cluster spec by id, with its full JSON."""
+        return self._call(ClusterPublic, "GET", f"/clusters/{cluster_id}")
 
     # -- runtimes -------------------------------------------------------------------------------
 
