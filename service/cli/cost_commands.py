@@ -12,6 +12,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from service.cli.spec_commands import fail, resolve_cluster, resolve_model
+from service.plans.memory_view import memory_parts
 from simulator.analytical import CostBreakdown, CostParams, cost_breakdown
 from simulator.analytical.alpha import nccl_params
 from simulator.analytical.baselines import BASELINES, baseline
@@ -145,36 +146,6 @@ def _print(r: CostBreakdown, model: ModelSpec, cluster: ClusterSpec, name: str) 
                 f"{call.bytes / 1e6:.2f}",
             )
         console.print(t)
-
-
-def memory_parts(model: ModelSpec, cluster: ClusterSpec, strategy: Strategy) -> dict[str, Any]:
-    """Bytes per GPU by part under ``search.feasibility.MemoryModel`` (the sampler's rule), its
-    capacity and verdict. Optimizer state is the remainder of the rule's total after parameters,
-    gradients and activations (collective shards' Adam moments, PowerSGD buffers)."""
-    from search.feasibility import MemoryModel
-    from simulator.memory import MemoryConfig
-
-    config = MemoryConfig()
-    check = MemoryModel(model, cluster, config).check(strategy)
-    params = float(model.param_bytes)
-    grads = float(sum(v.grad_bytes for v in model.variables))
-    activations = model.activation_bytes * model.batch_size * config.activation_factor
-    parts = {
-        "parameters": params,
-        "gradients": grads,
-        "optimizer state": max(check.device_bytes - params - grads - activations, 0.0),
-        "activations": activations,
-    }
-    return {
-        "fits": check.ok,
-        "device_bytes": check.device_bytes,
-        "device_capacity": check.device_capacity,
-        "parts": parts,
-        "host_bytes": check.host_bytes,
-        "reasons": list(check.reasons),
-        "assumptions": f"{config.optimizer} optimizer state, batch {model.batch_size}/GPU, "
-        f"{config.device_usable:.0%} of the smallest GPU usable",
-    }
 
 
 def _print_memory(mem: dict[str, Any]) -> None:
