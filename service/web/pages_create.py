@@ -80,6 +80,7 @@ def _form(
     code: int = 200,
     session: Session | None = None,
     user_id: int | None = None,
+    notice: str | None = None,
 ) -> HTMLResponse:
     mine: dict[str, list[str]] = {"model": [], "cluster": []}  # the user's uploads, offered first
     if session is not None and user_id is not None:
@@ -92,6 +93,7 @@ def _form(
         status_code=code,
         values=values,
         error=error,
+        notice=notice,
         compressions=COMPRESSIONS,
         schedulers=SCHEDULERS,
         models=mine["model"] + [m for m in zoo.model_names() if m not in mine["model"]],
@@ -101,10 +103,13 @@ def _form(
 
 @router.get("/searches/new", response_class=HTMLResponse)
 def new_search_form(request: Request, session: SessionDep, user: WebUser) -> HTMLResponse:
-    defaults = {"model": "", "cluster": "", "trial_budget": "8", "candidates_per_round": "4",
-                "samples_per_round": "200", "compression": "none", "name": "", "objective": "time",
-                "throughput_limit": "", "scheduler": "exact", "plan": "sync", "plan_options": ""}  # fmt: skip
-    return _form(request, defaults, None, session=session, user_id=user.user_id)
+    return _form(request, DEFAULTS, None, session=session, user_id=user.user_id)
+
+
+#: The create form's initial values.
+DEFAULTS = {"model": "", "cluster": "", "trial_budget": "8", "candidates_per_round": "4",
+            "samples_per_round": "200", "compression": "none", "name": "", "objective": "time",
+            "throughput_limit": "", "scheduler": "exact", "plan": "sync", "plan_options": ""}  # fmt: skip
 
 
 @router.post("/searches/new", response_model=None)

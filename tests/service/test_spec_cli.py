@@ -111,3 +111,22 @@ def test_show_prints_every_default_and_notes_those_that_change_the_answer(
     assert "nodes[1].latency_us: not given" in notes and "nodes[0].latency_us" not in notes
     assert "nic_gbps is per node" in notes
     assert cli("spec", "show", "nope-nope").exit_code == 2
+
+
+def test_the_dashboard_form_takes_an_upload_and_offers_it_first(
+    zoo_dir: Path, session: Session, client: TestClient, specs: Any
+) -> None:
+    secret = repo.create_token(session, name="carla", role="user").secret
+    client.cookies.set("strategist_token", secret)
+    body = json.dumps(specs.cluster("my-lab")).encode()
+    r = client.post("/ui/specs", files={"spec": ("lab.json", body, "application/json")})
+    assert r.status_code == 200, r.text
+    assert 'data-testid="create-notice">uploaded cluster &#39;my-lab&#39;' in r.text
+    assert 'name="cluster" list="zoo-clusters" value="my-lab"' in r.text
+    form = client.get("/ui/searches/new").text
+    options = form.split('id="zoo-clusters">')[1].split("</datalist>")[0]
+    assert options.startswith('<option value="my-lab">')  # the user's own before the zoo's
+    bad = specs.cluster("bad-lab")
+    bad["nodes"][0]["gpus"] = -1
+    r = client.post("/ui/specs", files={"spec": ("bad.json", json.dumps(bad).encode(), "application/json")})
+    assert r.status_code == 422 and "spec file: nodes.0.gpus" in r.text
