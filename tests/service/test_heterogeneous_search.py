@@ -309,6 +309,8 @@ def test_dashboard_shows_money_throughput_provisioning_and_the_front(
     assert sorted(data["measured_front"]["x"]) == sorted(p["measured_throughput"] for p in front)
     assert page.count('data-testid="plan-row"') == 4
     assert f'data-testid="best-money">{best["measured_money"]:.2f} USD' in page
+    # the money says for how many samples (1e9 samples per epoch, one epoch by default)
+    assert 'data-testid="money-samples">for 1e+09 samples (1 epoch(s) of 1e+09)' in page
     assert f'data-testid="saving-aibox">{costs["savings"]["aibox"]:.2f}×' in page
     for p in costs["plans"]:
         stages = " | ".join(
