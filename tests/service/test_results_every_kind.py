@@ -263,8 +263,10 @@ def test_cancelled_search_reads_as_cancelled(
     api: StrategistClient,
     cli: Callable[..., Any],
     client: TestClient,
+    specs: Any,
 ) -> None:
     sid = api.create_search(model="tiny-mlp", cluster="two-node", trial_budget=4).id
+    repo.enqueue_trial(session, search_id=sid, strategy=specs.strategy("h"), baseline="horovod")
     api.cancel(sid)
     out = cli("status", str(sid), "--token", user.secret)
     assert (
@@ -277,3 +279,4 @@ def test_cancelled_search_reads_as_cancelled(
     client.cookies.set("strategist_token", user.secret)
     page = client.get(f"/ui/searches/{sid}").text
     assert 'data-testid="ended">Cancelled' in page and "the rest will not run" in page
+    assert "not measured (search cancelled)" in page and " queued<" not in page  # no stale "1 queued"
