@@ -22,7 +22,7 @@ from rich.table import Table
 
 from service.api.schemas.searches import SearchCreate, SearchStatusPublic
 from service.cli.costs_render import cost_lines, costs_table, heterogeneous_fields, print_costs
-from service.cli.plans_render import plan_fields, plan_lines
+from service.cli.plans_render import plan_fields, plan_lines, result_lines
 from service.client import ApiError, StrategistClient
 from service.plans.results import describe
 
@@ -161,31 +161,6 @@ def honest_lines(status: dict[str, Any]) -> list[str]:
             if r["ratio"] < 1:
                 text += f": not faster; {r['baseline']} stays the choice (1.00x)"
             lines.append(text)
-    return lines
-
-
-def result_lines(status: dict[str, Any]) -> list[str]:
-    """The search's answer, the same for every plan kind: best vs its baseline, and the recommendation."""
-    s, r = status["search"], status.get("result")
-    lines: list[str] = []
-    if s["state"] == "cancelled":
-        lines.append(
-            f"cancelled after {status['candidate_trials_done']} of {s['trial_budget']} candidate trials; "
-            "the rest will not run"
-        )
-    elif s["state"] == "failed":
-        lines.append(f"failed: {s.get('failure_reason') or 'no reason recorded'}")
-    if status.get("state_detail"):
-        lines.append(f"waiting for workers: {status['state_detail']}")
-    if not r:
-        return lines
-    lines.append(f"result ({r['plan_kind']}): {r['verdict']}")
-    if r["best"]:
-        lines.append(f"  best {r['best']['label']}: {r['best']['description']}")
-    if r["baseline"]:
-        lines.append(f"  baseline {r['baseline']['label']}: {r['baseline']['description']}")
-    if r["recommended"]:
-        lines.append(f"recommended: {r['recommended']['label']} ({r['recommended_reason']})")
     return lines
 
 
