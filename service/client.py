@@ -5,7 +5,7 @@
     with StrategistClient("http://strategist:8000", token) as api:
         search = api.create_search(model="ResNet50", cluster="B1", trial_budget=8)
         final = api.wait(search.id, on_progress=lambda st: print(st.candidate_trials_done))
-        best = api.best_strategy(search.id)          # a simulator.spec.Strategy, or None
+        best = api.best_plan(search.id)              # the kind's plan document (a Strategy for sync)
         api.upload_runtime(model="ResNet50", cluster="B1", strategy=best, iteration_times=[0.41, 0.40])
 
 Decisions:
@@ -30,7 +30,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 from types import TracebackType
-from typing import Any, Protocol, Self, TypeVar, cast
+from typing import TYPE_CHECKING, Any, Protocol, Self, TypeVar, cast
 
 import httpx
 from pydantic import BaseModel
@@ -45,8 +45,33 @@ from service.api.schemas.searches import (
     SearchPublic,
     SearchStatusPublic,
 )
+from service.api.schemas.specs import ClusterPublic, ClustersPublic, ModelPublic, ModelsPublic
 from service.api.schemas.trials import TrialPublic, TrialsPublic
-from simulator.spec import Strategy
+from simulator.spec import ClusterSpec, ModelSpec, Strategy
+
+if TYPE_CHECKING:
+    from runtime.worker.plan_heterogeneous import HeterogeneousPlan
+    from runtime.worker.plan_pipeline import PipelineTrial
+    from simulator.spec import HybridPlan
+
+
+def plan_of(document: dict[str, Any]) -> Strategy | PipelineTrial | HybridPlan | HeterogeneousPlan:
+    """A trial's plan document validated as its kind's model (``SpecError``/``ValidationError`` if bad)."""
+    kind = document.get("kind", "strategy")
+    if kind == "pipeline":
+        from runtime.worker.plan_pipeline import PipelineTrial
+
+        return PipelineTrial.model_validate(document)
+    if kind == "hybrid":
+        from simulator.spec.hybrid import plan_document
+
+        return plan_document(document)[0]
+    if kind == "heterogeneous_plan":
+        from runtime.worker.plan_heterogeneous import HeterogeneousPlan
+
+        return HeterogeneousPlan.model_validate(document)
+    return Strategy.model_validate(document)
+
 
 #: Search states after which nothing changes.
 FINAL_STATES = frozenset({"completed", "cancelled", "failed"})
@@ -232,9 +257,70 @@ class StrategistClient:
         return None if best is None else self.trial(best)
 
     def best_strategy(self, search_id: int) -> Strategy | None:
-        """The best measured candidate's strategy, as the spec's ``Strategy`` (None before one)."""
-        trial = self.best_trial(search_id)
-        return None if trial is None else Strategy.model_validate(trial.strategy)
+        """A sync search's best measured strategy, as the spec's ``Strategy`` (None before one).
+
+        Other plan kinds have no Strategy: ``ValueError`` naming the kind and pointing to
+        :meth:`best_plan`, which answers for every kind.
+        """
+        status = self.search(search_id)
+        if status.search.plan_kind != "sync":
+            raise ValueError(
+                f"search {search_id} is a {status.search.plan_kind} search: its best is a "
+                f"{status.search.plan_kind} plan, not a Strategy; use best_plan({search_id})"
+            )
+        return (
+            None
+            if status.best_trial_id is None
+            else Strategy.model_validate(self.trial(status.best_trial_id).strategy)
+        )
+
+    def best_plan(
+        self, search_id: int, *, recommended: bool = False
+    ) -> Strategy | PipelineTrial | HybridPlan | HeterogeneousPlan | None:
+        """The best measured candidate's plan document, validated as its kind's model (None before one).
+
+        Sync: ``simulator.spec.Strategy``; pipeline: ``runtime.worker.plan_pipeline.PipelineTrial``
+        (the (k, b) memory curve the tuner runs over); hybrid: ``simulator.spec.HybridPlan``;
+        heterogeneous: ``runtime.worker.plan_heterogeneous.HeterogeneousPlan`` (the cheapest plan
+        meeting the limit). ``recommended=True``: the recommended plan instead of the best, the
+        simplest within the measurement noise of the best (``SearchStatusPublic.result.rule``).
+        """
+        result = self.search(search_id).result
+        pick = None if result is None else (result.recommended if recommended else result.best)
+        if pick is None:
+            return None
+        return plan_of(self.trial(pick.trial_id).strategy)
+
+    # -- your model and cluster specs ----------------------------------------------------------
+
+    def upload_model(self, spec: ModelSpec | dict[str, Any]) -> ModelPublic:
+        """Store a ModelSpec under your user (``ApiError`` 422 naming every bad field; nothing stored).
+
+        Searches then name it by its ``name`` (yours first, else the zoo's) or by the returned id.
+        """
+        body = spec.model_dump(mode="json") if isinstance(spec, ModelSpec) else dict(spec)
+        return self._call(ModelPublic, "POST", "/models", json=body)
+
+    def upload_cluster(self, spec: ClusterSpec | dict[str, Any]) -> ClusterPublic:
+        """Store a ClusterSpec under your user (``ApiError`` 422 naming every bad field; nothing stored)."""
+        body = spec.model_dump(mode="json") if isinstance(spec, ClusterSpec) else dict(spec)
+        return self._call(ClusterPublic, "POST", "/clusters", json=body)
+
+    def models(self) -> list[ModelPublic]:
+        """The model specs you uploaded (an admin: everyone's), every page."""
+        return self._all(ModelsPublic, "/models")
+
+    def clusters(self) -> list[ClusterPublic]:
+        """The cluster specs you uploaded (an admin: everyone's), every page."""
+        return self._all(ClustersPublic, "/clusters")
+
+    def model(self, model_id: int) -> ModelPublic:
+        """One stored model spec by id, with its full JSON."""
+        return self._call(ModelPublic, "GET", f"/models/{model_id}")
+
+    def cluster(self, cluster_id: int) -> ClusterPublic:
+        """One stored cluster spec by id, with its full JSON."""
+        return self._call(ClusterPublic, "GET", f"/clusters/{cluster_id}")
 
     # -- runtimes -------------------------------------------------------------------------------
 

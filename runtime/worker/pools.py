@@ -50,6 +50,29 @@ def fits_gpus(cluster: ClusterSpec, gpu_names: list[str]) -> bool:
     return all(_model_token(g) == want for g in gpu_names[: cluster.num_gpus])
 
 
+def gpu_refusal(cluster: ClusterSpec | None, name: str, gpu_names: list[str]) -> str | None:
+    """Why this host's GPUs cannot run cluster ``name`` in the gpu pool (None: they can).
+
+    ``cluster`` None: a name this host cannot resolve (an uploaded cluster); it is refused only on a
+    host with no GPU at all, since every gpu-pool cluster has GPUs.
+    """
+    if not gpu_names:
+        return f"{name}: this host has no CUDA GPU (torch.cuda.is_available() is false); use --pool testbed"
+    if cluster is None:
+        return None
+    if len(cluster.nodes) != 1:
+        return f"{name}: has {len(cluster.nodes)} nodes; the gpu pool runs single-node clusters on this host"
+    if cluster.num_gpus > len(gpu_names):
+        return f"{name}: needs {cluster.num_gpus} GPUs; this host has {len(gpu_names)}"
+    want = cluster.device_type(0).name
+    other = [g for g in gpu_names[: cluster.num_gpus] if _model_token(g) != _model_token(want)]
+    if other:
+        return (
+            f"{name}: its GPUs are {want}; this host's are {other[0]} (a trial would measure other hardware)"
+        )
+    return None
+
+
 def local_gpu_names() -> list[str]:
     """Names of the host's CUDA devices (empty without CUDA)."""
     import torch

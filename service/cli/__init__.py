@@ -16,6 +16,7 @@ from service.cli import (
     serve_commands,
     simulator_commands,
     spec_commands,
+    spec_upload_commands,
     worker_commands,
 )
 
@@ -27,6 +28,7 @@ app = typer.Typer(
 )
 
 spec_commands.register(app)
+spec_upload_commands.register(app)
 import_commands.register(app)
 cost_commands.register(app)
 profile_commands.register(app)

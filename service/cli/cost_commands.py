@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from service.cli.spec_commands import fail, resolve_cluster, resolve_model
+from service.plans.memory_view import memory_parts
 from simulator.analytical import CostBreakdown, CostParams, cost_breakdown
 from simulator.analytical.alpha import nccl_params
 from simulator.analytical.baselines import BASELINES, baseline
@@ -50,7 +53,7 @@ def cost(
         "published ring latencies per link kind, simulator.analytical.alpha).",
     ),
 ) -> None:
-    """Predict T_comp, T_sync, T = max(T_comp, T_sync) and throughput, per server and per group."""
+    """Predict T_comp, T_sync, the overlapped sync end E, T = max(T_comp, E), throughput and memory per GPU."""
     from service.cli.profile_commands import load_profiles
 
     m = resolve_model(model)
@@ -65,11 +68,19 @@ def cost(
     if alpha == "nccl":
         params = nccl_params(c, params)
     result = cost_breakdown(m, c, s, params)
+    memory = memory_parts(m, c, s)
     if as_json:
-        out = {"model": m.name, "cluster": c.name, "strategy": s.name or strategy, **result.to_json()}
+        out = {
+            "model": m.name,
+            "cluster": c.name,
+            "strategy": s.name or strategy,
+            **result.to_json(),
+            "memory": memory,
+        }
         typer.echo(json.dumps(out, indent=2))
     else:
         _print(result, m, c, s.name or strategy)
+        _print_memory(memory)
 
 
 def _resolve_strategy(ref: str, model: ModelSpec, cluster: ClusterSpec, trials: int, seed: int) -> Strategy:
@@ -93,12 +104,19 @@ def _resolve_strategy(ref: str, model: ModelSpec, cluster: ClusterSpec, trials: 
 def _print(r: CostBreakdown, model: ModelSpec, cluster: ClusterSpec, name: str) -> None:
     console = Console()
     top = Table("quantity", "value", title=f"{name}: {model.name} on {cluster.name}")
+    bound = "compute-bound: T = T_comp" if r.t_comp >= r.t_sync_end else "sync-bound: T = E"
+    how = (
+        "E: buckets start when their gradients are ready; a PS shard's pull overlaps the next push"
+        if r.overlap == "bucket"
+        else "E = T_sync (Eq. 1, full overlap)"
+    )
     for label, value in [
         ("T_comp", f"{r.t_comp * 1e3:.3f} ms ({r.compute_source})"),
-        ("T_sync^PS (busiest server)", f"{r.t_ps * 1e3:.3f} ms"),
+        ("T_sync^PS (busiest server, push + pull)", f"{r.t_ps * 1e3:.3f} ms"),
         ("T_sync^CC (all calls)", f"{r.t_cc * 1e3:.3f} ms"),
-        ("T_sync", f"{r.t_sync * 1e3:.3f} ms"),
-        ("T (bucket overlap, Eq. 1)", f"{r.t_iter * 1e3:.3f} ms"),
+        ("T_sync (PS + CC, serialised)", f"{r.t_sync * 1e3:.3f} ms"),
+        (f"E, overlapped sync end ({r.overlap} overlap)", f"{r.t_sync_end * 1e3:.3f} ms ({how})"),
+        ("T = max(T_comp, E)", f"{r.t_iter * 1e3:.3f} ms ({bound})"),
         ("throughput", f"{r.throughput:,.1f} samples/s"),
         ("cost per iteration", f"${r.cost_per_iteration:.6f}"),
     ]:
@@ -128,3 +146,20 @@ def _print(r: CostBreakdown, model: ModelSpec, cluster: ClusterSpec, name: str) 
                 f"{call.bytes / 1e6:.2f}",
             )
         console.print(t)
+
+
+def _print_memory(mem: dict[str, Any]) -> None:
+    console = Console()
+    t = Table("part", "GB per GPU", title=f"memory per GPU ({mem['assumptions']}; simulator.memory)")
+    for part, nbytes in mem["parts"].items():
+        t.add_row(part, f"{nbytes / 1e9:.2f}")
+    t.add_row("total", f"{mem['device_bytes'] / 1e9:.2f}")
+    t.add_row("usable", f"{mem['device_capacity'] / 1e9:.2f}")
+    for server, nbytes in mem["host_bytes"].items():
+        t.add_row(f"PS server {server} host", f"{nbytes / 1e9:.2f}")
+    console.print(t)
+    if mem["fits"]:
+        console.print("fits in memory")
+    else:
+        for reason in mem["reasons"]:
+            console.print(f"[bold red]does not fit:[/] {escape(reason)}")

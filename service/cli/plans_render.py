@@ -14,7 +14,7 @@ from typing import Any
 
 import typer
 
-PLANS = ("sync", "pipeline", "hybrid")
+PLANS = ("sync", "pipeline", "hybrid", "heterogeneous")
 
 
 def _fail(option: str, reason: str) -> typer.Exit:
@@ -43,7 +43,7 @@ def plan_fields(
         raise _fail(given[0], "needs --plan pipeline")
     if plan != "hybrid" and annotate:
         raise _fail("--annotate", "needs --plan hybrid")
-    if plan == "sync":
+    if plan in ("sync", "heterogeneous"):  # heterogeneous: --throughput-limit and --scheduler
         if global_batch is not None:
             raise _fail("--global-batch", "needs --plan pipeline or hybrid")
         return {}
@@ -110,4 +110,29 @@ def plan_lines(trials: Sequence[dict[str, Any]]) -> list[str]:
                 )
         elif t.get("failure_reason"):
             lines.append(f"{head}, failed: {t['failure_reason']}")
+    return lines
+
+
+def result_lines(status: dict[str, Any]) -> list[str]:
+    """The search's answer, the same for every plan kind: best vs its baseline, and the recommendation."""
+    s, r = status["search"], status.get("result")
+    lines: list[str] = []
+    if s["state"] == "cancelled":
+        lines.append(
+            f"cancelled after {status['candidate_trials_done']} of {s['trial_budget']} candidate trials; "
+            "the rest will not run"
+        )
+    elif s["state"] == "failed":
+        lines.append(f"failed: {s.get('failure_reason') or 'no reason recorded'}")
+    if status.get("state_detail"):
+        lines.append(f"waiting for workers: {status['state_detail']}")
+    if not r:
+        return lines
+    lines.append(f"result ({r['plan_kind']}): {r['verdict']}")
+    if r["best"]:
+        lines.append(f"  best {r['best']['label']}: {r['best']['description']}")
+    if r["baseline"]:
+        lines.append(f"  baseline {r['baseline']['label']}: {r['baseline']['description']}")
+    if r["recommended"]:
+        lines.append(f"recommended: {r['recommended']['label']} ({r['recommended_reason']})")
     return lines

@@ -22,8 +22,9 @@ from rich.table import Table
 
 from service.api.schemas.searches import SearchCreate, SearchStatusPublic
 from service.cli.costs_render import cost_lines, costs_table, heterogeneous_fields, print_costs
-from service.cli.plans_render import plan_fields, plan_lines
+from service.cli.plans_render import plan_fields, plan_lines, result_lines
 from service.client import ApiError, StrategistClient
+from service.plans.results import describe
 
 search_app = typer.Typer(
     help="Create and follow strategy searches (HTTP client of the API).", no_args_is_help=True
@@ -92,6 +93,13 @@ def best_table(status: dict[str, Any], trials: list[dict[str, Any]], top: int = 
         table.add_column(col, overflow="fold")
     done = [t for t in trials if t.get("candidate_id") is not None and t.get("median_time")]
     for t in sorted(done, key=lambda t: t["median_time"])[:top]:
+        if t["strategy"].get("kind", "strategy") != "strategy":  # another plan kind: its own baseline
+            row = [str(t["id"]), str(t.get("round_index")), "-", escape(describe(t["strategy"]))]
+            pred = t.get("predicted_time")
+            table.add_row(
+                *row, f"{pred:.3f}" if pred else "-", f"{t['median_time']:.3f}", *["" for _ in tuned]
+            )
+            continue
         space = space_of(Strategy.model_validate(t["strategy"]))
         speed = [
             f"{b / t['median_time']:.2f}×" if is_lossy_baseline(fam) == (space == "lossy") else "-"
@@ -110,7 +118,8 @@ def best_table(status: dict[str, Any], trials: list[dict[str, Any]], top: int = 
     for t in trials:
         if t.get("baseline"):
             m = t.get("median_time")
-            lossy = "lossy" if is_lossy_baseline(t["baseline"]) else "lossless"
+            sync = t["strategy"].get("kind", "strategy") == "strategy"
+            lossy = ("lossy" if is_lossy_baseline(t["baseline"]) else "lossless") if sync else "-"
             table.add_row(
                 str(t["id"]),
                 "base",
@@ -167,6 +176,24 @@ def watch_search(
         TimeElapsedColumn(),
         console=console,
     )
+    if not console.is_terminal:  # piped to a file: one plain line per change, no live redraw
+        seen: list[tuple[str, int, int]] = []
+
+        def line(status: SearchStatusPublic) -> None:
+            s = status.search
+            now = (s.state, s.current_round, status.candidate_trials_done)
+            if not seen or seen[-1] != now:
+                seen.append(now)
+                extra = f"; waiting for workers: {status.state_detail}" if status.state_detail else ""
+                console.print(
+                    escape(
+                        f"search {search_id} {s.state} round {s.current_round}: "
+                        f"{status.candidate_trials_done}/{s.trial_budget} candidate trials done{extra}"
+                    ),
+                    soft_wrap=True,
+                )
+
+        return client.wait(search_id, on_progress=line, interval_s=interval_s)
     budget = client.search(search_id).search.trial_budget
     task = progress.add_task("search", total=budget, sid=search_id, state="", round=0)
     with Live(console=console, refresh_per_second=4, transient=False) as live:
@@ -210,7 +237,9 @@ def create(
     budget: Annotated[int, typer.Option(help="Candidate trials in total.")] = 8,
     per_round: Annotated[int, typer.Option(help="K: candidates (trials) per round.")] = 4,
     samples: Annotated[int, typer.Option(help="M: strategies sampled and scored per round.")] = 200,
-    objective: Annotated[str, typer.Option(help="'time' or 'cost'.")] = "time",
+    objective: Annotated[
+        str | None, typer.Option(help="'time' or 'cost' (default: time; cost for --plan heterogeneous).")
+    ] = None,
     approval: Annotated[bool, typer.Option(help="Wait for approval before each round's trials.")] = False,
     seed: Annotated[int, typer.Option(help="Sampler seed.")] = 0,
     compression: Annotated[
@@ -230,7 +259,11 @@ def create(
         typer.Option(help="With --throughput-limit: exact | rl | greedy | bo-tpe | bo-gp | genetic | ..."),
     ] = "exact",
     plan: Annotated[
-        str, typer.Option(help="What to plan: sync (AutoSync strategies) | pipeline | hybrid.")
+        str,
+        typer.Option(
+            help="What to plan: sync (AutoSync strategies) | pipeline | hybrid | heterogeneous "
+            "(HeterPS: needs --throughput-limit; objective cost)."
+        ),
     ] = "sync",
     stages: Annotated[
         str | None, typer.Option(help='--plan pipeline: number of stages, or "choose" (the default).')
@@ -258,6 +291,14 @@ def create(
             f"error: --compression: must be none, fp16, powersgd or all, got {compression!r}", err=True
         )
         raise typer.Exit(2)
+    if plan == "heterogeneous":
+        if throughput_limit is None:
+            typer.echo(
+                "error: --throughput-limit: --plan heterogeneous needs the samples/s to reach", err=True
+            )
+            raise typer.Exit(2)
+        objective = objective or "cost"
+    objective = objective or "time"
     fields = {
         "model": model,
         "cluster": cluster,
@@ -272,7 +313,7 @@ def create(
         **heterogeneous_fields(objective, throughput_limit, scheduler),
         **plan_fields(plan, stages, memory_per_device_gb, global_batch, annotate or (), fixed),
     }
-    if plan != "sync" and throughput_limit is not None:
+    if plan not in ("sync", "heterogeneous") and throughput_limit is not None:
         typer.echo("error: --plan: a --throughput-limit search plans heterogeneous schedules", err=True)
         raise typer.Exit(2)
     options = {
@@ -310,6 +351,8 @@ def status_cmd(
     console = Console()
     if s.get("plan_kind") == "heterogeneous":
         print_costs(console, status, as_json(_run(lambda: client.costs(search_id))))
+        for line in result_lines(status):
+            console.print(escape(line))
         return
     trials = [as_json(t) for t in _run(lambda: client.trials(search_id))]
     console.print(  # escaped: "[pending]" and user-chosen names are text, not rich markup
@@ -320,7 +363,10 @@ def status_cmd(
         )
     )
     console.print(best_table(status, trials))
-    for line in honest_lines(status):
+    if s.get("plan_kind", "sync") == "sync":
+        for line in honest_lines(status):
+            console.print(escape(line))
+    for line in result_lines(status):
         console.print(escape(line))
     for line in plan_lines(trials):  # pipeline / hybrid trials: chosen (k, b), switches, shares, busy
         console.print(escape(line))
@@ -340,8 +386,10 @@ def watch_cmd(
     if final.search.plan_kind == "heterogeneous":
         for line in cost_lines(as_json(_run(lambda: client.costs(search_id)))):
             typer.echo(line)
-        return
-    for line in honest_lines(as_json(final)):
+    elif final.search.plan_kind == "sync":
+        for line in honest_lines(as_json(final)):
+            typer.echo(line)
+    for line in result_lines(as_json(final)):
         typer.echo(line)
 
 

@@ -29,9 +29,10 @@ import typer
 
 from runtime.worker import TOKEN_ENV, Worker, WorkerConfig, wait_for_api
 from runtime.worker.api import TokenRefused
-from runtime.worker.pools import POOLS, runnable_clusters
+from runtime.worker.pools import POOLS, gpu_refusal, local_gpu_names, runnable_clusters
 from runtime.worker.session import die_with_parent
 from simulator import zoo
+from simulator.spec import ClusterSpec
 
 log = logging.getLogger("strategist.worker")
 
@@ -97,6 +98,11 @@ def worker(
     )
     if not names:
         raise _fail("--clusters", f"no cluster fits the {pool} pool on this machine; name them explicitly")
+    if pool == "gpu":  # advertise only what this host's GPUs can run, whatever --clusters says
+        gpus = local_gpu_names()
+        refused = [r for n in names if (r := gpu_refusal(_zoo_cluster(n), n, gpus))]
+        if refused:
+            raise _fail("--clusters", "refused: " + "; ".join(refused))
     options: dict[str, object] = {
         "iterations": iterations,
         "warmup": warmup,
@@ -194,6 +200,14 @@ def _stop_on_signals(w: Worker) -> None:
 
     signal.signal(signal.SIGTERM, handler)
     signal.signal(signal.SIGINT, handler)
+
+
+def _zoo_cluster(name: str) -> ClusterSpec | None:
+    """The zoo cluster of that name, None for a name this host cannot resolve (an uploaded one)."""
+    try:
+        return zoo.cluster(name)
+    except KeyError:
+        return None
 
 
 if __name__ == "__main__":

@@ -13,12 +13,21 @@ from fastapi import APIRouter, FastAPI
 from fastapi.responses import FileResponse
 from fastapi.staticfiles import StaticFiles
 
-from service.web import auth, pages_create, pages_searches, pages_simulators, pages_strategy, pages_workers
+from service.web import (
+    auth,
+    pages_create,
+    pages_searches,
+    pages_simulators,
+    pages_specs,
+    pages_strategy,
+    pages_workers,
+)
 
 PLOTLY_JS = Path(plotly.__file__).resolve().parent / "package_data" / "plotly.min.js"
 
 router = APIRouter(prefix="/ui", include_in_schema=False)
 router.include_router(auth.router)
+router.include_router(pages_specs.router)
 router.include_router(pages_create.router)  # before pages_searches: /searches/new is not an id
 router.include_router(pages_searches.router)
 router.include_router(pages_strategy.router)

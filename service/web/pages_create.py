@@ -14,6 +14,7 @@ from typing import Annotated, Any, cast
 from fastapi import APIRouter, Form, HTTPException, Request, status
 from fastapi.responses import HTMLResponse, RedirectResponse
 from pydantic import ValidationError
+from sqlalchemy.orm import Session
 
 from service.api.deps import OrchestratorDep, SessionDep, SettingsDep, notify
 from service.api.routes._plans import plan_options
@@ -57,9 +58,11 @@ def cost_fields(throughput_limit: str, scheduler: str) -> dict[str, object]:
 
 def plan_fields(plan: str, plan_json: str, throughput_limit: str) -> dict[str, object]:
     """``plan`` pipeline or hybrid with its JSON options (ValueError naming the field); {} for sync."""
-    if plan == "sync":
+    if plan in ("sync", "heterogeneous"):  # heterogeneous: its options are the cost fields
         if plan_json.strip():
-            raise ValueError("plan_options: a sync search takes no plan options")
+            raise ValueError(f"plan_options: a {plan} search takes no plan options here")
+        if plan == "heterogeneous" and not throughput_limit.strip():
+            raise ValueError("throughput_limit: a heterogeneous search needs the samples/s to reach")
         return {}
     if throughput_limit.strip():
         raise ValueError(f"plan: a throughput limit makes a heterogeneous search, not {plan!r}")
@@ -70,26 +73,43 @@ def plan_fields(plan: str, plan_json: str, throughput_limit: str) -> dict[str, o
     return {"plan_kind": plan, "plan_options": options}
 
 
-def _form(request: Request, values: dict[str, str], error: str | None, code: int = 200) -> HTMLResponse:
+def _form(
+    request: Request,
+    values: dict[str, str],
+    error: str | None,
+    code: int = 200,
+    session: Session | None = None,
+    user_id: int | None = None,
+    notice: str | None = None,
+) -> HTMLResponse:
+    mine: dict[str, list[str]] = {"model": [], "cluster": []}  # the user's uploads, offered first
+    if session is not None and user_id is not None:
+        for kind in ("model", "cluster"):
+            recs = repo.list_specs(session, kind=kind, viewer_id=user_id, limit=200)
+            mine[kind] = sorted({r.name for r in recs})
     return page(
         request,
         "search_new.html",
         status_code=code,
         values=values,
         error=error,
+        notice=notice,
         compressions=COMPRESSIONS,
         schedulers=SCHEDULERS,
-        models=zoo.model_names(),
-        clusters=zoo.cluster_names(),
+        models=mine["model"] + [m for m in zoo.model_names() if m not in mine["model"]],
+        clusters=mine["cluster"] + [c for c in zoo.cluster_names() if c not in mine["cluster"]],
     )
 
 
 @router.get("/searches/new", response_class=HTMLResponse)
-def new_search_form(request: Request, user: WebUser) -> HTMLResponse:
-    defaults = {"model": "", "cluster": "", "trial_budget": "8", "candidates_per_round": "4",
-                "samples_per_round": "200", "compression": "none", "name": "", "objective": "time",
-                "throughput_limit": "", "scheduler": "exact", "plan": "sync", "plan_options": ""}  # fmt: skip
-    return _form(request, defaults, None)
+def new_search_form(request: Request, session: SessionDep, user: WebUser) -> HTMLResponse:
+    return _form(request, DEFAULTS, None, session=session, user_id=user.user_id)
+
+
+#: The create form's initial values.
+DEFAULTS = {"model": "", "cluster": "", "trial_budget": "8", "candidates_per_round": "4",
+            "samples_per_round": "200", "compression": "none", "name": "", "objective": "time",
+            "throughput_limit": "", "scheduler": "exact", "plan": "sync", "plan_options": ""}  # fmt: skip
 
 
 @router.post("/searches/new", response_model=None)
@@ -112,6 +132,8 @@ def create_search(
     plan: Annotated[str, Form()] = "sync",
     plan_json: Annotated[str, Form(alias="plan_options")] = "",
 ) -> RedirectResponse | HTMLResponse:
+    if plan == "heterogeneous":
+        objective = "cost"  # HeterPS plans minimise money under the throughput limit
     values = {"model": model, "cluster": cluster, "trial_budget": trial_budget,
               "candidates_per_round": candidates_per_round, "samples_per_round": samples_per_round,
               "compression": compression, "name": name, "objective": objective}  # fmt: skip

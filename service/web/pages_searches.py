@@ -14,6 +14,7 @@ from service.db import repository as repo
 from service.domain import SEARCH_FINAL, Conflict, NotFound
 from service.loop.store import search_specs
 from service.plans.heterogeneous_results import cheapest_as_best
+from service.plans.results import load_plan_result, worker_hint
 from service.web.auth import WebUser, owner_of
 from service.web.heterogeneous_views import cost_context
 from service.web.plan_views import plan_labels
@@ -31,17 +32,19 @@ def home() -> RedirectResponse:
 @router.get("/searches", response_class=HTMLResponse)
 def searches(request: Request, session: SessionDep, settings: SettingsDep, user: WebUser) -> HTMLResponse:
     rows = []
+    results = {}  # search id -> its PlanResult (best, baseline, ratio: one shape for every plan kind)
     waiting: dict[int, str] = {}  # active searches whose trials wait for a worker that is not there
     for s in repo.list_searches(session, owner_id=owner_of(user)):
         st = cheapest_as_best(session, repo.search_status(session, search_id=s.id, owner_id=owner_of(user)))
         rows.append(st)
+        results[s.id] = load_plan_result(session, st, owner_id=owner_of(user))
         if s.state not in SEARCH_FINAL and (
             line := repo.waiting_on_workers(
                 session, search_id=s.id, owner_id=owner_of(user), live_s=settings.heartbeat_timeout_s
             )
         ):
             waiting[s.id] = line
-    return page(request, "searches.html", statuses=rows, waiting=waiting)
+    return page(request, "searches.html", statuses=rows, results=results, waiting=waiting)
 
 
 @router.get("/searches/{search_id}", response_class=HTMLResponse)
@@ -62,11 +65,14 @@ def search(
     waiting = repo.waiting_on_workers(
         session, search_id=search_id, owner_id=owner_of(user), live_s=settings.heartbeat_timeout_s
     )
+    hint = worker_hint(trials) if waiting else ""
     return page(
         request,
         "search.html",
         st=st,
         waiting=waiting,
+        hint=hint,
+        result=load_plan_result(session, st, owner_id=owner_of(user)),
         rounds=rounds,
         trials=trials,
         chart=chart,

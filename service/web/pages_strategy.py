@@ -13,6 +13,7 @@ from service.compute import cost_params
 from service.db import repository as repo
 from service.domain import NotFound
 from service.loop.store import search_specs
+from service.plans.memory_view import memory_parts
 from service.web.auth import WebUser, owner_of
 from service.web.plan_views import plan_view
 from service.web.render import page
@@ -69,6 +70,7 @@ def _strategy_page(
         diffs=diff_counts(model, layers, COMPARED),
         breakdown=costs["this strategy"],
         costs=costs,
+        memory=memory_parts(model, cluster, strategy),
         predicted=predicted,
         trial=trial,
     )

@@ -55,6 +55,11 @@ class CostBreakdown:
     # for this model, device, dtype and batch) or "profile+roofline" (a profile missing layers).
     compute_source: str = "roofline"
     compute_profiled_layers: int = 0  # layers whose times came from the profile
+    # E: when the synchronisation overlapped with backward ends (``overlap``); T = max(T_comp, E).
+    # With overlap="bucket" E may be below T_sync (a PS shard's pull overlaps the next push), or
+    # above it (buckets wait for their gradients); with overlap="full" E = T_sync (Eq. 1).
+    t_sync_end: float = 0.0
+    overlap: str = "bucket"
 
     def to_json(self) -> dict[str, Any]:
         """The CLI's JSON shape: t_comp, t_sync, t_iter, throughput, ps{server}, collective{group/op},
@@ -113,6 +118,8 @@ def cost_breakdown(
         throughput=float(s.throughput[0]),
         t_ps=float(s.t_ps[0]),
         t_cc=float(s.t_cc[0]),
+        t_sync_end=float(s.t_sync_end[0]) if s.t_sync_end is not None else float(s.t_sync[0]),
+        overlap=params.overlap,
         cost_per_iteration=float(s.cost[0]),
         ps=ps,
         collective=collective,

@@ -67,6 +67,8 @@ class Scores:
     server_shards: np.ndarray | None = None
     call_shards: np.ndarray | None = None
     sync_terms: np.ndarray | None = None
+    #: E, when the overlapped synchronisation ends (``overlap``; T_sync with overlap="full"): (N,).
+    t_sync_end: np.ndarray | None = None
 
 
 def score(
@@ -143,6 +145,7 @@ def score(
         cost=t_iter * ca.price_per_s,
         server_time=server_time,
         call_time=call_time,
+        t_sync_end=end if bucket else t_sync,
     )
     if detail:
         out.update(_detail(ca, b, n, j, len(call_time)))

@@ -13,6 +13,7 @@ from sqlalchemy.orm import Session
 from service.db import repository as repo
 from service.db.models import SearchRow
 from service.domain import CandidateDraft
+from service.plans.results import RULE
 from simulator.spec.measurement import Measurement
 
 API = "/api/v1"
@@ -148,6 +149,10 @@ def test_lossy_search_is_an_explicit_opt_in(client: TestClient, tokens: dict[str
     assert r.status_code == 422 and r.json()["detail"][0]["loc"] == ["body", "compression"]
 
 
+#: How the small strategies of conftest read (three variables, one all-reduce group).
+ALLREDUCE = "3 shards all-reduce in 1 group(s)"
+
+
 def test_status_reports_best_and_speedups(
     client: TestClient, tokens: dict[str, Any], session: Session, specs: Any
 ) -> None:
@@ -220,6 +225,19 @@ def test_status_reports_best_and_speedups(
         ],
         "speedups": {"horovod": pytest.approx(1.5), "ps": pytest.approx(2.25)},
         "state_detail": None,  # nothing queued waits for a worker
+        # one shape for every plan kind: the best vs the strongest tuned baseline (horovod)
+        "result": {
+            "plan_kind": "sync",
+            "metric": "time",
+            "best": {"trial_id": 3, "label": "trial:3", "description": ALLREDUCE, "value": 0.4},
+            "baseline": {"trial_id": 1, "label": "horovod", "description": ALLREDUCE, "value": 0.6},
+            "ratio": pytest.approx(1.5),
+            "slower": False,
+            "recommended": {"trial_id": 3, "label": "trial:3", "description": ALLREDUCE, "value": 0.4},
+            "recommended_reason": "the fastest measured candidate is also the simplest within the noise",
+            "verdict": "1.50x speed-up vs horovod (600.0 ms -> 400.0 ms)",
+            "rule": RULE,
+        },
     }
     rounds = client.get(f"{API}/searches/{sid}/rounds", headers=tokens["alice"]).json()
     assert rounds == {
@@ -256,6 +274,18 @@ def test_status_of_a_fresh_search_has_no_best(client: TestClient, tokens: dict[s
         "reports": [],
         "speedups": {},
         "state_detail": None,
+        "result": {
+            "plan_kind": "sync",
+            "metric": "time",
+            "best": None,
+            "baseline": None,
+            "ratio": None,
+            "slower": False,
+            "recommended": None,
+            "recommended_reason": "no measured candidate yet",
+            "verdict": "no measured candidate yet",
+            "rule": RULE,
+        },
     }
 
 

@@ -222,6 +222,15 @@ def test_cost_objective_search_runs_end_to_end_through_the_api(
     assert status["best_trial_id"] == best["trial_id"]
     assert status["best_time"] == pytest.approx(2048 / best["measured_throughput"], rel=1e-9)
     assert status["families"] == [] and status["speedups"] == {}
+    # the one result shape: the cheapest plan meeting the limit vs the cheapest measured baseline
+    result = status["result"]
+    assert result["plan_kind"] == "heterogeneous" and result["metric"] == "money"
+    assert result["best"]["trial_id"] == best["trial_id"]
+    assert result["best"]["value"] == pytest.approx(best["measured_money"])
+    strongest = min((p for p in plans if p["baseline"]), key=lambda p: p["measured_money"])
+    assert result["baseline"]["label"] == strongest["baseline"]
+    assert result["ratio"] == pytest.approx(costs["savings"][strongest["baseline"]])
+    assert result["slower"] == (result["ratio"] < 1)
     # heterogeneous trials are not AutoSync runtimes: none enters the simulators' training data
     runtimes = client.get(f"{API}/runtimes", headers=tokens["admin"])
     assert runtimes.status_code == 200 and runtimes.json()["count"] == 0, runtimes.text
@@ -300,6 +309,8 @@ def test_dashboard_shows_money_throughput_provisioning_and_the_front(
     assert sorted(data["measured_front"]["x"]) == sorted(p["measured_throughput"] for p in front)
     assert page.count('data-testid="plan-row"') == 4
     assert f'data-testid="best-money">{best["measured_money"]:.2f} USD' in page
+    # the money says for how many samples (1e9 samples per epoch, one epoch by default)
+    assert 'data-testid="money-samples">for 1e+09 samples (1 epoch(s) of 1e+09)' in page
     assert f'data-testid="saving-aibox">{costs["savings"]["aibox"]:.2f}×' in page
     for p in costs["plans"]:
         stages = " | ".join(

@@ -80,3 +80,14 @@ def test_status_lines_show_chosen_kb_switches_and_task_graphs() -> None:
         "trial 4 (baseline even): median 500.0 ms, annotated",
         "  TaskGraph 0 layers 0-2 replicate(2): n0:0 share 20 busy 2.0 ms, n1:0 share 12 busy 3.0 ms",
     ]
+
+
+def test_plan_heterogeneous_is_accepted_with_its_throughput_limit(sent: list[dict[str, Any]]) -> None:
+    """Issue 43: the README's --plan heterogeneous (objective cost implied); without a limit, one line."""
+    args = ["search", "create", "--model", "CTRDNN", "--cluster", "HeterPS-2GPU", "--token", "t"]
+    r = CliRunner().invoke(app, [*args, "--plan", "heterogeneous", "--throughput-limit", "1e5"])
+    assert r.exit_code == 0 and r.output.strip() == "7", r.output
+    assert (sent[0]["plan_kind"], sent[0]["objective"]) == ("heterogeneous", "cost")
+    assert sent[0]["plan_options"] == {"throughput_limit": 1e5, "scheduler": "exact"}
+    r = CliRunner().invoke(app, [*args, "--plan", "heterogeneous"])
+    assert r.exit_code == 2 and r.output.startswith("error: --throughput-limit") and len(sent) == 1

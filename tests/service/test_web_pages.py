@@ -85,6 +85,10 @@ def test_search_round_and_decisions(
 
     strategy = client.get("/ui/candidates/2").text
     assert "PS" in strategy and "n0" in strategy and 'data-testid="per-server"' in strategy
+    # memory per GPU with its parts and verdict; T = max(T_comp, E) with E shown (issue 43)
+    assert 'data-testid="memory"' in strategy and 'data-testid="memory-verdict">fits<' in strategy
+    assert "T = max(T_comp, E)" in strategy and 'data-testid="sync-end"' in strategy
+    assert "T = max(T_comp, T_sync)" not in strategy
     trial = client.get(f"/ui/trials/{trials[0].id}")
     assert trial.status_code == 200 and "queued" in trial.text
     assert client.get(f"/ui/trials/{trials[0].id}/strategy").status_code == 200

@@ -69,6 +69,12 @@ def test_workers_page_and_stall_banner(
     assert 'data-testid="workers-banner"' in listing and "no live worker" in listing
     api = client.get(f"/api/v1/searches/{sid}", headers=tokens["alice"]).json()
     assert re.match(r"1 trial\(s\) queued on cluster two-node for \d+ s with no live", api["state_detail"])
+    # and what to do: the command that would serve it (issue 43)
+    assert (
+        "strategist worker --pool testbed" in api["state_detail"]
+        and "--clusters two-node" in api["state_detail"]
+    )
+    assert 'data-testid="worker-hint"' in search_page and "--clusters two-node" in search_page
 
 
 def test_search_watch_prints_the_stall(

@@ -19,6 +19,7 @@ from service.api.routes._plans import plan_options
 from service.api.routes._refs import resolve_field
 from service.api.schemas.common import Message
 from service.api.schemas.searches import (
+    PlanResultPublic,
     RoundPublic,
     RoundsPublic,
     SearchCreate,
@@ -28,6 +29,7 @@ from service.api.schemas.searches import (
 )
 from service.db import repository as repo
 from service.plans.heterogeneous_results import cheapest_as_best
+from service.plans.results import load_plan_result, worker_hint
 
 router = APIRouter(prefix="/searches", tags=["searches"])
 
@@ -113,11 +115,16 @@ def get_search(
     """
     found = repo.search_status(session, search_id=search_id, owner_id=owner_filter(user))
     # a cost-objective search's best is its cheapest plan meeting the limit, not its fastest
-    st = SearchStatusPublic.model_validate(cheapest_as_best(session, found, owner_id=owner_filter(user)))
+    found = cheapest_as_best(session, found, owner_id=owner_filter(user))
+    st = SearchStatusPublic.model_validate(found)
+    st.result = PlanResultPublic.model_validate(load_plan_result(session, found, owner_id=owner_filter(user)))
     if st.trials_by_state.get("queued", 0) or st.trials_by_state.get("running", 0):
         st.state_detail = repo.waiting_on_workers(
             session, search_id=search_id, owner_id=owner_filter(user), live_s=settings.heartbeat_timeout_s
         )
+        if st.state_detail:
+            hint = worker_hint(repo.list_trials(session, search_id=search_id, owner_id=owner_filter(user)))
+            st.state_detail += f"; {hint}" if hint else ""
     return st
 
 

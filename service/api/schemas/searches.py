@@ -161,6 +161,36 @@ class BaselinePublic(Public):
     median_time: float | None = Field(description="Measured median iteration time, s.")
 
 
+class ResultPickPublic(Public):
+    """One measured plan of a result: a candidate trial or a baseline."""
+
+    trial_id: int
+    label: str = Field(examples=["trial:12", "1f1b", "horovod@16MiB"])
+    description: str = Field(description="What the plan does, in one line.")
+    value: float = Field(description="Median iteration time, s (metric 'time'), or money (metric 'money').")
+
+
+class PlanResultPublic(Public):
+    """The answer of a search, one shape for every plan kind (``service.plans.results``)."""
+
+    plan_kind: Literal["sync", "pipeline", "hybrid", "heterogeneous"]
+    metric: Literal["time", "money"] = Field(description="What best and baseline compare.")
+    best: ResultPickPublic | None = Field(description="The kind's best measured candidate.")
+    baseline: ResultPickPublic | None = Field(
+        description="The strongest measured baseline it is compared with."
+    )
+    ratio: float | None = Field(description="baseline / best (> 1: the search's plan is better).")
+    slower: bool = Field(
+        description="True when the best does not beat its baseline (ratio < 1): keep the baseline."
+    )
+    recommended: ResultPickPublic | None = Field(
+        description="The simplest candidate within the measurement noise of the best (see rule)."
+    )
+    recommended_reason: str
+    verdict: str = Field(examples=["2.11x speed-up vs 1f1b (310.0 ms -> 146.9 ms)"])
+    rule: str = Field(description="How the recommended plan is chosen.")
+
+
 class SearchStatusPublic(Public):
     """A search and its progress: trials, the best measured candidate, speed-up per baseline."""
 
@@ -184,6 +214,9 @@ class SearchStatusPublic(Public):
         None,
         description="Why trials are not moving, when no live worker can run them (null otherwise).",
         examples=["3 trial(s) queued on cluster B9 for 75 s with no live worker for it (...)"],
+    )
+    result: PlanResultPublic | None = Field(
+        None, description="Best, baseline, ratio and recommendation, the same shape for every plan kind."
     )
 
 

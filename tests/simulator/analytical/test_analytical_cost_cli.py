@@ -28,6 +28,8 @@ def test_cost_json_for_each_baseline(name: str) -> None:
     # Eq. 1 per bucket: never below compute, never above no overlap at all (a PS shard's push and
     # pull overlap on a full-duplex link, so T can be below Eq. 2's T_sync; see analytical.overlap)
     assert out["t_comp"] - 1e-12 <= out["t_iter"] <= out["t_comp"] + out["t_sync"] + 1e-12
+    # the parts add up: T = max(T_comp, E), E the overlapped synchronisation's end
+    assert out["t_iter"] == pytest.approx(max(out["t_comp"], out["t_sync_end"]))
     gpus, batch = zoo.cluster("B7").num_gpus, zoo.model("BERT-3L").batch_size
     assert out["throughput"] == pytest.approx(batch * gpus / out["t_iter"])
     if name.startswith("ps"):
@@ -50,7 +52,7 @@ def test_cost_of_a_strategy_file_and_table(tmp_path: Path) -> None:
     assert json.loads(res.output)["t_iter"] == pytest.approx(cost_breakdown(model, cluster, s).t_iter)
     table = runner.invoke(app, ["cost", "--model", "BERT-3L", "--cluster", "B9", "--strategy", str(path)])
     assert table.exit_code == 0
-    assert "T (bucket overlap, Eq. 1)" in table.output and "Collective calls" in table.output
+    assert "T = max(T_comp, E)" in table.output and "Collective calls" in table.output
 
 
 def test_cost_errors_are_one_line_with_exit_2(tmp_path: Path) -> None:

@@ -1,0 +1,132 @@
+"""`strategist spec upload | show` and the client's spec methods (issue 43): upload, then search by
+the uploaded name; two users with one name each get their own; `show` fills defaults and notes them."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from fastapi.testclient import TestClient
+from sqlalchemy.orm import Session
+from typer.testing import CliRunner
+
+from service.cli import app, search_cli_commands
+from service.client import StrategistClient
+from service.db import repository as repo
+from simulator.spec import ClusterSpec
+
+
+class InProcess(httpx.BaseTransport):
+    """An httpx transport handing each request to the app through FastAPI's TestClient."""
+
+    def __init__(self, app_client: TestClient) -> None:
+        self.app_client = app_client
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        r = self.app_client.request(
+            request.method, str(request.url), headers=dict(request.headers), content=request.read()
+        )
+        return httpx.Response(r.status_code, headers=list(r.headers.multi_items()), content=r.content)
+
+
+@pytest.fixture
+def cli(client: TestClient, monkeypatch: pytest.MonkeyPatch) -> Callable[..., Any]:
+    transport = InProcess(client)
+
+    def in_process(api: str, token: str) -> StrategistClient:
+        return StrategistClient("http://testserver", token, transport=transport)
+
+    monkeypatch.setattr(search_cli_commands, "StrategistClient", in_process)
+    return lambda *args: CliRunner().invoke(app, list(args))
+
+
+def write(tmp_path: Path, name: str, body: dict[str, Any]) -> Path:
+    path = tmp_path / name
+    path.write_text(json.dumps(body))
+    return path
+
+
+def test_two_users_upload_one_name_and_each_searches_their_own(
+    zoo_dir: Path, tmp_path: Path, session: Session, client: TestClient, cli: Callable[..., Any], specs: Any
+) -> None:
+    alice = repo.create_token(session, name="alice2", role="user").secret
+    bob = repo.create_token(session, name="bob2", role="user").secret
+    model = write(tmp_path, "m.json", specs.model("gpt-mine"))
+    a_cluster = write(tmp_path, "a.json", specs.cluster("lab"))
+    b_body = specs.cluster("lab")
+    b_body["nodes"] = [{**n, "nic_gbps": 25} for n in b_body["nodes"]]  # bob's lab differs
+    b_cluster = write(tmp_path, "b.json", b_body)
+    ids: dict[str, dict[str, int]] = {}
+    for who, secret, cfile in (("alice", alice, a_cluster), ("bob", bob, b_cluster)):
+        ids[who] = {}
+        for kind, f in (("model", model), ("cluster", cfile)):
+            r = cli("spec", "upload", str(f), "--token", secret, "--json")
+            assert r.exit_code == 0, r.output
+            ids[who][kind] = json.loads(r.stdout)["id"]
+        r = cli(
+            "search", "create", "--model", "gpt-mine", "--cluster", "lab", "--budget", "1", "--token", secret
+        )
+        assert r.exit_code == 0, r.output
+        ids[who]["search"] = int(r.stdout.strip())
+    assert ids["alice"]["cluster"] != ids["bob"]["cluster"]
+    transport = InProcess(client)
+    for who, secret in (("alice", alice), ("bob", bob)):
+        api = StrategistClient("http://testserver", secret, transport=transport)
+        s = api.search(ids[who]["search"]).search
+        assert (s.model_spec_id, s.cluster_spec_id) == (ids[who]["model"], ids[who]["cluster"])
+        mine = api.clusters()
+        assert [c.id for c in mine] == [ids[who]["cluster"]]  # the other's is not listed
+        nic = ClusterSpec.model_validate(api.cluster(ids[who]["cluster"]).spec).nodes[0].nic_gbps
+        assert nic == (10 if who == "alice" else 25)
+    # the readable answer names the command to search with it
+    r = cli("spec", "upload", str(model), "--token", alice)
+    assert r.exit_code == 0 and "strategist search create --model gpt-mine" in r.stdout
+
+
+def test_upload_refuses_a_bad_spec_in_one_line_before_any_request(
+    tmp_path: Path, cli: Callable[..., Any], specs: Any
+) -> None:
+    body = specs.cluster("lab")
+    body["nodes"][0]["nic_gbps"] = -1
+    r = cli("spec", "upload", str(write(tmp_path, "bad.json", body)), "--token", "x")
+    assert r.exit_code == 2 and "nodes.0.nic_gbps" in r.output and len(r.output.strip().splitlines()) == 1
+
+
+def test_show_prints_every_default_and_notes_those_that_change_the_answer(
+    tmp_path: Path, cli: Callable[..., Any], specs: Any
+) -> None:
+    body = specs.cluster("lab")
+    body["nodes"][0]["latency_us"] = 20
+    r = cli("spec", "show", str(write(tmp_path, "c.json", body)))
+    assert r.exit_code == 0, r.output
+    shown = json.loads(r.stdout)
+    assert shown["nodes"][1]["latency_us"] == 0.0 and shown["nodes"][1]["cpu_cores"] == 8
+    assert shown["device_types"][0]["bf16_tflops"] is None
+    notes = r.stderr
+    assert "device_types[0].bf16_tflops: not given: T4 runs bf16 at its FP32 rate (8.1 TFLOPS)" in notes
+    assert "nodes[1].latency_us: not given" in notes and "nodes[0].latency_us" not in notes
+    assert "nic_gbps is per node" in notes
+    assert cli("spec", "show", "nope-nope").exit_code == 2
+
+
+def test_the_dashboard_form_takes_an_upload_and_offers_it_first(
+    zoo_dir: Path, session: Session, client: TestClient, specs: Any
+) -> None:
+    secret = repo.create_token(session, name="carla", role="user").secret
+    client.cookies.set("strategist_token", secret)
+    body = json.dumps(specs.cluster("my-lab")).encode()
+    r = client.post("/ui/specs", files={"spec": ("lab.json", body, "application/json")})
+    assert r.status_code == 200, r.text
+    assert 'data-testid="create-notice">uploaded cluster &#39;my-lab&#39;' in r.text
+    assert 'name="cluster" list="zoo-clusters" value="my-lab"' in r.text
+    form = client.get("/ui/searches/new").text
+    options = form.split('id="zoo-clusters">')[1].split("</datalist>")[0]
+    assert options.startswith('<option value="my-lab">')  # the user's own before the zoo's
+    bad = specs.cluster("bad-lab")
+    bad["nodes"][0]["gpus"] = -1
+    r = client.post("/ui/specs", files={"spec": ("bad.json", json.dumps(bad).encode(), "application/json")})
+    assert r.status_code == 422 and "spec file: nodes.0.gpus" in r.text
