@@ -106,7 +106,7 @@ def test_the_plan_file_round_trips_and_rejects_a_wrong_fingerprint(tmp_path) -> 
     assert load_plan(tmp_path / "plan.json") == plan
     doc = plan.model_dump(mode="json")
     doc["fingerprint"] = "0" * 64
-    with pytest.raises(ValueError, match="fingerprint: 0+ does not match the variables"):
+    with pytest.raises(ValueError, match=r"fingerprint: 0+ does not match the variables"):
         PlanFile.model_validate(doc)
     doc = plan.model_dump(mode="json")
     doc["world_size"] = 3

@@ -121,7 +121,7 @@ def torchrun(args: list[str], cwd: Path, env_extra: dict[str, str] | None = None
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,
-        )  # fmt: skip
+        )
         for r in range(2)
     ]
     logs = []
