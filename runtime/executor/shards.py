@@ -122,7 +122,9 @@ class RealShards(ShardTensors):
             return torch.zeros(info.numel, device=self.params[info.var_index].device)
         if grad.is_sparse:
             grad = grad.to_dense()
-        return self._narrow(grad, info).contiguous().view(-1).clone()
+        # No copy where the shard is contiguous: every caller copies (a fused buffer, PS's CPU
+        # clone) or computes a new tensor (PowerSGD's M + error) before anything writes a gradient.
+        return self._narrow(grad, info).contiguous().view(-1)
 
     def sparse_grad(self, s: int) -> tuple[torch.Tensor, torch.Tensor]:
         info = self.plan.shards[s]
@@ -157,6 +159,11 @@ class RealShards(ShardTensors):
         var = self.params[info.var_index]
 
         def write() -> None:
+            if info.shape == tuple(var.shape) and avg.dtype == var.dtype and avg.device == var.device:
+                var.grad = avg.view(
+                    var.shape
+                )  # a view of the all-reduced buffer, as DDP's gradient_as_bucket_view
+                return
             if var.grad is None or var.grad.is_sparse:
                 var.grad = torch.zeros_like(var)
             self._narrow(var.grad, info).copy_(avg.view(info.shape).to(var.device))
