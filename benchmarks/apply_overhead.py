@@ -1,10 +1,12 @@
 """Step time of apply_plan (a plain all-reduce plan) against DistributedDataParallel, same processes.
 
 ``python benchmarks/apply_overhead.py [--procs 2] [--repeats 15] [--steps 10] [--width 512]
-[--depth 4] [--batch 32]`` re-runs itself under torchrun (gloo, one host). Every rank builds the
-same MLP twice: one copy wrapped by ``runtime.apply.apply_plan`` with a plan whose variables all
-go in one ring all-reduce merge group (one fused buffer, no compression), the other by
-``torch.nn.parallel.DistributedDataParallel`` (default 25 MB buckets). Repeats are interleaved
+[--depth 4] [--batch 32] [--groups 1]`` re-runs itself under torchrun (gloo, one host). Every rank
+builds the same MLP twice: one copy wrapped by ``runtime.apply.apply_plan`` with a plain
+all-reduce plan (every variable ring all-reduced, no compression, in ``--groups`` merge groups of
+contiguous variables, each one fused buffer), the other by
+``torch.nn.parallel.DistributedDataParallel`` (defaults: a 1 MB first bucket, then 25 MB buckets,
+so DDP overlaps its first bucket with backward where one merge group cannot). Repeats are interleaved
 (the two alternate, and which goes first alternates too) so that load on this shared machine hits
 both alike; each repeat times ``--steps`` full steps (forward, backward with synchronisation,
 SGD step) after a barrier, and rank 0 prints the per-repeat ratio apply/DDP, its median and a
@@ -38,7 +40,7 @@ def mlp(width: int, depth: int) -> nn.Module:
     return nn.Sequential(*layers, nn.Linear(width, 1))
 
 
-def allreduce_plan(model: nn.Module, width: int, batch: int, procs: int):  # type: ignore[no-untyped-def]
+def allreduce_plan(model: nn.Module, width: int, batch: int, procs: int, groups: int):  # type: ignore[no-untyped-def]
     from runtime.executor.reference import GPU
     from simulator.extract import extract_model
     from simulator.spec import ClusterSpec, CollectiveSync, Node, Strategy, VariableStrategy
@@ -51,14 +53,18 @@ def allreduce_plan(model: nn.Module, width: int, batch: int, procs: int):  # typ
         intra_node_gbps=100.0,
         nodes=(Node(name="n0", device=GPU.name, gpus=procs, nic_gbps=10.0),),
     )
-    one_group = tuple(
-        VariableStrategy(variable=v.name, shards=(CollectiveSync(group=0, algorithm="ring"),))
-        for v in spec.variables
+    n = len(spec.variables)
+    # Merge group i holds the i-th of ``groups`` contiguous runs of variables (forward order).
+    ring = tuple(
+        VariableStrategy(variable=v.name, shards=(CollectiveSync(group=i * groups // n, algorithm="ring"),))
+        for i, v in enumerate(spec.variables)
     )
-    return sync_plan_file(Strategy(variables=one_group), spec, cluster)
+    return sync_plan_file(Strategy(variables=ring), spec, cluster)
 
 
-def timed(model: nn.Module, opt: torch.optim.Optimizer, data: list[tuple[torch.Tensor, torch.Tensor]]) -> float:
+def timed(
+    model: nn.Module, opt: torch.optim.Optimizer, data: list[tuple[torch.Tensor, torch.Tensor]]
+) -> float:
     dist.barrier()
     t0 = time.perf_counter()
     for x, y in data:
@@ -80,9 +86,11 @@ def rank_main(args: argparse.Namespace) -> None:
     from runtime.apply import apply_plan
 
     torch.set_num_threads(1)
+    if args.switch_interval:
+        sys.setswitchinterval(args.switch_interval)  # both sides of the comparison alike
     rank = int(os.environ["RANK"])
     world = int(os.environ["WORLD_SIZE"])
-    plan = allreduce_plan(mlp(args.width, args.depth), args.width, args.batch, world)
+    plan = allreduce_plan(mlp(args.width, args.depth), args.width, args.batch, world, args.groups)
     ours = apply_plan(mlp(args.width, args.depth), plan)  # initialises the process group
     ddp = nn.parallel.DistributedDataParallel(mlp(args.width, args.depth))
     opt_ours = torch.optim.SGD(ours.parameters(), lr=0.01)
@@ -114,11 +122,12 @@ def rank_main(args: argparse.Namespace) -> None:
         ratio = ours_s / ddp_s
         lo, hi = bootstrap_median(ratio)
         params = sum(p.numel() for p in ours.parameters())
-        print(f"procs {world}, MLP {args.depth}x{args.width} ({params / 1e6:.2f} M params), batch {args.batch}/rank, "
+        switch = f", switch interval {sys.getswitchinterval() * 1e3:g} ms"
+        print(f"procs {world}{switch}, MLP {args.depth}x{args.width} ({params / 1e6:.2f} M params), batch {args.batch}/rank, "
               f"{args.repeats} repeats x {args.steps} steps, gloo, one host")  # fmt: skip
         print("| | median step ms | ratio apply/DDP (median [95 % CI]) |")
         print("|---|---|---|")
-        print(f"| apply_plan (1 ring group) | {statistics.median(ours_s) * 1e3:.2f} | "
+        print(f"| apply_plan ({args.groups} ring group(s)) | {statistics.median(ours_s) * 1e3:.2f} | "
               f"{np.median(ratio):.3f} [{lo:.3f}, {hi:.3f}] |")  # fmt: skip
         print(f"| DDP (25 MB buckets) | {statistics.median(ddp_s) * 1e3:.2f} | 1 |")
         print(f"final parameters equal: {same}")
@@ -134,6 +143,10 @@ def main() -> None:
     ap.add_argument("--width", type=int, default=512)
     ap.add_argument("--depth", type=int, default=4)
     ap.add_argument("--batch", type=int, default=32)
+    ap.add_argument(
+        "--switch-interval", type=float, default=0.0, help="sys.setswitchinterval, s (0: Python's 5 ms)"
+    )
+    ap.add_argument("--groups", type=int, default=1, help="ring merge groups (contiguous runs of variables)")
     args = ap.parse_args()
     if "RANK" in os.environ:
         rank_main(args)
