@@ -113,6 +113,10 @@ def torchrun(args: list[str], cwd: Path, env_extra: dict[str, str] | None = None
                 f"t{port}",
                 "--max-restarts",
                 "0",
+                # Both agents run on this host: say which one hosts the rendezvous store rather than
+                # let each guess from the hostname (a bind race between them otherwise).
+                "--rdzv-conf",
+                f"is_host={int(r == 0)}",
                 str(EXAMPLE),
                 *args,
             ],
