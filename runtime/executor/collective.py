@@ -9,17 +9,13 @@ the parameters, because backward may still be running while this executes.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 import torch
 import torch.distributed as dist
 
 from runtime.executor.groups import CommGroups
 from runtime.executor.plan import CollectiveUnit, SyncPlan
 from runtime.executor.powersgd import PowerSGD
-from runtime.executor.shards import ShardTensors, powersgd_rank
-
-Update = Callable[[], object]  # applied after backward; the result is ignored
+from runtime.executor.shards import ShardTensors, Update, powersgd_rank
 
 
 def allreduce_(t: torch.Tensor, algorithm: str, g: CommGroups) -> None:
@@ -39,14 +35,6 @@ def allreduce_(t: torch.Tensor, algorithm: str, g: CommGroups) -> None:
         dist.all_reduce(t, group=g.leaders)
     if g.intra is not None:
         dist.broadcast(t, src=leader, group=g.intra)
-
-
-def _dense_update(param: torch.Tensor, avg: torch.Tensor, lr: float) -> Update:
-    return lambda: param.sub_(avg.view(param.shape).to(param.device), alpha=lr)
-
-
-def _sparse_update(param: torch.Tensor, idx: torch.Tensor, rows: torch.Tensor, scale: float) -> Update:
-    return lambda: param.index_add_(0, idx.to(param.device), rows.to(param.device), alpha=scale)
 
 
 def allgather_sparse(
@@ -107,15 +95,15 @@ def run_collective(
         allreduce_(flat, unit.algorithm, g)
         avg = flat.float().div_(world)
         for s, piece in zip(dense, avg.split([t.numel() for t in grads]), strict=True):
-            updates.append(_dense_update(tensors.param(s), piece, lr))
+            updates.append(tensors.dense_update(s, piece, lr))
     if lowrank:
         mats = [tensors.dense_grad(s).to(g.device).view(tensors.param(s).shape[0], -1) for s in lowrank]
         approx = powersgd.reduce(lowrank, mats, lambda t: allreduce_(t, unit.algorithm, g), world)
         for s, a in zip(lowrank, approx, strict=True):
-            updates.append(_dense_update(tensors.param(s), a, lr))
+            updates.append(tensors.dense_update(s, a, lr))
     if sparse:
         parts = [tensors.sparse_grad(s) for s in sparse]
         widths = [tensors.param(s).shape[1] for s in sparse]
         for s, (idx, rows) in zip(sparse, allgather_sparse(parts, widths, fp16, g), strict=True):
-            updates.append(_sparse_update(tensors.param(s), idx, rows, -lr / world))
+            updates.append(tensors.sparse_update(s, idx, rows, world, lr))
     return updates

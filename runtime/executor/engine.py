@@ -18,11 +18,11 @@ from collections.abc import Callable
 import torch.distributed as dist
 
 from runtime.executor import ps
-from runtime.executor.collective import Update, run_collective
+from runtime.executor.collective import run_collective
 from runtime.executor.groups import CommGroups
 from runtime.executor.plan import CollectiveUnit, SyncPlan
 from runtime.executor.powersgd import PowerSGD
-from runtime.executor.shards import ShardTensors
+from runtime.executor.shards import ShardTensors, Update
 
 
 class Channel:

@@ -48,7 +48,10 @@ class CommGroups:
 
 
 def build_groups(layout: RankLayout, rank: int, backend: str, device: torch.device) -> CommGroups:
-    """Create every subgroup (all ranks must call this with the same layout and backend)."""
+    """Create every subgroup (all ranks must call this with the same layout and backend).
+
+    A layout without servers gets no PS groups (its plans have no PS shards).
+    """
     g = CommGroups(layout, rank, device)
 
     def make(ranks: list[int], be: str) -> PG | None:
@@ -59,8 +62,9 @@ def build_groups(layout: RankLayout, rank: int, backend: str, device: torch.devi
         return pg if member else None
 
     everyone = list(range(layout.world))
-    g.ps_push = make(everyone, "gloo")
-    g.ps_pull = make(everyone, "gloo")
+    if layout.servers:
+        g.ps_push = make(everyone, "gloo")
+        g.ps_pull = make(everyone, "gloo")
     workers = list(range(layout.num_workers))
     g.workers = make(workers, backend)
     multi = [list(ws) for ws in layout.node_workers if len(ws) >= 2]
@@ -70,6 +74,8 @@ def build_groups(layout: RankLayout, rank: int, backend: str, device: torch.devi
             g.intra = pg
     if len(layout.leaders) >= 2:
         g.leaders = make(list(layout.leaders), backend)
+    if not layout.servers:
+        return g
     for ws in multi:
         pg = make(ws, "gloo")
         if pg is not None:

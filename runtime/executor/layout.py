@@ -16,9 +16,11 @@ class RankLayout:
     rank ``G + node`` (every node gets one, so any strategy can place shards anywhere without a
     restart; an idle server only waits). The coordinator (TCPStore master and the driver's
     contact) is the lowest rank on node 0, because the launcher's ``master_addr`` is on node 0.
+    ``servers=False`` (``runtime.apply`` in a user's job): workers only, no PS server ranks.
     """
 
     cluster: ClusterSpec
+    servers: bool = True
 
     @property
     def num_workers(self) -> int:
@@ -30,9 +32,11 @@ class RankLayout:
 
     @property
     def world(self) -> int:
-        return self.num_workers + self.num_nodes
+        return self.num_workers + (self.num_nodes if self.servers else 0)
 
     def server_rank(self, node: int) -> int:
+        if not self.servers:
+            raise ValueError("this layout has no PS server ranks")
         return self.num_workers + node
 
     def node_of(self, rank: int) -> int:

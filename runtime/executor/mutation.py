@@ -24,7 +24,7 @@ from typing import Literal, cast
 import torch
 
 from runtime.executor.plan import SyncPlan
-from runtime.executor.shards import ShardTensors
+from runtime.executor.shards import ShardTensors, Update
 
 ENV = "STRATEGIST_TEST_MUTATION"
 Mutation = Literal["swap_shards", "drop_rank"]
@@ -80,6 +80,12 @@ class MutatedShards(ShardTensors):
 
     def new_iteration(self) -> None:
         self.inner.new_iteration()
+
+    def dense_update(self, s: int, avg: torch.Tensor, lr: float) -> Update:
+        return self.inner.dense_update(s, avg, lr)
+
+    def sparse_update(self, s: int, idx: torch.Tensor, rows: torch.Tensor, world: int, lr: float) -> Update:
+        return self.inner.sparse_update(s, idx, rows, world, lr)
 
 
 def maybe_mutate(tensors: ShardTensors, rank: int, workers: int) -> ShardTensors:

@@ -2,20 +2,29 @@
 
 ``param(s)`` is a view into the parameter the optimizer updates in place; ``dense_grad(s)`` a
 flat gradient; ``sparse_grad(s)`` row indices (local to the shard) and rows. Real mode takes
-them from the autograd gradients of :class:`SpecNet`; replay mode from fixed synthetic buffers
-whose sizes are the shard's real sizes divided by the scale factor.
+them from the autograd gradients of a list of parameters (:class:`SpecNet`'s, or the user's
+module's through ``runtime.apply``); replay mode from fixed synthetic buffers whose sizes are the
+shard's real sizes divided by the scale factor.
+
+What a synchronised gradient does is the shards' choice (``dense_update`` / ``sparse_update``):
+the trials apply SGD with the trial's ``lr`` to the parameter (the default); ``RealShards`` with
+``write_grads=True`` (the user's module) writes the averaged gradient into ``param.grad`` instead
+and leaves the step to the user's optimizer, as DDP does.
 """
 
 from __future__ import annotations
 
 import math
 from abc import ABC, abstractmethod
+from collections.abc import Callable, Sequence
 
 import torch
 
 from runtime.executor.model import SpecNet
 from runtime.executor.plan import ShardInfo, SyncPlan
 from simulator.spec import CollectiveSync, comm
+
+Update = Callable[[], object]  # applied after backward; the result is ignored
 
 
 def powersgd_rank(info: ShardInfo) -> int | None:
@@ -67,37 +76,62 @@ class ShardTensors(ABC):
     def new_iteration(self) -> None:  # noqa: B027 - a hook most implementations do not need
         """Forget per-iteration caches."""
 
+    def dense_update(self, s: int, avg: torch.Tensor, lr: float) -> Update:
+        """What to do, after backward, with shard ``s``'s averaged gradient ``avg`` (SGD by default)."""
+        param = self.param(s)
+        return lambda: param.sub_(avg.view(param.shape).to(param.device), alpha=lr)
+
+    def sparse_update(self, s: int, idx: torch.Tensor, rows: torch.Tensor, world: int, lr: float) -> Update:
+        """The same for a sparse shard: ``rows`` summed over ``world`` workers at local rows ``idx``."""
+        param = self.param(s)
+        return lambda: param.index_add_(0, idx.to(param.device), rows.to(param.device), alpha=-lr / world)
+
 
 class RealShards(ShardTensors):
-    """Shards of a real :class:`SpecNet`'s parameters and autograd gradients."""
+    """Shards of real parameters (forward order, one per plan variable) and their autograd gradients.
 
-    def __init__(self, plan: SyncPlan, net: SpecNet) -> None:
+    ``write_grads=False`` (the trials): every iteration starts with no gradients and an update is
+    SGD on the parameter. ``write_grads=True`` (``runtime.apply``): gradients are the user's (the
+    optimizer zeroes them), and an update writes the averaged gradient into ``param.grad``, dense
+    shards by copy into the shard's slice, sparse ones as a sparse COO gradient (or into a dense
+    gradient if autograd produced a dense one); the ``lr`` argument is then unused.
+    """
+
+    def __init__(
+        self, plan: SyncPlan, params: SpecNet | Sequence[torch.Tensor], write_grads: bool = False
+    ) -> None:
         super().__init__(plan)
-        self.net = net
+        self.params: list[torch.Tensor] = list(params.params if isinstance(params, SpecNet) else params)
+        self.write_grads = write_grads
         self._coalesced: dict[int, torch.Tensor] = {}
+        self._was_sparse: dict[int, bool] = {}
+        self._reset: set[int] = set()
 
     def _narrow(self, t: torch.Tensor, info: ShardInfo) -> torch.Tensor:
         return t.narrow(info.axis, info.offset, info.shape[info.axis])
 
     def param(self, s: int) -> torch.Tensor:
         info = self.plan.shards[s]
-        view = self._narrow(self.net.params[info.var_index].detach(), info)
+        view = self._narrow(self.params[info.var_index].detach(), info)
         return view.view(info.rows, -1) if info.sparse else view
 
     def dense_grad(self, s: int) -> torch.Tensor:
         info = self.plan.shards[s]
-        grad = self.net.params[info.var_index].grad
+        grad = self.params[info.var_index].grad
         if grad is None:
-            return torch.zeros(info.numel, device=self.net.params[info.var_index].device)
+            return torch.zeros(info.numel, device=self.params[info.var_index].device)
         if grad.is_sparse:
             grad = grad.to_dense()
-        return self._narrow(grad, info).contiguous().view(-1).clone()
+        # No copy where the shard is contiguous: every caller copies (a fused buffer, PS's CPU
+        # clone) or computes a new tensor (PowerSGD's M + error) before anything writes a gradient.
+        return self._narrow(grad, info).contiguous().view(-1)
 
     def sparse_grad(self, s: int) -> tuple[torch.Tensor, torch.Tensor]:
         info = self.plan.shards[s]
-        var = self.net.params[info.var_index]
+        var = self.params[info.var_index]
         if info.var_index not in self._coalesced:
             grad = var.grad
+            self._was_sparse[info.var_index] = grad is None or grad.is_sparse
             if grad is None:
                 grad = torch.sparse_coo_tensor(
                     torch.zeros(1, 0, dtype=torch.long), torch.zeros(0, *var.shape[1:]), var.shape
@@ -113,8 +147,51 @@ class RealShards(ShardTensors):
 
     def new_iteration(self) -> None:
         self._coalesced.clear()
-        for p in self.net.params:
-            p.grad = None
+        self._reset.clear()
+        if not self.write_grads:
+            for p in self.params:
+                p.grad = None
+
+    def dense_update(self, s: int, avg: torch.Tensor, lr: float) -> Update:
+        if not self.write_grads:
+            return super().dense_update(s, avg, lr)
+        info = self.plan.shards[s]
+        var = self.params[info.var_index]
+
+        def write() -> None:
+            if info.shape == tuple(var.shape) and avg.dtype == var.dtype and avg.device == var.device:
+                var.grad = avg.view(
+                    var.shape
+                )  # a view of the all-reduced buffer, as DDP's gradient_as_bucket_view
+                return
+            if var.grad is None or var.grad.is_sparse:
+                var.grad = torch.zeros_like(var)
+            self._narrow(var.grad, info).copy_(avg.view(info.shape).to(var.device))
+
+        return write
+
+    def sparse_update(self, s: int, idx: torch.Tensor, rows: torch.Tensor, world: int, lr: float) -> Update:
+        if not self.write_grads:
+            return super().sparse_update(s, idx, rows, world, lr)
+        info = self.plan.shards[s]
+        vi = info.var_index
+        var = self.params[vi]
+        if info.axis != 0:
+            raise ValueError(f"variables.{info.variable}: a sparse variable is partitioned by rows only")
+
+        def write() -> None:
+            at = idx.to(var.device) + info.offset
+            avg = rows.to(var.device).reshape(-1, *var.shape[1:]) / world
+            if self._was_sparse.get(vi, True):
+                piece = torch.sparse_coo_tensor(at.unsqueeze(0), avg, var.shape, check_invariants=False)
+                var.grad = piece if vi not in self._reset or var.grad is None else var.grad + piece
+            else:
+                if vi not in self._reset or var.grad is None:
+                    var.grad = torch.zeros_like(var)
+                var.grad.index_add_(0, at, avg)
+            self._reset.add(vi)
+
+        return write
 
 
 class ReplayShards(ShardTensors):

@@ -27,12 +27,11 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from runtime.apply.sync import GradientSync
 from runtime.executor.config import ExecutorConfig
-from runtime.executor.engine import SyncEngine
 from runtime.executor.groups import CommGroups
 from runtime.executor.layout import RankLayout
 from runtime.executor.model import SpecNet, local_slice
-from runtime.executor.mutation import maybe_mutate
 from runtime.executor.plan import PSUnit, SyncPlan, build_plan
 from runtime.executor.probe import run_probe
 from runtime.executor.ps import Server
@@ -121,14 +120,12 @@ def _worker(ctx: Context, trial: int, plan: SyncPlan) -> dict[str, Any]:
         tensors = RealShards(plan, net)
     else:
         tensors = ReplayShards(plan, cfg.scale, cfg.seed, ctx.rank, dev)
-    tensors = maybe_mutate(tensors, ctx.rank, ctx.layout.num_workers)  # tests only; no-op by default
-    engine = SyncEngine(plan, tensors, ctx.groups, cfg.lr, cfg.seed)
+    # The same synchronisation a user's module gets from runtime.apply.apply_plan (one implementation).
+    sync = GradientSync(plan, tensors, ctx.groups, lr=cfg.lr, seed=cfg.seed)
     if net is not None:
-        for vi, p in enumerate(net.params):
-            p.register_post_accumulate_grad_hook(_ready_hook(engine, vi, dev))
+        sync.hook(net.params, auto_finish=False)
     node = ctx.layout.node_of(ctx.rank)
     fwd = layer_seconds(ctx.model, ctx.cluster.device_type(node), ctx.batch, cfg.efficiency, ctx.profiles)
-    nvars = len(ctx.model.variables)
     fwd = [(f * cfg.dilation, b * cfg.dilation) for f, b in fwd]  # time dilation D
     times: list[tuple[float, float, float]] = []
     losses: list[float] = []
@@ -140,20 +137,19 @@ def _worker(ctx: Context, trial: int, plan: SyncPlan) -> dict[str, Any]:
             t0 = time.monotonic()
             if cfg.crash_rank == ctx.rank:
                 raise RuntimeError(f"injected crash on rank {ctx.rank} (ExecutorConfig.crash_rank)")
-            tensors.new_iteration()
-            engine.begin_iteration()
+            sync.begin()
             if net is not None:
                 glob = net.global_batch(it, cfg.seed, ctx.batch * ctx.layout.num_workers, dev)
                 loss = net.loss(local_slice(glob, ctx.rank, ctx.batch))
                 losses.append(float(loss))
                 loss.backward()
             else:
-                _replay(ctx, engine, fwd, t0)
+                _replay(ctx, sync, fwd, t0)
             t1 = time.monotonic()
-            engine.finish(nvars)
+            sync.finish()
             times.append((t0, t1, time.monotonic()))
     finally:
-        engine.close()
+        sync.close()
     if cfg.param_dump_dir:
         # Real: every variable by name; replay: every shard's synthetic parameter as "shard<id>".
         dump = (
@@ -168,7 +164,7 @@ def _worker(ctx: Context, trial: int, plan: SyncPlan) -> dict[str, Any]:
     return {"rank": ctx.rank, "role": "worker", "times": times, "losses": losses, "probe": probe}
 
 
-def _replay(ctx: Context, engine: SyncEngine, times: list[tuple[float, float]], t0: float) -> None:
+def _replay(ctx: Context, sync: GradientSync, times: list[tuple[float, float]], t0: float) -> None:
     deadline = t0 + sum(fwd for fwd, _ in times)
     _sleep_until(deadline)
     index = ctx.model.variable_index
@@ -176,13 +172,4 @@ def _replay(ctx: Context, engine: SyncEngine, times: list[tuple[float, float]], 
         deadline += bwd
         _sleep_until(deadline)
         for var in layer.variables:
-            engine.variable_ready(index[var.name])
-
-
-def _ready_hook(engine: SyncEngine, vi: int, dev: torch.device):  # type: ignore[no-untyped-def]
-    def hook(_: torch.Tensor) -> None:
-        if dev.type == "cuda":
-            torch.cuda.current_stream(dev).synchronize()
-        engine.variable_ready(vi)
-
-    return hook
+            sync.variable_ready(index[var.name])

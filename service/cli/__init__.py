@@ -9,6 +9,7 @@ from service.cli import (
     calibrate_commands,
     collect_commands,
     cost_commands,
+    export_commands,
     import_commands,
     profile_commands,
     search_cli_commands,
@@ -39,6 +40,7 @@ worker_commands.register(app)
 search_cli_commands.register(app)
 search_commands.register(app)
 collect_commands.register(app)
+export_commands.register(app)
 simulator_commands.register(app)
 
 

@@ -1,0 +1,178 @@
+"""examples/train_with_plan.py under torchrun (gloo, 2 nodes x 2 processes on loopback) with a searched plan.
+
+The plan comes from a real AutoSync round (``search.run_round``, analytical scorer, seed 0) over
+the example's own model, traced as ``strategist import-model`` does, on the 2 x 2 cluster; the
+test takes the round's best-predicted picks whose shards are all collective (``apply_plan`` runs
+no PS servers). After the same steps the parameters equal single-process training on the same
+global batches within the executor correctness tests' SGD tolerance (rtol 1e-5, atol 1e-6), a
+checkpoint saved under one plan resumes under another, and the executor's mutation switch
+(``STRATEGIST_TEST_MUTATION``) makes the comparison fail: the user's path runs the same
+synchronisation code as the trials.
+
+The two "nodes" are two torchrun agents on this host (``--nnodes 2 --node-rank R``, c10d
+rendezvous on 127.0.0.1), not testbed namespaces.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+import torch
+
+from runtime.apply import PlanFile, sync_plan_file, write_plan_file
+from runtime.executor.mutation import ENV as MUTATION_ENV
+from runtime.executor.reference import two_by_two
+from search import run_round
+from simulator.analytical import AnalyticalSimulator
+from simulator.spec import CollectiveSync, ModelSpec, strategy_key
+from simulator.spec.planfile import Provenance
+
+ROOT = Path(__file__).resolve().parents[3]
+EXAMPLE = ROOT / "examples" / "train_with_plan.py"
+RTOL, ATOL = 1e-5, 1e-6  # the executor correctness tests' tolerance for exact synchronisers
+STEPS = 4
+
+
+def example() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("train_with_plan", EXAMPLE)
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def searched_plans(batch_size: int = 16) -> list[PlanFile]:
+    """The round's picks that apply_plan can run (all shards collective), best predicted first."""
+    model = ModelSpec.model_validate_json(example().model_spec(batch_size))
+    cluster = two_by_two()
+    result = run_round(model, cluster, AnalyticalSimulator(), samples=200, k=8, seed=0)
+    picks = sorted(zip(result.predicted, result.strategies, strict=True), key=lambda t: t[0])
+    out = []
+    for predicted, s in picks:
+        if all(isinstance(x, CollectiveSync) for vs in s.variables for x in vs.shards):
+            prov = Provenance(source=f"search.run_round seed 0, predicted {predicted:.3g} s")
+            out.append(sync_plan_file(s, model, cluster, prov))
+    return out
+
+
+@pytest.fixture(scope="module")
+def plans(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
+    found = searched_plans()
+    assert len(found) >= 2, "the seed-0 round picks at least two all-collective strategies"
+    assert strategy_key(found[0].strategy()) != strategy_key(found[1].strategy())
+    d = tmp_path_factory.mktemp("plans")
+    paths = []
+    for i, pf in enumerate(found[:2]):
+        write_plan_file(pf, d / f"plan{i}.json")
+        paths.append(d / f"plan{i}.json")
+    return paths
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory: pytest.TempPathFactory) -> dict[str, torch.Tensor]:
+    out = tmp_path_factory.mktemp("ref") / "ref.pt"
+    example().main(["--reference", "--world", "4", "--steps", str(STEPS), "--out", str(out)])
+    model: dict[str, torch.Tensor] = torch.load(out)["model"]
+    return model
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def torchrun(args: list[str], cwd: Path, env_extra: dict[str, str] | None = None) -> None:
+    """Two torchrun agents (2 nodes x 2 processes) on loopback running the example."""
+    port = free_port()
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", **(env_extra or {})}
+    procs = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "torch.distributed.run",
+                "--nnodes",
+                "2",
+                "--nproc-per-node",
+                "2",
+                "--node-rank",
+                str(r),
+                "--rdzv-backend",
+                "c10d",
+                "--rdzv-endpoint",
+                f"127.0.0.1:{port}",
+                "--rdzv-id",
+                f"t{port}",
+                "--max-restarts",
+                "0",
+                # Both agents run on this host: say which one hosts the rendezvous store rather than
+                # let each guess from the hostname (a bind race between them otherwise).
+                "--rdzv-conf",
+                f"is_host={int(r == 0)}",
+                str(EXAMPLE),
+                *args,
+            ],
+            cwd=cwd,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        for r in range(2)
+    ]
+    logs = []
+    for p in procs:
+        try:
+            out, _ = p.communicate(timeout=240)
+        except subprocess.TimeoutExpired:
+            for q in procs:
+                q.kill()
+            raise
+        logs.append(out)
+    assert all(p.returncode == 0 for p in procs), "\n".join(logs)[-4000:]
+
+
+def deviation(got: dict[str, torch.Tensor], want: dict[str, torch.Tensor]) -> dict[str, float]:
+    assert list(got) == list(want)  # the user's state-dict keys: no wrapper prefix
+    return {k: float((got[k] - want[k]).abs().max()) for k in want}
+
+
+def equal(got: dict[str, torch.Tensor], want: dict[str, torch.Tensor]) -> bool:
+    return all(torch.allclose(got[k], want[k], rtol=RTOL, atol=ATOL) for k in want)
+
+
+def test_a_searched_sync_plan_trains_like_one_process(plans, reference, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    torchrun(["--plan", str(plans[0]), "--steps", str(STEPS), "--out", "ckpt.pt"], tmp_path)
+    got = torch.load(tmp_path / "ckpt.pt")["model"]
+    dev = deviation(got, reference)
+    assert equal(got, reference), dev
+    # Training moved the parameters, so the comparison means something.
+    start = example().build_model().state_dict()
+    assert any(not torch.allclose(reference[k], start[k], rtol=RTOL, atol=ATOL) for k in start)
+
+
+def test_a_checkpoint_resumes_under_another_plan(plans, reference, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    half = STEPS // 2
+    torchrun(["--plan", str(plans[0]), "--steps", str(half), "--out", "a.pt"], tmp_path)
+    torchrun(["--plan", str(plans[1]), "--steps", str(STEPS), "--resume", "a.pt", "--out", "b.pt"], tmp_path)
+    got = torch.load(tmp_path / "b.pt")["model"]
+    assert equal(got, reference), deviation(got, reference)
+
+
+@pytest.mark.parametrize("mutation", ["swap_shards", "drop_rank"])
+def test_the_mutation_switch_breaks_the_users_training(plans, reference, tmp_path, mutation) -> None:  # type: ignore[no-untyped-def]
+    torchrun(
+        ["--plan", str(plans[0]), "--steps", str(STEPS), "--out", "ckpt.pt"],
+        tmp_path,
+        {MUTATION_ENV: mutation},
+    )
+    got = torch.load(tmp_path / "ckpt.pt")["model"]
+    assert not equal(got, reference), f"{mutation} left the parameters equal: {deviation(got, reference)}"
