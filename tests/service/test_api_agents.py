@@ -84,7 +84,9 @@ def test_concurrent_claims_never_half_hold_agents(sessions: sessionmaker[Session
         barrier = threading.Barrier(8)
         errors: list[BaseException] = []
 
-        def claim(name: str) -> None:
+        def claim(
+            name: str, barrier: threading.Barrier = barrier, errors: list[BaseException] = errors
+        ) -> None:
             try:
                 barrier.wait()
                 with sessions() as s:
