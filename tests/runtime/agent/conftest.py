@@ -27,7 +27,7 @@ from service.db.engine import make_engine, session_factory, upgrade
 from service.settings import Settings
 from simulator.spec import ClusterSpec, ModelSpec
 
-HEARTBEAT_TIMEOUT_S = 4.0
+HEARTBEAT_TIMEOUT_S = 6.0
 
 
 def _free_port() -> int:
