@@ -18,6 +18,8 @@ import json
 import os
 import signal
 import sys
+import threading
+import time
 import traceback
 from datetime import timedelta
 from pathlib import Path
@@ -33,12 +35,35 @@ from simulator.spec import ClusterSpec, ModelSpec, Strategy
 from simulator.spec.profile import Profile
 
 PR_SET_PDEATHSIG = 1
+AGENT_PID_ENV = "STRATEGIST_AGENT_PID"
 
 
-def die_with_parent() -> None:
-    """Linux: SIGKILL this process when its parent dies (an agent killed takes its ranks along)."""
+def die_with_parent(poll_s: float = 0.2) -> None:
+    """End this process when its agent dies (an agent killed takes its ranks along).
+
+    PR_SET_PDEATHSIG is set (Linux), but not relied on: measured here (a sandboxed kernel), a child
+    outlived its SIGKILLed parent with the signal set, and a rank's parent is torchrun, not the
+    agent. So a watchdog thread also polls the agent's pid (``STRATEGIST_AGENT_PID``, which
+    torchrun passes on in the environment) and torchrun's, and exits once either is gone.
+    """
     if sys.platform.startswith("linux"):
         ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    watched = [os.getppid()]
+    if os.environ.get(AGENT_PID_ENV, "").isdigit():
+        watched.append(int(os.environ[AGENT_PID_ENV]))
+
+    def watch() -> None:
+        while True:
+            for pid in watched:
+                try:
+                    os.kill(pid, 0)
+                except ProcessLookupError:
+                    os._exit(1)
+                except PermissionError:
+                    pass
+            time.sleep(poll_s)
+
+    threading.Thread(target=watch, daemon=True, name="die-with-agent").start()
 
 
 def nproc(layout: RankLayout, node: int) -> int:

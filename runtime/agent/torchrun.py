@@ -53,6 +53,7 @@ def start(n: NodeLaunch, log: Path, env: dict[str, str] | None = None) -> subpro
     """Start torchrun for node ``n`` (stdout and stderr to ``log``); call from the main thread
     (PR_SET_PDEATHSIG fires when the spawning *thread* exits)."""
     full = {**os.environ, **(env or {}), "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
+    full["STRATEGIST_AGENT_PID"] = str(os.getpid())  # the ranks' watchdog (rank_main.die_with_parent)
     full["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")]))
     with log.open("wb") as f:
         return subprocess.Popen(

@@ -7,6 +7,7 @@ from __future__ import annotations
 import random
 import subprocess
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -25,7 +26,28 @@ EXECUTOR = {"compute": "real", "warmup": 0, "iterations": 150, "lr": 0.1, "seed"
 def _others(pool: Any, node: int) -> list[int]:
     """Pids in node ``node``'s namespace other than its agent (torchrun and its ranks)."""
     agent = pool.agents.get(node)
-    return [p for p in netns.namespace_pids(pool.bed.node_ns[node]) if agent is None or p != agent.pid]
+    out = []
+    for p in netns.namespace_pids(pool.bed.node_ns[node]):
+        try:
+            state = Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[-1].split()[0]
+        except OSError:
+            continue
+        if state != "Z" and (agent is None or p != agent.pid):
+            out.append(p)
+    return out
+
+
+def _describe(pool: Any) -> str:
+    lines = []
+    for n in (0, 1):
+        for p in _others(pool, n):
+            try:
+                cmd = Path(f"/proc/{p}/cmdline").read_bytes().replace(b"\0", b" ").decode()[:150]
+                st = Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[-1].split()[:2]
+            except OSError:
+                continue
+            lines.append(f"node {n} pid {p} {st}: {cmd}")
+    return "; ".join(lines)
 
 
 def _listening(pool: Any, node: int, port: int) -> bool:
@@ -68,8 +90,11 @@ def test_ten_agent_kills_lose_and_duplicate_nothing(pool_of: Any) -> None:
         time.sleep(rng.uniform(0.2, 1.5))
         t0 = time.monotonic()
         pool.kill_agent(victim)
-        pool.wait(lambda: all(not _others(pool, n) for n in (0, 1)), HEARTBEAT_TIMEOUT_S + 10,
-                  f"every rank gone after kill {kill}")  # fmt: skip
+        try:
+            pool.wait(lambda: all(not _others(pool, n) for n in (0, 1)), HEARTBEAT_TIMEOUT_S + 10,
+                      f"every rank gone after kill {kill}")  # fmt: skip
+        except AssertionError as e:
+            raise AssertionError(f"{e}; left: {_describe(pool)}") from None
         end_times.append(time.monotonic() - t0)
         pool.start_agent(victim)
     pool.wait(lambda: _counts(pool, ids)[0].get("succeeded", 0) + _counts(pool, ids)[0].get("failed", 0) == len(ids),
