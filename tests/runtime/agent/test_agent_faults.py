@@ -56,6 +56,13 @@ def _listening(pool: Any, node: int, port: int) -> bool:
     return bool(out.strip())
 
 
+def _fresh_running(pool: Any) -> bool:
+    with pool.sessions() as s, s.begin():
+        return bool(
+            s.scalars(select(TrialRow.id).where(TrialRow.state == "running", TrialRow.attempt == 1)).all()
+        )
+
+
 def _counts(pool: Any, ids: list[int]) -> tuple[dict[str, int], int, int]:
     with pool.sessions() as s, s.begin():
         states: dict[str, int] = {}
@@ -78,7 +85,7 @@ def test_ten_agent_kills_lose_and_duplicate_nothing(pool_of: Any) -> None:
         pool.start_agent(node)
     cases = correctness_cases(MODEL, "n0", "n1")
     sgd = [n for n, (_, cmp) in cases.items() if cmp == "sgd"]
-    trials = pool.search(MODEL, {f"{n}-{i}": cases[n][0] for i in range(2) for n in sgd[:4]})
+    trials = pool.search(MODEL, {f"{n}-{i}": cases[n][0] for i in range(3) for n in sgd[:4]})
     ids = list(trials.values())
     rng = random.Random(41)
     end_times: list[float] = []
