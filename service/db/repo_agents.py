@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
+from pydantic import ValidationError
 from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
@@ -145,7 +146,10 @@ def pool_cluster(session: Session, *, pool: str, live_s: float, name: str | None
             ],
             "intra_node_gbps": min(r.intra_gbps for r in rows),
         }
-    return ClusterSpec.model_validate(body)
+    try:
+        return ClusterSpec.model_validate(body)
+    except ValidationError as e:
+        raise d.Conflict(f"pool {pool!r} does not form a valid cluster: {e.errors()[0]['msg']}") from e
 
 
 def store_pool_cluster(
