@@ -16,6 +16,7 @@ from service.api.deps import PrincipalCache
 from service.api.guard import RequestGuard
 from service.api.hooks import Orchestrator, StoreOnly
 from service.api.routes import (
+    agents,
     candidates,
     clusters,
     costs,
@@ -157,6 +158,7 @@ def create_app(settings: Settings | None = None, *, orchestrator: Orchestrator |
         simulators,
         tokens,
         profiles,
+        agents,
     ):
         app.include_router(module.router, prefix=API_PREFIX, responses=COMMON_RESPONSES)
         routers.append((API_PREFIX, module.router))

@@ -6,6 +6,7 @@ import typer
 
 from service.cli import (
     admin_commands,
+    agent_commands,
     calibrate_commands,
     collect_commands,
     cost_commands,
@@ -42,6 +43,7 @@ search_commands.register(app)
 collect_commands.register(app)
 export_commands.register(app)
 simulator_commands.register(app)
+agent_commands.register(app)
 
 
 def main() -> None:

@@ -344,3 +344,70 @@ class ProfileJobRow(Base):
     owner_id: Mapped[int | None] = mapped_column(ForeignKey("users.id", ondelete="SET NULL"), default=None)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     finished_at: Mapped[datetime | None] = mapped_column(default=None)
+
+
+SLOT_STATES = ("assigned", "joined", "done", "released")
+
+
+class AgentRow(Base):
+    """A node agent (issue 41, migration 0011): one node of a pool, the GPUs it measured, its NIC.
+
+    ``slot_id`` is the gang slot it holds now (NULL: idle); it is only ever set by a conditional
+    ``UPDATE ... WHERE slot_id IS NULL``, so an agent never holds two slots.
+    """
+
+    __tablename__ = "agents"
+    __table_args__ = (Index("ix_agents_pool", "pool", "id"),)
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    name: Mapped[str] = mapped_column(String(200), unique=True)
+    pool: Mapped[str] = mapped_column(String(64))
+    host: Mapped[str] = mapped_column(String(200))
+    rdzv_port: Mapped[int]
+    nic: Mapped[str] = mapped_column(String(64), default="")
+    nic_gbps: Mapped[float] = mapped_column(Float)
+    intra_gbps: Mapped[float] = mapped_column(Float)
+    # The DeviceType JSON of its GPUs (name, TFLOPS, memory as measured or configured) and count.
+    device: Mapped[dict[str, Any]]
+    gpus: Mapped[int]
+    user_id: Mapped[int | None] = mapped_column(ForeignKey("users.id", ondelete="SET NULL"), default=None)
+    slot_id: Mapped[int | None] = mapped_column(default=None)
+    registered_at: Mapped[datetime] = mapped_column(default=utcnow)
+    last_seen_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class GangSlotRow(Base):
+    """One node of one trial attempt, held by one agent (issue 41): the gang is every slot of an attempt."""
+
+    __tablename__ = "gang_slots"
+    __table_args__ = (
+        UniqueConstraint("trial_id", "attempt", "node_rank", name="uq_gang_slots_trial_attempt_rank"),
+        CheckConstraint(_in("state", SLOT_STATES), name="state"),
+    )
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    trial_id: Mapped[int] = mapped_column(ForeignKey("trials.id", ondelete="CASCADE"), index=True)
+    attempt: Mapped[int]
+    node_rank: Mapped[int]
+    nnodes: Mapped[int]
+    agent_id: Mapped[int] = mapped_column(ForeignKey("agents.id", ondelete="CASCADE"), index=True)
+    # The trial's claim token of this attempt: heartbeats and 'done' of a slot must carry it.
+    claim_token: Mapped[str] = mapped_column(String(64))
+    rdzv_endpoint: Mapped[str] = mapped_column(String(260))
+    state: Mapped[str] = mapped_column(String(16), default="assigned")
+    exit_code: Mapped[int | None] = mapped_column(default=None)
+    reason: Mapped[str | None] = mapped_column(Text, default=None)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    heartbeat_at: Mapped[datetime | None] = mapped_column(default=None)
+    finished_at: Mapped[datetime | None] = mapped_column(default=None)
+
+
+class PoolSpecRow(Base):
+    """A cluster spec stored from a pool of agents: trials of searches on it go to that pool."""
+
+    __tablename__ = "pool_specs"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    pool: Mapped[str] = mapped_column(String(64), index=True)
+    spec_id: Mapped[int] = mapped_column(ForeignKey("specs.id", ondelete="CASCADE"), unique=True)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)

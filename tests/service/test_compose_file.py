@@ -24,7 +24,10 @@ def compose() -> dict[str, Any]:
 
 def test_services_and_startup_order(compose: dict[str, Any]) -> None:
     services = compose["services"]
-    assert set(services) == {"api", "worker", "postgres", "redis", "migrate"}
+    assert set(services) == {"api", "worker", "agent", "postgres", "redis", "migrate"}
+    assert services["agent"]["profiles"] == ["agents"] and services["agent"]["depends_on"]["api"] == {
+        "condition": "service_healthy"
+    }
     assert services["migrate"]["depends_on"] == {"postgres": {"condition": "service_healthy"}}
     assert services["api"]["depends_on"]["migrate"] == {"condition": "service_completed_successfully"}
     assert services["api"]["depends_on"]["redis"] == {"condition": "service_healthy"}
@@ -64,7 +67,7 @@ def test_urls_point_at_the_compose_services(compose: dict[str, Any]) -> None:
     ]
 
 
-@pytest.mark.parametrize("service", ["migrate", "api", "worker"])
+@pytest.mark.parametrize("service", ["migrate", "api", "worker", "agent"])
 def test_commands_are_valid_cli_invocations(compose: dict[str, Any], service: str) -> None:
     """Each command parses against the real typer app (``--help`` appended: parse, do not run)."""
     command = compose["services"][service]["command"]
