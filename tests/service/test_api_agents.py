@@ -74,8 +74,9 @@ def test_gang_is_handed_out_whole_to_the_caller_and_its_peers(session: Session, 
 
 
 def test_concurrent_claims_never_half_hold_agents(sessions: sessionmaker[Session], zoo_dir: Any) -> None:
-    """4 agents, 2-node trials, 8 threads claiming at once, many rounds: every trial that runs has
-    exactly 2 slots on 2 distinct agents, and no agent ever holds two slots."""
+    """4 agents, 2-node trials, 8 threads claiming at once (then each agent polls once more, as an
+    agent that lost a race does), 3 rounds: every trial that runs has exactly 2 slots on 2 distinct
+    agents, and no agent ever holds two slots."""
     with sessions() as s:
         _pool_search(s, "lab", ["a0", "a1"], 6)  # a 2-node pool cluster ...
         _register(s, "a2")  # ... whose pool then grows to 4 agents
@@ -100,6 +101,9 @@ def test_concurrent_claims_never_half_hold_agents(sessions: sessionmaker[Session
         for t in threads:
             t.join()
         assert not errors
+        with sessions() as s:  # an agent that lost a race polls again (PostgreSQL: SKIP LOCKED)
+            for name in ("a0", "a1", "a2", "a3"):
+                repo_gangs.claim_slot(s, agent=name, live_s=30)
         with sessions() as s, s.begin():
             running = s.scalars(select(TrialRow).where(TrialRow.state == "running")).all()
             slots = s.scalars(select(GangSlotRow).where(GangSlotRow.state.in_(("assigned", "joined")))).all()
