@@ -26,6 +26,7 @@ RUNNERS: dict[str, str] = {
     "strategy": "runtime.worker.trial:run_strategy",
     "pipeline": "runtime.worker.plan_pipeline:run",
     "hybrid": "runtime.worker.plan_hybrid:run",
+    "hybrid_3d": "runtime.worker.plan_hybrid3d:run",
     "heterogeneous_plan": "runtime.worker.plan_heterogeneous:run",
 }
 

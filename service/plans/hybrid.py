@@ -23,18 +23,23 @@ not fit is still proposed when nothing else is left (its trial then shows the de
 out-of-memory), ranked after every plan that fits. Baseline ``even``: data parallelism with the
 batch split evenly, the homogeneous default Whale compares against.
 
+With ``"space": "3d"`` the search ranks TP x PP x DP plans with ZeRO and recompute instead
+(``service.plans.hybrid_threed``: its own options, no baseline, predicted-only trials).
+
 Similarity between two candidates: the fraction of (TaskGraph count, nested DP, pipelined) they
 share (a decision; the cost model ranks, nothing samples).
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any, ClassVar
 
 from pydantic import ValidationError
 
 from search.feasibility import MemoryConfig, MemoryModel
+from service.domain import Search, Trial
 from service.plans.base import (
     Loc,
     OptionsInvalid,
@@ -45,6 +50,7 @@ from service.plans.base import (
     known_options,
     ranked_round,
 )
+from service.plans.hybrid_threed import ThreeDSpace, is_3d
 from simulator.spec import ClusterSpec, HybridPlan, ModelSpec, SpecError
 from simulator.spec.hybrid import Annotation, ModuleAnnotation, hybrid_issues, plan_from_annotations
 from simulator.spec.limits import LIMITS
@@ -92,6 +98,8 @@ class HybridPlans(PlanKind):
     def validate(
         self, options: dict[str, Any] | None, *, objective: str, model: ModelSpec, cluster: ClusterSpec
     ) -> dict[str, Any]:
+        if is_3d(options):  # TP x PP x DP plans (issue 42)
+            return ThreeDSpace().validate(options, model=model, cluster=cluster)
         out = known_options(options, DEFAULTS, "hybrid")
         n = len(cluster.devices)
         if out["global_batch"] is None:
@@ -158,6 +166,11 @@ class HybridPlans(PlanKind):
                 ) from None
         return out
 
+    def due_baselines(self, search: Search, trials: Sequence[Trial]) -> tuple[str, ...]:
+        if is_3d(search.plan_options):
+            return ThreeDSpace().due_baselines(search, trials)
+        return self.BASELINES
+
     def baselines(
         self,
         model: ModelSpec,
@@ -168,6 +181,8 @@ class HybridPlans(PlanKind):
     ) -> dict[str, dict[str, Any]]:
         from search.hybrid import even_data_parallel
 
+        if is_3d(options):
+            return ThreeDSpace().baselines(model, cluster, options, names, profiles)
         if "even" not in names:
             return {}
         plan = even_data_parallel(model, cluster, int(options["global_batch"]))
@@ -176,6 +191,8 @@ class HybridPlans(PlanKind):
     def plan_round(
         self, model: ModelSpec, cluster: ClusterSpec, options: dict[str, Any], ask: RoundAsk
     ) -> RoundPlan:
+        if is_3d(options):
+            return ThreeDSpace().plan_round(model, cluster, options, ask)
         out = ranked_round(
             scored_plans(model, cluster, options, ask.profiles),
             ask,

@@ -92,6 +92,9 @@ def complexity(doc: dict[str, Any]) -> tuple[int, ...]:
     if kind == "heterogeneous_plan":
         stages = doc.get("plan", {}).get("stages", [])
         return (len(stages), sum(int(s.get("units", 0)) for s in stages))
+    if kind == "hybrid_3d":  # fewest stages, then TP degree, then ZeRO stage
+        lay = doc.get("layout", {})
+        return (int(lay.get("pp", 1)), int(lay.get("tp", 1)), int(doc.get("zero_stage", 0)))
     shards = _shards(doc)
     ps = [sh for sh in shards if sh.get("kind") == "ps"]
     groups = {sh.get("group", 0) for sh in shards if sh.get("kind") != "ps"}
@@ -117,6 +120,11 @@ def describe(doc: dict[str, Any]) -> str:
         stages = doc.get("plan", {}).get("stages", [])
         units = ", ".join(f"{s.get('resource_type')}×{s.get('units')}" for s in stages)
         return f"heterogeneous, {len(stages)} stages [{units}] by {doc.get('scheduler', '?')}"
+    if kind == "hybrid_3d":
+        from simulator.threed.document import ThreeDDocument
+
+        d3 = ThreeDDocument.model_validate(doc)
+        return f"3D {d3.summary()}; {d3.memory_line()}"
     servers, ps, groups, split = complexity(doc)
     parts = [f"{len(_shards(doc)) - ps} shards all-reduce in {groups} group(s)"] if groups else []
     if ps:
@@ -208,7 +216,31 @@ def plan_result(
     ]
     rec_t, reason = recommend(candidates)
     rec = _pick(rec_t, rec_t.median_time) if rec_t and rec_t.median_time is not None else None
-    return _finish(kind, "time", best, base, rec, reason)
+    out = _finish(kind, "time", best, base, rec, reason)
+    return _predicted_only(out, trials) if best is None else out
+
+
+def _predicted_only(result: PlanResult, trials: Sequence[Trial]) -> PlanResult:
+    """A search of 3D plans (issue 42) has no measured candidate: its verdict says so and names the
+    predicted fastest trial as a prediction, with how many plans the memory model dropped."""
+    docs = [t for t in trials if t.strategy.get("kind") == "hybrid_3d" and t.predicted_time is not None]
+    if not docs:
+        return result
+    top = min(docs, key=lambda t: (t.predicted_time or 0.0, t.id))
+    first = top.strategy
+    dropped = ""
+    if first.get("enumerated") is not None:
+        dropped = (
+            f"; {first.get('out_of_memory_dropped')} of {first['enumerated']} enumerated plans were "
+            "dropped as predicted out of memory"
+        )
+    verdict = (
+        f"no measured candidate: 3D plans are predicted only (no worker runs them); fastest predicted "
+        f"trial:{top.id}, {describe(first)}, {_fmt('time', top.predicted_time or 0.0)} per iteration{dropped}"
+    )
+    return PlanResult(
+        result.plan_kind, result.metric, None, None, None, False, None, result.recommended_reason, verdict
+    )
 
 
 def _space(t: Trial) -> str:

@@ -22,6 +22,7 @@ from simulator.spec.hybrid import plan_document
 
 if TYPE_CHECKING:
     from service.web.heterogeneous_views import HeterogeneousView
+    from simulator.threed.document import ThreeDDocument
 
 #: Gantt geometry (px): drawing width, lane height, left margin for lane labels, axis height.
 WIDTH, LANE, LEFT, AXIS = 720.0, 22.0, 110.0, 24.0
@@ -182,6 +183,11 @@ def plan_label(document: dict[str, Any], details: dict[str, Any] | None = None) 
     if kind == "hybrid":
         hp, _ = plan_document(document)
         return f"{hp.name or 'hybrid'}: {len(hp.task_graphs)} TaskGraphs, nested DP {hp.nested_dp}"
+    if kind == "hybrid_3d":  # issue 42: layout and predicted memory per GPU
+        from simulator.threed.document import ThreeDDocument
+
+        d3 = ThreeDDocument.model_validate(document)
+        return f"{d3.summary()} · {d3.memory_line()}"
     return ""
 
 
@@ -192,7 +198,7 @@ def plan_labels(trials: Sequence[Trial]) -> dict[int, str]:
 
 def plan_view(
     document: dict[str, Any], details: dict[str, Any] | None = None
-) -> PipelineView | HybridView | HeterogeneousView | None:
+) -> PipelineView | HybridView | HeterogeneousView | ThreeDDocument | None:
     """The view of a pipeline, hybrid or heterogeneous document; None for a Strategy or another kind."""
     kind = document.get("kind")
     if kind == "pipeline":
@@ -203,4 +209,8 @@ def plan_view(
         from service.web.heterogeneous_views import heterogeneous_view
 
         return heterogeneous_view(document, details)
+    if kind == "hybrid_3d":  # issue 42: the document is its own view (hybrid3d_plan.html)
+        from simulator.threed.document import ThreeDDocument
+
+        return ThreeDDocument.model_validate(document)
     return None
