@@ -176,7 +176,7 @@ class ThreeDDocument(BaseModel):
         attn = ", fused attention" if self.fused_attention else ""
         return (
             f"{self.layout_text}, ZeRO-{self.zero_stage}, recompute {self.recompute}, "
-            f"micro-batch {self.micro_batch} × {self.num_micro_batches}{attn}"
+            f"{self.num_micro_batches} micro-batches of {self.micro_batch}{attn}"
         )
 
     def memory_line(self) -> str:
