@@ -13,8 +13,9 @@ Per pipeline stage i and micro-batch (one TP rank; b = micro-batch, s = seq, h =
                and the vocab-parallel cross-entropy's 3 fp32 all-reduces of b·s (max, sum, target).
                With sequence parallelism each all-reduce becomes a reduce-scatter + all-gather of
                the same ring bytes (same time).
-    k_i        host seconds issuing them: (kernels of f_i, b_i, r_i + collective calls) x the device's
-               ``launch_overhead_us`` (PyTorch eager dispatch; kernels run asynchronously)
+    k_i        host seconds issuing them: (kernels of f_i, b_i, r_i + collective calls) x (the device's
+               ``launch_overhead_us``, the driver's launch, + ``FrameworkParams.host_per_kernel_us``,
+               the framework's eager dispatch before it; kernels run asynchronously)
     x_i = smax(f_i + b_i + r_i + c_i, k_i) + o_μ   (launch-bound when the kernels are small;
                smax(g, h) = (g^k + h^k)^(1/k), ``FrameworkParams.overlap_sharpness``; o_μ: the
                framework's host cost per micro-batch)
@@ -61,6 +62,13 @@ BUCKET_BYTES = 25 * 2**20
 class FrameworkParams:
     """Costs of the training framework itself (host scheduling, optimizer), not of the model's math."""
 
+    # Host microseconds per kernel before the driver's launch (the device's ``launch_overhead_us``):
+    # PyTorch eager dispatch of one op, Python call, pybind11, autograd recording, ATen dispatcher,
+    # backend selection: ~1 + 1 + 1-3 + 1-2 + 1-5 us by layer, 5-25 us per op with the driver's
+    # launch (J. Lin, "From PyTorch op to kernel launch", GPU kernel serving lesson 18). 10: the
+    # middle of that range (15 us) less the 5 us launch the zoo's devices already charge. A
+    # property of the host framework, not of the GPU; 0 for a graph-captured or compiled step.
+    host_per_kernel_us: float = 10.0
     # Host seconds per micro-batch and stage (Python schedule, p2p/collective launches, loss scaling).
     micro_overhead_s: float = 1e-3
     # Host seconds per iteration (optimizer launch, gradient-norm reduction, overflow check, logging).
@@ -178,7 +186,7 @@ def predict(
     fw = framework or FrameworkParams()
     p, m, d = plan.pp, plan.num_micro_batches, plan.dp
     gpu_only = device.model_copy(update={"launch_overhead_us": 0.0})
-    launch = device.launch_overhead_us * 1e-6
+    launch = (device.launch_overhead_us + fw.host_per_kernel_us) * 1e-6
     fwd, bwd, rec, tpc, host = [], [], [], [], []
     for i in range(p):
         spec = _spec(cfg, plan.tp, p, i, plan.sequence_parallel, plan.fused_attention, plan.micro_batch)

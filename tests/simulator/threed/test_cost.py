@@ -37,7 +37,7 @@ FLOPS_ONLY = DeviceType(
     launch_overhead_us=0.0,
 )
 UNIT = CostParams(op_efficiency=OpEfficiency(gemm=1.0, attention=1.0, memory=1.0))
-NO_HOST = FrameworkParams(micro_overhead_s=0.0, step_overhead_s=0.0)
+NO_HOST = FrameworkParams(micro_overhead_s=0.0, step_overhead_s=0.0, host_per_kernel_us=0.0)
 
 
 def test_stage_flops_are_megatrons_count() -> None:
