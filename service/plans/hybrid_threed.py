@@ -87,6 +87,12 @@ def _bad(field: str, reason: str) -> tuple[Loc, str]:
     return (("plan_options", field), reason)
 
 
+def _show(v: Any) -> str:
+    """``repr(v)`` cut to 60 characters (a 100k-character value is not echoed whole in a 422)."""
+    text = repr(v)
+    return text if len(text) <= 60 else text[:59] + "…"
+
+
 def _int(v: Any) -> bool:
     return isinstance(v, int) and not isinstance(v, bool)
 
@@ -95,7 +101,7 @@ def _subset(out: dict[str, Any], field: str, allowed: Sequence[Any]) -> list[tup
     v = out[field]
     ok = isinstance(v, list) and v and all(x in allowed and type(x) is type(allowed[0]) for x in v)
     if not ok:
-        return [_bad(field, f"must be a non-empty list of {', '.join(map(repr, allowed))}, got {v!r}")]
+        return [_bad(field, f"must be a non-empty list of {', '.join(map(repr, allowed))}, got {_show(v)}")]
     out[field] = sorted(set(v), key=list(allowed).index)
     return []
 
@@ -119,14 +125,16 @@ class ThreeDSpace:
             issues.append(
                 _bad(
                     "gpus",
-                    f"must be an int in [1, {node_gpus}] (one node of {cluster.name}), got {out['gpus']!r}",
+                    f"must be an int in [1, {node_gpus}] (one node of {cluster.name}), got {_show(out['gpus'])}",
                 )
             )
         elif out["global_batch"] is None:
             out["global_batch"] = min(model.batch_size * out["gpus"], LIMITS.global_batch)
         gb = out["global_batch"]
         if gb is not None and (not _int(gb) or not 1 <= gb <= LIMITS.global_batch):
-            issues.append(_bad("global_batch", f"must be an int in [1, {LIMITS.global_batch}], got {gb!r}"))
+            issues.append(
+                _bad("global_batch", f"must be an int in [1, {LIMITS.global_batch}], got {_show(gb)}")
+            )
         for field in ("zero_stages", "recompute", "micro_batches", "fused_attention"):
             if isinstance(out[field], (int, str)):  # one value for a list of one (bool is an int)
                 out[field] = [out[field]]
@@ -142,14 +150,14 @@ class ThreeDSpace:
             issues.append(
                 _bad(
                     "micro_batches",
-                    f"must be a list of 1 to {MAX_MICRO_BATCH_SIZES} ints in [1, {LIMITS.global_batch}], got {mbs!r}",
+                    f"must be a list of 1 to {MAX_MICRO_BATCH_SIZES} ints in [1, {LIMITS.global_batch}], got {_show(mbs)}",
                 )
             )
         else:
             out["micro_batches"] = sorted(set(mbs))
         heads = out["heads"]
         if heads is not None and (not _int(heads) or heads < 1):
-            issues.append(_bad("heads", f"must be a positive int, got {heads!r}"))
+            issues.append(_bad("heads", f"must be a positive int, got {_show(heads)}"))
         if issues:
             raise OptionsInvalid(issues)
         try:

@@ -213,3 +213,12 @@ def test_the_runner_refuses_an_invalid_document_naming_it(gpt_zoo: Path) -> None
     )
     assert isinstance(m, Measurement) and m.failure and m.failure.startswith("invalid: hybrid_3d document")
     assert not m.iteration_times
+
+
+def test_a_huge_bad_value_is_not_echoed_whole(
+    client: TestClient, tokens: dict[str, dict[str, str]], gpt_zoo: Path
+) -> None:
+    r = create(client, tokens["alice"], {"space": "3d", "recompute": ["x" * 100_000]})
+    assert r.status_code == 422, r.text[:300]
+    detail = r.json()["detail"][0]
+    assert detail["loc"] == ["body", "plan_options", "recompute"] and len(detail["msg"]) < 200
