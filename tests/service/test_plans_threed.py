@@ -186,6 +186,8 @@ def test_a_3d_search_ranks_plans_end_to_end_and_the_dashboard_shows_layout_and_m
     assert f"{docs[0].layout_text}, ZeRO-{docs[0].zero_stage}, recompute {docs[0].recompute}" in html
     assert "GB per GPU predicted, fits (model states" in html
     assert "dropped as predicted out of memory" in html and "predicted only" in html
+    round_page = client.get(f"/ui/searches/{sid}/rounds/1")
+    assert round_page.status_code == 200 and "threed-cost-model" in round_page.text
     first = next(c for c in cands if c.round_index == 1 and c.rank == 1)
     trial = next(t for t in trials if t.candidate_id == first.id)
     for url in (f"/ui/candidates/{first.id}", f"/ui/trials/{trial.id}", f"/ui/trials/{trial.id}/strategy"):
