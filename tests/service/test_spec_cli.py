@@ -167,6 +167,7 @@ def test_the_dashboard_form_takes_an_upload_and_offers_it_first(
     assert r.status_code == 200, r.text
     assert 'data-testid="create-notice">uploaded cluster &#39;my-lab&#39;' in r.text
     assert 'name="cluster" list="zoo-clusters" value="my-lab"' in r.text
+    assert "left at a default that changes the answer: device_types[0].bf16_tflops" in r.text
     form = client.get("/ui/searches/new").text
     options = form.split('id="zoo-clusters">')[1].split("</datalist>")[0]
     assert options.startswith('<option value="my-lab">')  # the user's own before the zoo's
