@@ -166,3 +166,28 @@ def test_kb_is_explained_on_pipeline_pages_and_in_the_cli(
     out = CliRunner().invoke(app, ["search", "status", str(search.id), "--token", user.secret])
     assert out.exit_code == 0, out.output
     assert KB_MEANING in " ".join(out.stdout.split())
+
+
+def test_trial_page_prints_the_scale_to_three_digits_and_labels_the_prediction(
+    zoo_dir: Path, session: Session, client: TestClient, specs: Any
+) -> None:
+    """The issue saw 'a scale of 8.333333333333334' and a prediction line without a label."""
+    user = repo.create_token(session, name="erin", role="user")
+    search = repo.create_search(
+        session,
+        owner_id=user.info.user_id,
+        model=repo.zoo_spec(session, kind="model", name="tiny-mlp"),
+        cluster=repo.zoo_spec(session, kind="cluster", name="two-node"),
+    )
+    drafts = [CandidateDraft(rank=1, strategy=specs.strategy("a"), predicted_time=0.08, similarity=0.0)]
+    repo.add_round(session, search_id=search.id, candidates=drafts, samples=1)
+    claim = repo.claim_trial(session, worker="w", clusters=["two-node"])
+    assert claim is not None
+    m = Measurement(iteration_times=(0.1, 0.1, 0.1), scale=25 / 3)
+    repo.report_trial(
+        session, trial_id=claim.trial.id, attempt=1, claim_token=claim.claim_token, measurement=m
+    )
+    client.cookies.set("strategist_token", user.secret)
+    page = client.get(f"/ui/trials/{claim.trial.id}").text
+    assert 'data-testid="scale"' in page and ">8.33× · replay" in page and "8.333333" not in page
+    assert '"predicted": 0.08' in page and '"predicted " + (d.predicted * 1000).toFixed(1) + " ms"' in page
