@@ -36,6 +36,7 @@ import httpx
 from pydantic import BaseModel
 
 from service.api.schemas.costs import CostsPublic
+from service.api.schemas.exports import TrialsExportPublic
 from service.api.schemas.runtimes import RuntimeCreate, RuntimePublic, RuntimesPublic
 from service.api.schemas.searches import (
     RoundPublic,
@@ -53,6 +54,7 @@ if TYPE_CHECKING:
     from runtime.worker.plan_heterogeneous import HeterogeneousPlan
     from runtime.worker.plan_pipeline import PipelineTrial
     from simulator.spec import HybridPlan
+    from simulator.spec.planfile import PlanFile
 
 
 def plan_of(document: dict[str, Any]) -> Strategy | PipelineTrial | HybridPlan | HeterogeneousPlan:
@@ -290,6 +292,43 @@ class StrategistClient:
         if pick is None:
             return None
         return plan_of(self.trial(pick.trial_id).strategy)
+
+    def export_trials(self, search_id: int) -> TrialsExportPublic:
+        """Every trial of the search as a row, the same columns for every plan kind (JSON export).
+
+        Speed-ups are against the search's result baseline (``speedup_vs``), with their 95 %
+        bootstrap interval (``service.plans.trial_export``).
+        """
+        return self._call(
+            TrialsExportPublic, "GET", f"/searches/{search_id}/trials/export", params={"format": "json"}
+        )
+
+    def export_trials_csv(self, search_id: int) -> str:
+        """The same export as CSV text (a header line, then one line per trial)."""
+        r = self.http.get(f"/searches/{search_id}/trials/export", params={"format": "csv"})
+        if r.status_code >= 400:
+            raise _error(r)
+        return r.text
+
+    def plan_file(
+        self, search_id: int, trial_id: int | None = None, *, recommended: bool = False
+    ) -> PlanFile:
+        """A trial's plan as a ``simulator.spec.planfile.PlanFile`` for ``runtime.apply`` (what
+        ``strategist export`` writes): ``trial_id``, else the recommended plan (``recommended=True``:
+        the simplest within the noise of the best), else the best measured one.
+
+        ``ValueError`` when the search has nothing to export or the trial is another search's.
+        """
+        from service.cli.export_commands import plan_file
+
+        if trial_id is not None and recommended:
+            raise ValueError("give trial_id or recommended=True, not both")
+        if recommended:
+            result = self.search(search_id).result
+            if result is None or result.recommended is None:
+                raise ValueError(f"search {search_id} has no recommended plan yet")
+            trial_id = result.recommended.trial_id
+        return plan_file(self, search_id, trial_id)
 
     # -- your model and cluster specs ----------------------------------------------------------
 

@@ -19,6 +19,7 @@ from service.cli import (
     simulator_commands,
     spec_commands,
     spec_upload_commands,
+    trials_export_commands,
     worker_commands,
 )
 
@@ -39,6 +40,7 @@ admin_commands.register(app)
 serve_commands.register(app)
 worker_commands.register(app)
 search_cli_commands.register(app)
+trials_export_commands.register(app)
 search_commands.register(app)
 collect_commands.register(app)
 export_commands.register(app)

@@ -368,6 +368,10 @@ def status_cmd(
             console.print(escape(line))
     for line in result_lines(status):
         console.print(escape(line))
+    if s.get("plan_kind") == "pipeline":
+        from service.plans.pipeline import KB_MEANING
+
+        console.print(escape(KB_MEANING), soft_wrap=True)
     for line in plan_lines(trials):  # pipeline / hybrid trials: chosen (k, b), switches, shares, busy
         console.print(escape(line))
 

@@ -5,10 +5,11 @@
     strategist spec show --id 12 --kind cluster          # one you uploaded, from the API
 
 ``show`` prints the normalised spec (every field, defaults filled) as JSON on stdout, and on stderr
-one note per default that changes the answer (``default_notes``): a device without a BF16/TF32
-rate runs those dtypes at its FP32 rate, a node without ``latency_us`` has no per-message latency,
-without ``price_per_hour`` costs nothing, and so on. ``nic_gbps`` is per node: the node's GPUs
-share that NIC for traffic leaving the node.
+one note per default the spec is left with, and whether it changes the answer
+(``simulator.spec.defaults``; for an upload or ``--id``, the API's ``defaults``): a device without
+a BF16/TF32 rate runs those dtypes at its FP32 rate, a node without ``latency_us`` has no
+per-message latency, without ``price_per_hour`` costs nothing, and so on. ``nic_gbps`` is per
+node: the node's GPUs share that NIC for traffic leaving the node.
 """
 
 from __future__ import annotations
@@ -23,43 +24,19 @@ from service.cli.search_cli_commands import ApiOpt, TokenOpt, _client, _run
 from service.cli.spec_commands import fail
 from simulator import zoo
 from simulator.spec import ClusterSpec, ModelSpec, SpecError, load_spec
+from simulator.spec.defaults import DefaultNote, cluster_defaults
 
 spec_app = typer.Typer(
     help="Upload your model and cluster specs; show a spec with its defaults.", no_args_is_help=True
 )
 
-#: Node fields whose default changes a prediction, and what the default means.
-NODE_DEFAULTS = {
-    "latency_us": "0 us: no per-message network latency (Eq. 2/3's latency term is dropped)",
-    "cpu_cores": "8 host CPU cores",
-    "host_memory_gb": "64 GB of host memory for PS shards",
-    "price_per_hour": "$0/hour: cost objectives see this node as free",
-}
-
 
 def default_notes(spec: ModelSpec | ClusterSpec) -> list[str]:
-    """One line per default the spec leaves to the service that changes what it predicts."""
+    """One line per default the spec is left with, saying whether it changes the answer
+    (``simulator.spec.defaults.cluster_defaults``, the same notes as the API's ``defaults``)."""
     if not isinstance(spec, ClusterSpec):
         return []
-    notes: list[str] = []
-    for i, dev in enumerate(spec.device_types):
-        for field in ("bf16_tflops", "tf32_tflops"):
-            if getattr(dev, field) is None:
-                dtype = field.split("_")[0]
-                notes.append(
-                    f"device_types[{i}].{field}: not given: {dev.name} runs {dtype} at its FP32 rate "
-                    f"({dev.fp32_tflops:g} TFLOPS); give it if the GPU has a {dtype} tensor-core path"
-                )
-    for i, node in enumerate(spec.nodes):
-        for field, meaning in NODE_DEFAULTS.items():
-            if field not in node.model_fields_set:
-                notes.append(f"nodes[{i}].{field}: not given: default {meaning} ({node.name})")
-    if spec.nodes:
-        notes.append(
-            "nic_gbps is per node: the node's GPUs share that NIC for traffic leaving the node "
-            "(intra_node_gbps / intra_gbps inside it)"
-        )
-    return notes
+    return [n.line() for n in cluster_defaults(spec)]
 
 
 def _load(file: Path) -> ModelSpec | ClusterSpec:
@@ -74,9 +51,14 @@ def _load(file: Path) -> ModelSpec | ClusterSpec:
     return spec
 
 
-def _notes(spec: ModelSpec | ClusterSpec) -> None:
-    for note in default_notes(spec):
-        typer.echo(f"note: {note}", err=True)
+def _notes(spec: ModelSpec | ClusterSpec, stored: Any = None) -> None:
+    """The default notes on stderr: the API's answer (``defaults``) when there is one, else local."""
+    if stored is not None and getattr(stored, "defaults", None) is not None:
+        lines = [DefaultNote(**d.model_dump()).line() for d in stored.defaults]
+    else:
+        lines = default_notes(spec)
+    for line in lines:
+        typer.echo(f"note: {line}", err=True)
 
 
 @spec_app.command("upload")
@@ -95,7 +77,7 @@ def upload(
     else:
         stored = _run(lambda: client.upload_cluster(spec))
         option = "--cluster"
-    _notes(spec)
+    _notes(spec, stored if isinstance(spec, ClusterSpec) else None)
     if as_json:
         typer.echo(json.dumps(stored.model_dump(mode="json"), indent=2))
         return
@@ -119,12 +101,14 @@ def show(
     if kind not in ("model", "cluster"):
         raise fail(f"--kind: must be model or cluster, got {kind!r}")
     spec: ModelSpec | ClusterSpec
+    stored: Any = None
     if spec_id is not None:
         client = _client(api, token)
         if kind == "model":
             spec = ModelSpec.model_validate(_run(lambda: client.model(spec_id)).spec)
         else:
-            spec = ClusterSpec.model_validate(_run(lambda: client.cluster(spec_id)).spec)
+            stored = _run(lambda: client.cluster(spec_id))
+            spec = ClusterSpec.model_validate(stored.spec)
     else:
         assert ref is not None
         path = Path(ref)
@@ -142,7 +126,7 @@ def show(
                 raise fail(f"{ref!r} is neither a file nor a zoo name; see `strategist zoo list`")
             spec = found
     typer.echo(json.dumps(spec.model_dump(mode="json"), indent=2))
-    _notes(spec)
+    _notes(spec, stored)
 
 
 def register(app: typer.Typer) -> None:

@@ -43,6 +43,21 @@ from simulator.spec import ClusterSpec, ModelSpec, Plan
 from simulator.spec.limits import LIMITS
 from simulator.spec.profile import Profile
 
+#: What (k, b) means wherever a pipeline plan is shown (candidate and trial pages, the CLI).
+#: Ada-Grouper (Wang et al.) §2.5 and §4.2: a kFkB schedule groups k micro-batches and runs their
+#: k forward stages, then their k backward stages, as one schedule unit; b is the micro-batch size.
+#: In this code (``simulator.spec.Plan.group_size``, ``search.pipeline.candidates.with_kb``):
+#: b = ``micro_batch_size``, samples per micro-batch; each pipeline replica runs N = its batch share
+#: / b micro-batches per step, and k divides N. k = 1 is 1F1B, k = N is GPipe.
+KB_MEANING = (
+    "(k, b): a kFkB schedule (Ada-Grouper §2.5, §4.2) runs k micro-batches' forward stages, then "
+    "their k backward stages, as one group; b is the micro-batch size in samples. A pipeline "
+    "replica runs N = (its share of the global batch) / b micro-batches per step in N / k groups: "
+    "k = 1 is 1F1B, k = N is GPipe. Larger k overlaps more cross-stage transfer with compute but "
+    "holds k micro-batches' activations; smaller b fits memory but computes less efficiently. "
+    "The candidates are the (k, b) points on the memory-limit curve."
+)
+
 DEFAULTS: dict[str, Any] = {
     "stages": "choose",
     "memory_per_device_gb": None,

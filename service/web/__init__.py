@@ -16,6 +16,7 @@ from fastapi.staticfiles import StaticFiles
 from service.web import (
     auth,
     pages_create,
+    pages_exports,
     pages_searches,
     pages_simulators,
     pages_specs,
@@ -30,6 +31,7 @@ router.include_router(auth.router)
 router.include_router(pages_specs.router)
 router.include_router(pages_create.router)  # before pages_searches: /searches/new is not an id
 router.include_router(pages_searches.router)
+router.include_router(pages_exports.router)
 router.include_router(pages_strategy.router)
 router.include_router(pages_simulators.router)
 router.include_router(pages_workers.router)

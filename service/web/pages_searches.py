@@ -19,7 +19,7 @@ from service.web.auth import WebUser, owner_of
 from service.web.heterogeneous_views import cost_context
 from service.web.plan_views import plan_labels
 from service.web.render import page
-from service.web.views import best_so_far, cluster_summary
+from service.web.views import best_so_far, cluster_summary, predicted_vs_measured
 
 router = APIRouter()
 
@@ -76,6 +76,7 @@ def search(
         rounds=rounds,
         trials=trials,
         chart=chart,
+        pvm=predicted_vs_measured(trials),
         model=model,
         cluster=cluster,
         cluster_line=cluster_summary(cluster),

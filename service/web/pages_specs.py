@@ -56,5 +56,11 @@ async def upload_spec(
     except Conflict as e:
         return refuse(str(e))
     values = DEFAULTS | {str(kind): stored.name}
-    return _form(request, values, None, session=session, user_id=user.user_id,
-                 notice=f"uploaded {kind} {stored.name!r} (id {stored.id}): it is yours, offered first below")  # fmt: skip
+    notice = f"uploaded {kind} {stored.name!r} (id {stored.id}): it is yours, offered first below"
+    if isinstance(parsed, ClusterSpec):
+        from simulator.spec.defaults import cluster_defaults
+
+        matter = [n.field for n in cluster_defaults(parsed) if n.changes_answer]
+        if matter:  # the full list: `strategist spec show --id N --kind cluster`
+            notice += f"; left at a default that changes the answer: {', '.join(matter)}"
+    return _form(request, values, None, session=session, user_id=user.user_id, notice=notice)

@@ -43,6 +43,16 @@ templates.env.filters["nbytes"] = nbytes
 templates.env.filters["tojson_safe"] = tojson
 
 
+def _kb_meaning() -> str:
+    from service.plans.pipeline import KB_MEANING
+
+    return KB_MEANING
+
+
+#: What (k, b) means, on every pipeline plan (plan_details.html: candidate and trial pages).
+templates.env.globals["kb_meaning"] = _kb_meaning
+
+
 def page(request: Request, name: str, status_code: int = 200, **context: Any) -> HTMLResponse:
     """Render template ``name`` with ``context`` (the user, if logged in, is in request.state)."""
     context.setdefault("user", getattr(request.state, "web_user", None))

@@ -196,3 +196,41 @@ def cluster_summary(cluster: ClusterSpec) -> str:
         f"{len(cluster.nodes)} nodes, {cluster.num_gpus} GPUs ({', '.join(types)}), "
         f"{'/'.join(f'{b:g}' for b in nics)} Gbps"
     )
+
+
+@dataclass(frozen=True)
+class PredictedVsMeasured:
+    """The search page's predicted-vs-measured plot: one point per trial with both, in seconds.
+
+    ``ratio`` is the median over those trials of measured / predicted (1.0: the simulator is right
+    on the median; 2.0: trials ran twice as long as predicted); None when no trial has both.
+    """
+
+    trial_ids: tuple[int, ...]
+    labels: tuple[str, ...]  # 'candidate' or 'baseline <name>'
+    predicted: tuple[float, ...]  # s per iteration
+    measured: tuple[float, ...]  # median s per iteration
+    ratio: float | None
+
+    @property
+    def empty(self) -> bool:
+        return not self.trial_ids
+
+
+def predicted_vs_measured(trials: Sequence[d.Trial]) -> PredictedVsMeasured:
+    """Every succeeded trial with a prediction and a measured median (baselines included when predicted)."""
+    both = [
+        t
+        for t in sorted(trials, key=lambda t: t.id)
+        if t.state == "succeeded" and t.predicted_time and t.median_time is not None
+    ]
+    ratios = sorted((t.median_time or 0.0) / (t.predicted_time or 1.0) for t in both)
+    mid = len(ratios) // 2
+    ratio = None if not ratios else ratios[mid] if len(ratios) % 2 else (ratios[mid - 1] + ratios[mid]) / 2
+    return PredictedVsMeasured(
+        tuple(t.id for t in both),
+        tuple(f"baseline {t.baseline}" if t.baseline else "candidate" for t in both),
+        tuple(t.predicted_time or 0.0 for t in both),
+        tuple(t.median_time or 0.0 for t in both),
+        ratio,
+    )

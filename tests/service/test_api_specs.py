@@ -93,6 +93,7 @@ def test_upload_cluster_and_bad_cluster(
         "nodes": 2,
         "gpus": 2,
         "spec": ANY,
+        "defaults": ANY,  # simulator.spec.defaults: tests/service/test_spec_cli.py
     }
     assert r.json()["spec"]["nodes"][1]["name"] == "n1"
     bad = specs.cluster("broken")

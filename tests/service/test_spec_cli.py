@@ -107,10 +107,54 @@ def test_show_prints_every_default_and_notes_those_that_change_the_answer(
     assert shown["nodes"][1]["latency_us"] == 0.0 and shown["nodes"][1]["cpu_cores"] == 8
     assert shown["device_types"][0]["bf16_tflops"] is None
     notes = r.stderr
-    assert "device_types[0].bf16_tflops: not given: T4 runs bf16 at its FP32 rate (8.1 TFLOPS)" in notes
-    assert "nodes[1].latency_us: not given" in notes and "nodes[0].latency_us" not in notes
+    assert (
+        "device_types[0].bf16_tflops = null (default; changes the answer): not given: T4 runs bf16 at "
+        "its FP32 rate (8.1 TFLOPS)" in notes
+    )
+    assert (
+        "nodes[1].latency_us = 0 (default; changes the answer)" in notes
+        and "nodes[0].latency_us" not in notes
+    )
+    assert "nodes[1].cpu_cores = 8 (default; does not change the answer)" in notes
     assert "nic_gbps is per node" in notes
     assert cli("spec", "show", "nope-nope").exit_code == 2
+
+
+def test_the_upload_answer_carries_the_defaults_and_spec_show_id_prints_them(
+    zoo_dir: Path, tmp_path: Path, session: Session, client: TestClient, cli: Callable[..., Any], specs: Any
+) -> None:
+    secret = repo.create_token(session, name="dana", role="user").secret
+    body = specs.cluster("a100-lab")
+    body["nodes"][0]["latency_us"] = 20
+    del body["nodes"][1]["price_per_hour"]  # n0 keeps its $1/hour
+    r = client.post("/api/v1/clusters", json=body, headers={"Authorization": f"Bearer {secret}"})
+    assert r.status_code == 201, r.text
+    got = {d["field"]: d for d in r.json()["defaults"]}
+    assert got["device_types[0].bf16_tflops"]["value"] is None
+    assert got["device_types[0].bf16_tflops"]["changes_answer"] is True
+    assert got["nodes[1].latency_us"] == {
+        "field": "nodes[1].latency_us",
+        "value": 0.0,
+        "changes_answer": True,
+        "note": "no per-message network latency (Eq. 2/3's latency term is dropped) (n1)",
+    }
+    assert got["nodes[1].cpu_cores"]["changes_answer"] is False and got["nodes[1].cpu_cores"]["value"] == 8
+    assert "nodes[0].latency_us" not in got and "nodes[0].price_per_hour" not in got
+    assert got["nodes[1].price_per_hour"]["changes_answer"] is True
+    assert (
+        got["nodes[*].nic_gbps"]["changes_answer"] is False and "per node" in got["nodes[*].nic_gbps"]["note"]
+    )
+    cid = r.json()["id"]  # a stored spec answers the same notes
+    again = client.get(f"/api/v1/clusters/{cid}", headers={"Authorization": f"Bearer {secret}"}).json()
+    assert again["defaults"] == r.json()["defaults"]
+    shown = cli("spec", "show", "--id", str(cid), "--kind", "cluster", "--token", secret)
+    assert shown.exit_code == 0, shown.output
+    assert "note: nodes[1].latency_us = 0 (default; changes the answer)" in shown.stderr
+    assert "nodes[0].latency_us" not in shown.stderr
+    body["name"] = "a100-lab-2"
+    up = cli("spec", "upload", str(write(tmp_path, "c.json", body)), "--token", secret)
+    assert up.exit_code == 0, up.output
+    assert "note: device_types[0].bf16_tflops = null (default; changes the answer)" in up.stderr
 
 
 def test_the_dashboard_form_takes_an_upload_and_offers_it_first(
@@ -123,6 +167,7 @@ def test_the_dashboard_form_takes_an_upload_and_offers_it_first(
     assert r.status_code == 200, r.text
     assert 'data-testid="create-notice">uploaded cluster &#39;my-lab&#39;' in r.text
     assert 'name="cluster" list="zoo-clusters" value="my-lab"' in r.text
+    assert "left at a default that changes the answer: device_types[0].bf16_tflops" in r.text
     form = client.get("/ui/searches/new").text
     options = form.split('id="zoo-clusters">')[1].split("</datalist>")[0]
     assert options.startswith('<option value="my-lab">')  # the user's own before the zoo's

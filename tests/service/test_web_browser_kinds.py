@@ -23,6 +23,7 @@ import pytest
 from service.client import StrategistClient
 from service.db import repository as repo
 from service.loop.stack import Stack, StackConfig
+from service.plans.trial_export import COLUMNS
 from service.settings import Settings
 from simulator import zoo
 from simulator.spec.measurement import Measurement
@@ -150,6 +151,15 @@ def test_each_plan_kind_from_the_form_to_its_result(
         assert f"${result.best.value:.2f}" in best_value
     else:
         assert f"{result.best.value * 1e3:.1f} ms" in best_value or f"{result.best.value:.3f}" in best_value
+    # predicted vs measured is drawn (every kind's candidates are predicted), and the trials export
+    expect(pg.locator("[data-testid=pvm-ratio]")).to_contain_text("Median measured / predicted")
+    expect(pg.locator("#pvm-chart .main-svg").first).to_be_visible()
+    href = pg.locator("[data-testid=export-csv]").get_attribute("href")
+    csv_text = pg.request.get(stack.url + str(href)).text()
+    assert (
+        csv_text.splitlines()[0] == ",".join(COLUMNS)
+        and len(csv_text.splitlines()) == len(api.trials(sid)) + 1
+    )
     pg.screenshot(path=str(ARTIFACTS / f"13-result-{kind}.png"), full_page=True)
     pg.goto(stack.url + "/ui/searches")
     expect(pg.locator("[data-testid=result]").first).to_contain_text(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import asdict
 from datetime import datetime
 from typing import Any, Literal
 
@@ -10,6 +11,7 @@ from pydantic import Field
 from service.api.schemas.common import Public
 from service.domain import SpecRecord
 from simulator.spec import ClusterSpec, ModelSpec
+from simulator.spec.defaults import cluster_defaults
 
 
 class ModelPublic(Public):
@@ -53,6 +55,15 @@ class ModelsPublic(Public):
     )
 
 
+class SpecDefaultPublic(Public):
+    """A field the spec leaves at its default (``simulator.spec.defaults``)."""
+
+    field: str = Field(examples=["nodes[0].latency_us"])
+    value: Any = Field(description="The default value it takes (null: no rate, the FP32 one is used).")
+    changes_answer: bool = Field(description="True when the default enters a prediction.")
+    note: str
+
+
 class ClusterPublic(Public):
     """A stored cluster spec and its size at a glance."""
 
@@ -64,6 +75,10 @@ class ClusterPublic(Public):
     nodes: int
     gpus: int
     spec: dict[str, Any] = Field(description="The full ClusterSpec JSON.")
+    defaults: list[SpecDefaultPublic] = Field(
+        default_factory=list,
+        description="Fields left at their default: which, the value, whether it changes the answer.",
+    )
 
     @classmethod
     def of(cls, rec: SpecRecord, spec: ClusterSpec | None = None) -> ClusterPublic:
@@ -77,6 +92,7 @@ class ClusterPublic(Public):
             nodes=len(c.nodes),
             gpus=c.num_gpus,
             spec=rec.body,
+            defaults=[SpecDefaultPublic(**asdict(n)) for n in cluster_defaults(c)],
         )
 
 
