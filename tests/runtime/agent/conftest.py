@@ -96,6 +96,10 @@ class Pool:
         self.cluster = spec
         return rec
 
+    @property
+    def auth(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.user_token}"}
+
     def api_search(self, model: ModelSpec, **fields: Any) -> dict[str, Any]:
         """A search created through the API (``POST /searches``, the user's token) on the pool's
         stored cluster, ``model`` uploaded as the user's spec; the API's answer."""
