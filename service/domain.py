@@ -133,6 +133,8 @@ class Search:
     # What it plans ('sync': AutoSync strategies) and that kind's validated options (None for sync).
     plan_kind: PlanKindName = "sync"
     plan_options: dict[str, Any] | None = None
+    # The user's own model ('module:function', migration 0012); None: the ModelSpec's layers.
+    model_factory: str | None = None
 
     @property
     def space(self) -> SpaceKind:
@@ -280,6 +282,8 @@ class RuntimeRecord:
     trial_id: int | None
     user_id: int | None
     created_at: datetime
+    # Where it was measured (simulator.spec.measurement.MeasuredOn as JSON); None: not recorded.
+    measured_on: dict[str, Any] | None = None
 
     def strategy_spec(self) -> Strategy:
         return parse_as(Strategy, self.strategy)

@@ -32,6 +32,7 @@ from runtime.executor.layout import RankLayout
 from runtime.executor.plan import unsupported_reason
 from runtime.executor.results import aggregate, failed
 from simulator.spec import ClusterSpec, ModelSpec, SpecError, Strategy
+from simulator.spec.measurement import MeasuredOn
 
 log = logging.getLogger("strategist.agent")
 
@@ -55,6 +56,22 @@ class AgentConfig:
     poll_s: float = 0.5
     join_timeout_s: float = 30.0
     executor: dict[str, Any] = field(default_factory=dict)
+    # Where this pool's runtimes are measured (MeasuredOn.site): 'cluster' (real nodes) or
+    # 'testbed' (agents in the emulated testbed's namespaces, as the tests run them).
+    site: str = "cluster"
+
+
+def factory_refusal(target: str, agent: str) -> str | None:
+    """Why this node cannot run the search's model factory (it does not import here), or None.
+    Only imported, not called: building the module and checking it against the spec is the ranks'
+    (``runtime.executor.user_model.spec_params``), whose error ends the trial naming the variable."""
+    from simulator.extract import load_factory
+
+    try:
+        load_factory(target)
+    except ValueError as e:
+        return f"model factory {target} on agent {agent}: {e}"
+    return None
 
 
 class Agent:
@@ -108,7 +125,13 @@ class Agent:
         return {
             "launcher": "torchrun",
             "torchrun_run_id": claim["rdzv_id"],
-            "measured_on": f"agent-pool:{self.cfg.pool}",
+            "measured_on": MeasuredOn(
+                site="testbed" if self.cfg.site == "testbed" else "cluster",
+                pool=self.cfg.pool,
+                torchrun_run_id=claim["rdzv_id"],
+                gpu_types=tuple(sorted({n["device"] for n in claim["cluster"]["nodes"]})),
+            ).model_dump(mode="json"),
+            "model_factory": claim.get("model_factory"),
             "agents": claim["agents"],
             "device": self.cfg.device.get("name"),
             "host": platform.node(),
@@ -128,6 +151,8 @@ class Agent:
             reason = unsupported_reason(strategy)
         except (SpecError, ValueError) as e:
             strategy, reason = None, f"invalid strategy: {e}"
+        if reason is None and claim.get("model_factory"):
+            reason = factory_refusal(str(claim["model_factory"]), self.cfg.name)
         if reason is not None or strategy is None:  # every node sees the same: no launch at all
             self._done(claim, 0, reason)
             if lead:
@@ -143,7 +168,7 @@ class Agent:
                 strategy: Strategy, env: dict[str, Any], work: Path) -> None:  # fmt: skip
         job = {"model": claim["model"], "cluster": claim["cluster"], "config": json.loads(cfg.to_json()),
                "strategy": json.loads(strategy.model_dump_json()), "trial": claim["trial"]["id"],
-               "result": str(work / "result.json")}  # fmt: skip
+               "result": str(work / "result.json"), "model_factory": claim.get("model_factory")}  # fmt: skip
         (work / "job.json").write_text(json.dumps(job))
         layout = RankLayout(cluster)
         node = torchrun.NodeLaunch(claim["nnodes"], nproc(layout, claim["node_rank"]), claim["node_rank"],

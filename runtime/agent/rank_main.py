@@ -6,7 +6,8 @@ device order, then one PS server per node: ``RankLayout``) is derived from the g
 (the agent's slot, passed as ``--node-rank``; c10d rendezvous may number the torchrun nodes
 differently) and LOCAL_RANK: local ranks ``0..G-1`` are the node's GPUs, local rank G its server.
 The process group is initialised through torchrun's store with that rank, a ``Context`` is built
-as ``runtime.executor.worker_main`` builds it, and ``run_trial`` runs the one trial; the layout's
+as ``runtime.executor.worker_main`` builds it, and ``run_trial`` runs the one trial (or, for a
+search that names a model factory, ``user_model.run_user_trial`` runs the user's module); the layout's
 coordinator gathers every rank's result and writes it to the job's ``result`` path.
 """
 
@@ -122,7 +123,12 @@ def main(argv: list[str] | None = None) -> None:
     groups = build_groups(layout, rank, cfg.backend, _device(cfg, layout, rank, local))
     ctx = Context(model, cluster, cfg, layout, rank, groups, profiles)
     dist.barrier()
-    result = run_trial(ctx, int(job["trial"]), strategy)
+    if job.get("model_factory"):  # the search's own model (runtime/executor/user_model.py)
+        from runtime.executor.user_model import run_user_trial
+
+        result = run_user_trial(ctx, int(job["trial"]), strategy, str(job["model_factory"]))
+    else:
+        result = run_trial(ctx, int(job["trial"]), strategy)
     coordinator = layout.coordinator
     gathered: list[object] | None = [None] * world if rank == coordinator else None
     dist.gather_object(result, gathered, dst=coordinator)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -81,10 +82,19 @@ def stop(p: subprocess.Popen[bytes], grace_s: float = 2.0) -> int:
 
 
 def tail(log: Path, lines: int = 3) -> str:
-    """The last useful lines of a torchrun log (the failure reason)."""
+    """The last useful lines of a torchrun log (the failure reason): the ranks' exception lines
+    when there are any (torchrun's own summary, ``error_file: <N/A>``, says nothing), else lines
+    naming an error, else the last lines."""
     try:
         text = [t for t in log.read_text(errors="replace").splitlines() if t.strip()]
     except OSError:
         return "(no log)"
+    raised = [t.strip() for t in text if _RAISED.match(t)]  # a rank's exception line ("FooError: why")
+    if raised:
+        return " | ".join(dict.fromkeys(raised[-lines:]))[:1500]
     err = [t for t in text if "Error" in t or "error" in t]
     return " | ".join((err or text)[-lines:])[:1500]
+
+
+#: The last line of a Python traceback: ``[module.]SomeError: message`` (also ``...Exception:``).
+_RAISED = re.compile(r"^\s*(\[[^\]]*\]:?\s*)?([A-Za-z_][\w.]*\.)?\w*(Error|Exception|Interrupt)\b: ")

@@ -11,7 +11,9 @@ Time dilation D: every time (iterations, compute, sync wait, the probe's per-cal
 divided by ``cfg.dilation``, so a Measurement is in the real cluster's seconds.
 ``environment["iterations_s"]`` is the (undilated) wall time of all iterations, warm-up included
 (a trial's overhead is ``trial_wall_s`` minus it); ``environment["per_call_overhead_s"]`` holds
-the probe's medians (``probe.py``), already divided by D.
+the probe's medians (``probe.py``), already divided by D. Workers that measured their peak memory
+(the user's model: ``user_model.py``) give ``peak_memory_bytes``, the largest over workers, and
+``peak_memory``, what was measured (``cuda_max_memory_allocated`` or ``rss_high_water``).
 """
 
 from __future__ import annotations
@@ -43,6 +45,12 @@ def aggregate(ranks: list[dict[str, Any]], cfg: ExecutorConfig, environment: dic
         calls = call_seconds([r["probe"][kind] for r in workers if kind in r.get("probe", {})])
         if calls:
             overhead[kind] = statistics.median(calls) / d
+    peaks = [int(r["peak_memory_bytes"]) for r in workers if "peak_memory_bytes" in r]
+    memory = (
+        {"peak_memory_bytes": max(peaks), "peak_memory": str(workers[0].get("peak_memory", ""))}
+        if peaks
+        else {}
+    )
     return Measurement(
         iteration_times=tuple(its),
         compute_times=tuple(comp),
@@ -56,6 +64,7 @@ def aggregate(ranks: list[dict[str, Any]], cfg: ExecutorConfig, environment: dic
             "iterations_s": ends[-1] - starts[0],
             "dilation": d,
             "per_call_overhead_s": overhead,
+            **memory,
         },
     )
 

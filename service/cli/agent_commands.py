@@ -50,6 +50,9 @@ def agent(
     heartbeat_s: Annotated[float, typer.Option(help="Seconds between slot heartbeats.")] = 1.0,
     join_timeout_s: Annotated[float, typer.Option(help="Rendezvous join timeout, s.")] = 30.0,
     max_trials: Annotated[int | None, typer.Option(help="Exit after this many slots.")] = None,
+    site: Annotated[
+        str, typer.Option(help="'cluster' (real nodes) or 'testbed' (emulated): recorded as measured_on.")
+    ] = "cluster",
 ) -> None:
     """Register this node in POOL and run gang slots of trials with torchrun until stopped."""
     from runtime.agent.node import Agent, AgentConfig
@@ -61,12 +64,15 @@ def agent(
     ):
         if value <= 0:
             raise typer.BadParameter(f"{field} must be positive, got {value}")
+    if site not in ("cluster", "testbed"):
+        raise typer.BadParameter(f"--site must be 'cluster' or 'testbed', got {site!r}")
     device, count = _device(device_json, gpus)
     executor = json.loads(executor_json.read_text()) if executor_json else {}
     cfg = AgentConfig(api=api, token=token, name=name or socket.gethostname(), pool=pool,
                       host=host or socket.gethostbyname(socket.gethostname()), device=device, gpus=count,
                       rdzv_port=rdzv_port, nic=nic, nic_gbps=nic_gbps, intra_gbps=intra_gbps,
-                      heartbeat_s=heartbeat_s, join_timeout_s=join_timeout_s, executor=executor)  # fmt: skip
+                      heartbeat_s=heartbeat_s, join_timeout_s=join_timeout_s, executor=executor,
+                      site=site)  # fmt: skip
     Agent(cfg).run(max_trials=max_trials)
 
 

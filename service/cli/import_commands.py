@@ -1,6 +1,7 @@
 """`strategist import-model`: trace a PyTorch model on the meta device into a ModelSpec.
 
     strategist import-model mymodels.nets:make_resnet --input-shape 1,3,224,224 -o resnet.json
+    strategist import-model mypkg.models:make_model --batch-size 8 -o spec.json   # (module, batch) factory
     strategist import-model --hf-config gpt2/config.json --compute-dtype bfloat16 -o gpt2.json
 
 MODULE:FACTORY is imported with the current directory on the path (as ``python -m`` does), so a
@@ -93,7 +94,7 @@ def import_model_command(
         raise _fail(f"{'--seq-len' if seq_len is not None else '--model-class'}: needs --hf-config")
     if os.getcwd() not in sys.path and "" not in sys.path:  # as `python -m`: modules beside you import
         sys.path.insert(0, os.getcwd())
-    if (input_shape is None) == (input_factory is None):
+    if input_shape is not None and input_factory is not None:
         raise _fail("--input-shape: give exactly one of --input-shape and --input-factory")
     if batch_size is not None and batch_size < 1:
         raise _fail(f"--batch-size: must be >= 1, got {batch_size}")
@@ -121,6 +122,11 @@ def import_model_command(
     except SpecError as e:
         raise _fail(f"the extracted spec is invalid: {e}") from None
     except ValueError as e:
+        if input_shape is None and input_factory is None and "input shape" in str(e):
+            raise _fail(
+                "--input-shape: give exactly one of --input-shape and --input-factory "
+                "(or a factory that returns (module, batch), as a search's model_factory)"
+            ) from None
         raise _fail(str(e).splitlines()[0] if str(e) else type(e).__name__) from None
     except Exception as e:  # the user's model may fail to build or run in any way
         first = str(e).splitlines()[0] if str(e) else ""

@@ -63,6 +63,7 @@ def search(row: m.SearchRow) -> d.Search:
         compression=cast("Compression", row.compression),
         plan_kind=cast(d.PlanKindName, row.plan_kind),
         plan_options=None if row.plan_options is None else dict(row.plan_options),
+        model_factory=row.model_factory,
         state=cast(d.SearchState, row.state),
         current_round=row.current_round,
         failure_reason=row.failure_reason,
@@ -142,6 +143,7 @@ def runtime_record(row: m.RuntimeRecordRow) -> d.RuntimeRecord:
         trial_id=row.trial_id,
         user_id=row.user_id,
         created_at=aware(row.created_at),
+        measured_on=None if row.measured_on is None else dict(row.measured_on),
     )
 
 

@@ -129,6 +129,8 @@ class SearchRow(Base):
     # 'heterogeneous' plans; plan_options holds that kind's options (NULL for 'sync').
     plan_kind: Mapped[str] = mapped_column(String(16), default="sync", server_default="sync")
     plan_options: Mapped[dict[str, Any] | None] = mapped_column(JSON, default=None)
+    # The user's own model (migration 0012): 'module:function' agent-pool trials run for real.
+    model_factory: Mapped[str | None] = mapped_column(String(300), default=None)
     state: Mapped[str] = mapped_column(String(24), index=True)
     current_round: Mapped[int] = mapped_column(default=0)
     failure_reason: Mapped[str | None] = mapped_column(Text, default=None)
@@ -249,6 +251,8 @@ class RuntimeRecordRow(Base):
         ForeignKey("trials.id", ondelete="SET NULL"), default=None, unique=True
     )
     user_id: Mapped[int | None] = mapped_column(ForeignKey("users.id", ondelete="SET NULL"), default=None)
+    # Where it was measured (migration 0012; simulator.spec.measurement.MeasuredOn), NULL if unknown.
+    measured_on: Mapped[dict[str, Any] | None] = mapped_column(JSON, default=None)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
 
 

@@ -57,6 +57,7 @@ class SlotClaim:
     agents: tuple[str, ...]
     model: dict[str, Any]
     cluster: dict[str, Any]
+    model_factory: str | None = None  # the search's own model (migration 0012)
 
 
 @dataclass(frozen=True)
@@ -98,6 +99,7 @@ def _claim_of(session: Session, slot: GangSlotRow) -> SlotClaim:
         agents=tuple(str(n) for _, n in gang),
         model=dict(session.get_one(SpecRow, search.model_spec_id).body),
         cluster=dict(session.get_one(SpecRow, search.cluster_spec_id).body),
+        model_factory=search.model_factory,
     )
 
 

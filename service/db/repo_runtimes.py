@@ -31,6 +31,7 @@ def ingest_runtime(
     iteration_times: Sequence[float],
     user_id: int | None,
     search_id: int | None = None,
+    measured_on: dict[str, Any] | None = None,
 ) -> d.RuntimeRecord:
     """Store a user's measured runtime of ``strategy`` (already checked against model and cluster)."""
     times = [float(t) for t in iteration_times]
@@ -50,6 +51,7 @@ def ingest_runtime(
             source="user",
             search_id=search_id,
             user_id=user_id,
+            measured_on=measured_on,
         )
         session.add(row)
         session.flush()

@@ -72,6 +72,7 @@ def create_search(
     compression: Compression = "none",
     plan_kind: d.PlanKindName = "sync",
     plan_options: dict[str, Any] | None = None,
+    model_factory: str | None = None,
 ) -> d.Search:
     """Store a new search in state 'pending' (the loop starts it); round 0, nothing queued yet.
 
@@ -95,6 +96,7 @@ def create_search(
             compression=compression,
             plan_kind=plan_kind,
             plan_options=plan_options,
+            model_factory=model_factory,
             state="pending",
             current_round=0,
         )

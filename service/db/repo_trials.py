@@ -21,6 +21,7 @@ from __future__ import annotations
 import secrets
 from collections.abc import Sequence
 from datetime import datetime, timedelta
+from typing import Any
 
 from sqlalchemy import select, update
 from sqlalchemy.orm import Session
@@ -40,7 +41,7 @@ from service.db.models import (
 from service.db.paging import keyset
 from service.db.repo_searches import load_search, new_trial, open_search_guard
 from simulator.spec import domain_name
-from simulator.spec.measurement import Measurement
+from simulator.spec.measurement import Measurement, measured_on
 
 
 def _trial(session: Session, row: TrialRow) -> d.Trial:
@@ -259,11 +260,18 @@ def report_trial(
                     search_id=search.id,
                     trial_id=trial_id,
                     user_id=search.owner_id,
+                    measured_on=_measured_on(measurement),
                 )
             )
         session.flush()
         session.refresh(row)
         return d.ReportOutcome(trial=_trial(session, row), recorded=True)
+
+
+def _measured_on(measurement: Measurement) -> dict[str, Any] | None:
+    """Where it was measured (``simulator.spec.measurement.measured_on``), as stored."""
+    site = measured_on(measurement.environment)
+    return None if site is None else site.model_dump(mode="json")
 
 
 def requeue_stale_trials(

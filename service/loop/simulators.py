@@ -228,7 +228,7 @@ class Retrainer:
                 return None
             return retrain_transfer(self.sessions, self.registry_dir, self.config, domain)
         with self.sessions() as s:
-            records = repo.list_runtimes(s, domain=domain)
+            records, site = one_site(repo.list_runtimes(s, domain=domain))
         distinct = len({strategy_key(r.strategy) for r in records})
         if distinct < self.config.min_records or self.registry_dir is None:
             log.info("retrain %s: %s distinct strategies < %s; keeping the current simulator",
@@ -251,7 +251,7 @@ class Retrainer:
             eval_every=max(1, epochs // 12),
         )
         info = train_version([data], Registry(self.registry_dir), train_cfg, split_seed=self.config.seed)
-        metrics: dict[str, Any] = dict(info.metrics.get(data.name, {}))
+        metrics: dict[str, Any] = {**info.metrics.get(data.name, {}), "site": site}
         _, val, _ = data.split(self.config.seed)
         if len(val) >= 2:
             predicted = AnalyticalSimulator().predict(model, cluster, list(val.strategies))
@@ -262,6 +262,43 @@ class Retrainer:
             return repo.add_simulator_version(
                 s, domain=domain, kind=info.kind, metrics=metrics, path=info.version, n_records=len(data)
             )
+
+
+def one_site(records: list[d.RuntimeRecord]) -> tuple[list[d.RuntimeRecord], dict[str, Any]]:
+    """One site per domain (issue 41): the records a domain's simulator trains on, and the note.
+
+    Runtimes measured on a real cluster (an agent pool's nodes, a gpu-pool host) and on the
+    emulated testbed are not the same function of the strategy, so one domain's training data
+    never mixes them: when both are present only the real cluster's records are used, and the
+    note says how many testbed records were left out. A record that does not say where it was
+    measured (``measured_on`` NULL: older records, user uploads that did not say) counts as the
+    testbed's, and the note says how many did not say. The note is stored in the version's
+    metrics (``site``), so GET /simulators shows it.
+    """
+
+    def site(r: d.RuntimeRecord) -> str:
+        return str((r.measured_on or {}).get("site") or "testbed")
+
+    by_site: dict[str, list[d.RuntimeRecord]] = {}
+    for r in records:
+        by_site.setdefault(site(r), []).append(r)
+    chosen = "cluster" if "cluster" in by_site else "testbed"
+    kept = by_site.get(chosen, [])
+    left = {k: len(v) for k, v in sorted(by_site.items()) if k != chosen}
+    unsaid = sum(1 for r in kept if r.measured_on is None)
+    note: dict[str, Any] = {
+        "site": chosen,
+        "used": len(kept),
+        "left_out": left,
+        "unrecorded_as_testbed": unsaid,
+    }
+    parts = [f"trained on {len(kept)} {chosen} runtimes"]
+    if left:
+        parts.append("left out " + ", ".join(f"{n} {k}" for k, n in left.items()) + " (one site per domain)")
+    if unsaid:
+        parts.append(f"{unsaid} did not say where they were measured (counted as testbed)")
+    note["note"] = "; ".join(parts)
+    return kept, note
 
 
 def _finite(x: float) -> float | None:
@@ -276,6 +313,7 @@ class _TransferRetrain:
         sessions: sessionmaker[Session],
         datasets: tuple[Path, ...],
         repeats: tuple[tuple[Path, Path], ...] = (),
+        sites: dict[str, dict[str, Any]] | None = None,
     ) -> list[Any]:
         from simulator.learned import Domain
         from simulator.learned.pretrained import TrainingSet, dataset_sets
@@ -286,7 +324,10 @@ class _TransferRetrain:
         for r in records:
             by_domain.setdefault(r.domain, []).append(r)
         out = []
-        for name, recs in sorted(by_domain.items()):
+        for name, all_recs in sorted(by_domain.items()):
+            recs, note = one_site(all_recs)  # one site per domain (issue 41)
+            if sites is not None:
+                sites[name] = note
             try:
                 with sessions() as s:
                     model, cluster = domain_specs(s, domain=name)
@@ -303,9 +344,17 @@ class _TransferRetrain:
 
 
 def _register_transfer(
-    sessions: sessionmaker[Session], *, domain: str, info: Any, decision: Any, records: int
+    sessions: sessionmaker[Session],
+    *,
+    domain: str,
+    info: Any,
+    decision: Any,
+    records: int,
+    site: dict[str, Any] | None = None,
 ) -> d.SimulatorVersion:
     metrics: dict[str, Any] = {"decision": decision.as_dict(), "sets": info.metrics}
+    if site is not None:  # one_site's note: which site's runtimes (per domain, for the pretrained one)
+        metrics["site"] = site
     with sessions() as s:
         return repo.add_simulator_version(
             s, domain=domain, kind=info.kind, metrics=metrics, path=info.version, n_records=records
@@ -325,7 +374,8 @@ def retrain_transfer(
     from simulator.learned.pretrained import pretrain_version
     from simulator.learned.transfer import TransferConfig
 
-    sets = _TransferRetrain.sets(sessions, config.pretrain_datasets, config.pretrain_repeats)
+    sites: dict[str, dict[str, Any]] = {}
+    sets = _TransferRetrain.sets(sessions, config.pretrain_datasets, config.pretrain_repeats, sites)
     sets = [t for t in sets if len(t.domain) >= 2]
     if not sets:
         log.info("transfer: no domain has two measured strategies yet; keeping the analytical model")
@@ -334,11 +384,14 @@ def retrain_transfer(
     registry = Registry(registry_dir)
     info, decision = pretrain_version(sets, registry, cfg)
     total = sum(len(t.domain) for t in sets)
-    _register_transfer(sessions, domain=ALL_DOMAINS, info=info, decision=decision, records=total)
+    _register_transfer(sessions, domain=ALL_DOMAINS, info=info, decision=decision, records=total,
+                       site={"domains": sites})  # fmt: skip
     target = f"service/{domain}"
     if domain == ALL_DOMAINS or target not in {t.label for t in sets}:
         return None
     info, decision = pretrain_version(sets, registry, cfg, target=target)
     log.info("transfer %s: %s (%s)", domain, decision.choice, decision.as_dict())
     n = next(len(t.domain) for t in sets if t.label == target)
-    return _register_transfer(sessions, domain=domain, info=info, decision=decision, records=n)
+    return _register_transfer(
+        sessions, domain=domain, info=info, decision=decision, records=n, site=sites.get(domain)
+    )

@@ -191,7 +191,10 @@ def import_model(
     """``strategist import-model``: build ``target`` (MODULE:FACTORY) on meta and extract it."""
     factory = load_factory(target)
     with torch.device("meta"):
-        module = factory()
+        module: Any = factory()
+    batch: Any = None
+    if isinstance(module, tuple) and len(module) in (2, 3) and isinstance(module[0], nn.Module):
+        module, batch = module[0], module[1]  # a search's model factory: (module, batch(n, step)[, loss])
     if not isinstance(module, nn.Module):
         raise ValueError(f"{target!r} returned {type(module).__name__}, not a torch.nn.Module")
     inputs: Inputs | Callable[[], Inputs]
@@ -199,6 +202,9 @@ def import_model(
         inputs = load_factory(input_factory)
     elif input_shape is not None:
         inputs = example_inputs(input_shape, input_dtype)
+    elif callable(batch):
+        n = batch_size or 1
+        inputs = lambda: batch(n, 0)[0]  # noqa: E731 - called under the meta device
     else:
         raise ValueError("give an input shape or an input factory")
     return extract_model(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 import statistics
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -98,3 +98,51 @@ class Measurement(BaseModel):
             return 0.0
         q = statistics.quantiles(ts, n=4)
         return (q[2] - q[0]) / statistics.median(ts)
+
+
+#: Where a runtime was measured: the emulated testbed (network namespaces or loopback on one
+#: host) or a real cluster (an agent pool's nodes, or a gpu-pool host's GPUs).
+Site = Literal["testbed", "cluster"]
+
+
+class MeasuredOn(BaseModel):
+    """Where one runtime was measured (``runtime_records.measured_on``, issue 41).
+
+    The rule (:func:`measured_on`): a Measurement whose environment carries ``measured_on`` (an
+    agent writes it: the site its operator declared with ``strategist agent --site``, its pool,
+    the gang's GPU types, the torchrun run id) says so itself; otherwise an environment naming a
+    ``testbed`` (the testbed worker's launcher: ``netns`` or ``loopback``) is the testbed, and a
+    ``gpu`` pool worker's (``launcher: local``, ``pool: gpu``: the host's own GPUs) a real
+    cluster. Anything else is unknown (None), never guessed: the learned simulators treat an
+    unknown site as the testbed's (``service.loop.simulators.one_site``) and say so.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    site: Site
+    pool: str | None = Field(None, max_length=200, description="The agent pool (or worker pool) name.")
+    gpu_types: tuple[Annotated[str, Field(max_length=200)], ...] = Field(
+        (), max_length=64, description="Device types of the nodes it ran on."
+    )
+    torchrun_run_id: str | None = Field(None, max_length=200, description="torchrun's rendezvous/run id.")
+
+    def label(self) -> str:
+        """One short line: ``cluster (pool lab, A100-80GB; torchrun trial3-1)``."""
+        parts = [p for p in (f"pool {self.pool}" if self.pool else "", ", ".join(self.gpu_types)) if p]
+        run = f"; torchrun {self.torchrun_run_id}" if self.torchrun_run_id else ""
+        return f"{self.site} ({', '.join(parts)}{run})" if parts or run else self.site
+
+
+def measured_on(environment: dict[str, Any]) -> MeasuredOn | None:
+    """Where the Measurement with this ``environment`` was measured (the rule in :class:`MeasuredOn`)."""
+    given = environment.get("measured_on")
+    if isinstance(given, dict):
+        try:
+            return MeasuredOn.model_validate(given)
+        except ValueError:
+            return None
+    if environment.get("testbed"):
+        return MeasuredOn(site="testbed", pool="testbed")
+    if environment.get("pool") == "gpu":
+        return MeasuredOn(site="cluster", pool="gpu")
+    return None

@@ -21,7 +21,7 @@ def test_health_and_readiness(client: TestClient) -> None:
     assert r.status_code == 200
     assert r.json() == {
         "status": "ready",
-        "checks": {"database": "ok", "migrations": "ok (0011)", "broker": "ok"},
+        "checks": {"database": "ok", "migrations": "ok (0012)", "broker": "ok"},
     }
 
 
@@ -32,7 +32,7 @@ def test_readiness_fails_on_unreachable_broker(settings: Settings, engine: Any) 
     assert r.status_code == 503
     body = r.json()
     assert body["status"] == "not ready"
-    assert (body["checks"]["database"], body["checks"]["migrations"]) == ("ok", "ok (0011)")
+    assert (body["checks"]["database"], body["checks"]["migrations"]) == ("ok", "ok (0012)")
     assert body["checks"]["broker"].startswith("unreachable: ")
 
 
@@ -41,7 +41,7 @@ def test_readiness_fails_before_migrations_and_start_up_migrates(tmp_path: Path)
     s = Settings(data_dir=tmp_path, database_url=url, broker_url="memory://", migrate_on_start=False)
     with TestClient(create_app(s)) as c:
         r = c.get("/readyz")
-    assert r.status_code == 503 and r.json()["checks"]["migrations"] == "at None, head is 0011"
+    assert r.status_code == 503 and r.json()["checks"]["migrations"] == "at None, head is 0012"
     with TestClient(create_app(s.model_copy(update={"migrate_on_start": True}))) as c:
         assert c.get("/readyz").status_code == 200
     make_engine(url).dispose()

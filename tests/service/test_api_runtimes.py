@@ -48,6 +48,8 @@ def test_ingest_runtime_and_list(client: TestClient, tokens: dict[str, Any], spe
         "trial_id": None,
         "user_id": 1,
         "created_at": ANY,
+        "measured_on": None,
+        "site": None,
     }
     assert r.json() == record
     assert client.get(f"{API}/runtimes", headers=tokens["alice"]).json() == {

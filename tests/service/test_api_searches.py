@@ -44,6 +44,7 @@ def _search_json(**over: Any) -> dict[str, Any]:
         "space": "lossless",
         "plan_kind": "sync",
         "plan_options": None,
+        "model_factory": None,
         "state": "pending",
         "current_round": 0,
         "failure_reason": None,

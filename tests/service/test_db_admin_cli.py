@@ -25,16 +25,16 @@ def test_db_upgrade_creates_a_fresh_sqlite_file(tmp_path: Path, monkeypatch: pyt
     monkeypatch.setenv("STRATEGIST_DATA_DIR", str(tmp_path / "data"))
     monkeypatch.delenv("STRATEGIST_DATABASE_URL", raising=False)
     r = CliRunner().invoke(app, ["db", "upgrade"])
-    assert r.exit_code == 0 and r.output.strip() == "database at 0011 (head 0011)"
+    assert r.exit_code == 0 and r.output.strip() == "database at 0012 (head 0012)"
     assert (tmp_path / "data" / "strategist.db").is_file()
 
 
 def test_db_upgrade_and_current(env: str) -> None:
     runner = CliRunner()
     r = runner.invoke(app, ["db", "upgrade"])
-    assert r.exit_code == 0 and r.output.strip() == "database at 0011 (head 0011)"
+    assert r.exit_code == 0 and r.output.strip() == "database at 0012 (head 0012)"
     r = runner.invoke(app, ["db", "current"])
-    assert r.exit_code == 0 and r.output.strip() == "database at 0011 (head 0011)"
+    assert r.exit_code == 0 and r.output.strip() == "database at 0012 (head 0012)"
 
 
 def test_db_upgrade_reports_a_bad_url_in_one_line(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:

@@ -17,7 +17,7 @@ def test_migrated_schema_matches_the_models(engine: Engine) -> None:
     with engine.connect() as conn:
         diffs = compare_metadata(MigrationContext.configure(conn), Base.metadata)
     assert diffs == []
-    assert at_head(engine) and current_revision(engine) == head_revision() == "0011"
+    assert at_head(engine) and current_revision(engine) == head_revision() == "0012"
 
 
 def test_sqlite_pragmas(tmp_path: Path) -> None:

@@ -48,6 +48,7 @@ def ingest_runtime(
         strategy=strategy,
         iteration_times=body.iteration_times,
         user_id=user.user_id,
+        measured_on=None if body.measured_on is None else body.measured_on.model_dump(mode="json"),
     )
     return RuntimePublic.model_validate(rec)
 

@@ -88,6 +88,7 @@ def create_search(
         compression=body.compression,
         plan_kind=body.plan_kind,
         plan_options=options,
+        model_factory=body.model_factory,
     )
     notify(lambda: orchestrator.search_created(search), "search_created")
     return SearchPublic.model_validate(search)

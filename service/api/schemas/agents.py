@@ -73,6 +73,9 @@ class SlotClaimPublic(Public):
     agents: list[str] = Field(description="The gang's agents, by node rank.")
     model: dict[str, Any]
     cluster: dict[str, Any]
+    model_factory: str | None = Field(
+        None, description="The search's own model ('module:function'): run it, not the spec's layers."
+    )
 
 
 class SlotHeartbeatCreate(_Request):

@@ -5,10 +5,11 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, computed_field
 
 from service.api.schemas.common import Public, SpecRef
 from simulator.spec.limits import LIMITS
+from simulator.spec.measurement import MeasuredOn
 
 
 class RuntimeCreate(BaseModel):
@@ -40,6 +41,11 @@ class RuntimeCreate(BaseModel):
     iteration_times: list[Annotated[float, Field(gt=0, le=LIMITS.seconds, allow_inf_nan=False)]] = Field(
         min_length=1, max_length=LIMITS.iterations, fail_fast=True, description="Seconds."
     )
+    measured_on: MeasuredOn | None = Field(
+        None,
+        description="Where you measured it: site 'cluster' (real nodes) or 'testbed', GPU types, "
+        "torchrun run id. Unsaid, the learned simulators count it as the testbed's (and say so).",
+    )
 
 
 class RuntimePublic(Public):
@@ -55,6 +61,15 @@ class RuntimePublic(Public):
     trial_id: int | None
     user_id: int | None
     created_at: datetime
+    measured_on: MeasuredOn | None = Field(
+        None,
+        description="Where it was measured (site, pool, GPU types, torchrun run id); null: not recorded.",
+    )
+
+    @computed_field(description="'cluster' (real nodes), 'testbed' (emulated) or null (not recorded).")  # type: ignore[prop-decorator]
+    @property
+    def site(self) -> str | None:
+        return None if self.measured_on is None else self.measured_on.site
 
 
 class RuntimesPublic(Public):

@@ -10,6 +10,11 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from service.api.schemas.common import Public, SpecRef
 from simulator.spec.limits import LIMITS, Label
 
+#: ``module.path:function`` (dotted Python identifiers on both sides), as ``import-model`` takes it.
+FACTORY_PATTERN = (
+    r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$"
+)
+
 
 class SearchCreate(BaseModel):
     """Start a strategy search of a model on a cluster."""
@@ -70,11 +75,25 @@ class SearchCreate(BaseModel):
         "(no annotations: automatic partition). Null for 'sync'.",
         examples=[{"throughput_limit": 100000, "scheduler": "exact"}],
     )
+    model_factory: str | None = Field(
+        None,
+        max_length=300,
+        pattern=FACTORY_PATTERN,
+        description="Your own model: 'module:function' returning (nn.Module, batch factory), importable "
+        "on the agents. Trials on an agent pool then run real forward and backward of that module "
+        "with the plan applied (docs/clusters.md). `model` stays the ModelSpec extracted from it "
+        "(`strategist import-model module:function -o spec.json`, then upload); the API only checks "
+        "the form (it never imports your code), each agent checks that it imports and matches the "
+        "spec, else the trial fails naming why. Sync searches only.",
+        examples=["mypkg.models:make_model"],
+    )
 
     @model_validator(mode="after")
     def _sizes(self) -> Self:
         if self.candidates_per_round > self.samples_per_round:
             raise ValueError("candidates_per_round cannot exceed samples_per_round")
+        if self.model_factory is not None and self.plan_kind != "sync":
+            raise ValueError("model_factory: only a 'sync' search runs the user's own model")
         return self
 
 
@@ -98,6 +117,7 @@ class SearchPublic(Public):
     plan_options: dict[str, Any] | None = Field(
         None, description="The kind's options as stored (defaults filled)."
     )
+    model_factory: str | None = Field(None, description="The user's own model ('module:function'), if named.")
     state: Literal["pending", "running", "awaiting_approval", "completed", "cancelled", "failed"]
     current_round: int = Field(description="Index of the newest round (0 before round 1).")
     failure_reason: str | None

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 import uvicorn
 
@@ -49,6 +50,8 @@ class Pool:
     executor: dict[str, Any]
     agents: dict[int, subprocess.Popen[bytes]] = field(default_factory=dict)
     logs: Path = Path()
+    user_token: str = ""
+    cluster: Any = None  # the pool's ClusterSpec as stored (named "lab"), once store_cluster ran
 
     def start_agent(self, node: int) -> None:
         cfg = self.bed.cluster
@@ -60,7 +63,7 @@ class Pool:
                 "--host", self.bed.address(node), "--nic", "eth0", "--nic-gbps", str(cfg.nodes[node].nic_gbps),
                 "--gpus", str(cfg.nodes[node].gpus), "--device-json", str(self.logs / "device.json"),
                 "--executor-json", str(self.logs / "executor.json"), "--heartbeat-s", "0.5",
-                "--join-timeout-s", "20"]  # fmt: skip
+                "--join-timeout-s", "20", "--site", "testbed"]  # fmt: skip
         log = (self.logs / f"agent-{node}.log").open("ab")
         env = {"STRATEGIST_TEST_MARK": f"agents-{self.bed.id}", "PYTHONPATH": str(Path.cwd())}
         self.agents[node] = self.bed.spawn(node, argv, env, stdout=log, stderr=subprocess.STDOUT)
@@ -89,8 +92,34 @@ class Pool:
             n = len(self.bed.cluster.nodes)
             self.wait(lambda: len([a for a in repo_agents.list_agents(s, live_s=5, pool="lab") if a.live]) == n,
                       60, "every agent registered")  # fmt: skip
-            rec, _spec = repo_agents.store_pool_cluster(s, pool="lab", live_s=5, owner_id=self.user_id)
+            rec, spec = repo_agents.store_pool_cluster(s, pool="lab", live_s=5, owner_id=self.user_id)
+        self.cluster = spec
         return rec
+
+    @property
+    def auth(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.user_token}"}
+
+    def api_search(self, model: ModelSpec, **fields: Any) -> dict[str, Any]:
+        """A search created through the API (``POST /searches``, the user's token) on the pool's
+        stored cluster, ``model`` uploaded as the user's spec; the API's answer."""
+        cluster = self.store_cluster()
+        with self.sessions() as s:
+            repo.store_spec(s, spec=model, owner_id=self.user_id)
+        r = httpx.post(f"{self.api}/api/v1/searches", json={"model": model.name, "cluster": cluster.name, **fields},
+                       headers={"Authorization": f"Bearer {self.user_token}"}, timeout=30)  # fmt: skip
+        assert r.status_code == 201, r.text
+        return dict(r.json())
+
+    def enqueue(self, search_id: int, strategies: dict[str, Any]) -> dict[str, int]:
+        """One queued trial per named strategy (as baselines: the search loop is not running)."""
+        with self.sessions() as s:
+            return {
+                name: repo.enqueue_trial(
+                    s, search_id=search_id, strategy=json.loads(st.model_dump_json()), baseline=name
+                ).id
+                for name, st in strategies.items()
+            }
 
     def search(self, model: ModelSpec, strategies: dict[str, Any]) -> dict[str, int]:
         """A search on the pool's cluster with one queued trial per named strategy (baselines)."""
@@ -114,9 +143,13 @@ def pool_of(tmp_path: Path) -> Iterator[Callable[[ClusterSpec, dict[str, Any]], 
     if reason is not None:
         pytest.skip(f"network namespaces unusable here: {reason}")
     made: list[tuple[Testbed, uvicorn.Server, Pool]] = []
+    stops: list[Callable[[], None]] = []
 
-    def make(cluster: ClusterSpec, executor: dict[str, Any]) -> Pool:
+    def make(cluster: ClusterSpec, executor: dict[str, Any], loop: bool = False) -> Pool:
+        """``loop=True``: the search loop runs too (the API's orchestrator), so a search created
+        through the API plans its baselines and rounds, as `strategist serve` does."""
         from service.api.app import create_app
+        from service.loop import LoopConfig, SearchLoop, run_in_thread
 
         url = f"sqlite:///{tmp_path / 'api.db'}"
         upgrade(url)
@@ -125,13 +158,21 @@ def pool_of(tmp_path: Path) -> Iterator[Callable[[ClusterSpec, dict[str, Any]], 
         sessions = session_factory(make_engine(url))
         with sessions() as s:
             worker = repo.create_token(s, name="agents", role="worker").secret
-            user = repo.create_token(s, name="alice", role="user").info.user_id
+            alice = repo.create_token(s, name="alice", role="user")
+            user = alice.info.user_id
         bed = Testbed(cluster)
         bed.build()
         host = attach_host(bed)
         port = _free_port()
+        orchestrator = None
+        if loop:
+            orchestrator = SearchLoop(sessions, config=LoopConfig(tick_s=0.3, sweep_s=1.0,
+                                                                  heartbeat_timeout_s=HEARTBEAT_TIMEOUT_S))  # fmt: skip
+            stops.append(run_in_thread(orchestrator))
         server = uvicorn.Server(
-            uvicorn.Config(create_app(settings), host=host, port=port, log_level="warning")
+            uvicorn.Config(
+                create_app(settings, orchestrator=orchestrator), host=host, port=port, log_level="warning"
+            )
         )
         threading.Thread(target=server.run, daemon=True).start()
         deadline = time.monotonic() + 30
@@ -140,11 +181,13 @@ def pool_of(tmp_path: Path) -> Iterator[Callable[[ClusterSpec, dict[str, Any]], 
         dump = tmp_path / "params"
         dump.mkdir(exist_ok=True)
         pool = Pool(bed, f"http://{host}:{port}", sessions, worker, user, dump,
-                    {**executor, "param_dump_dir": str(dump)}, logs=tmp_path)  # fmt: skip
+                    {**executor, "param_dump_dir": str(dump)}, logs=tmp_path, user_token=alice.secret)  # fmt: skip
         made.append((bed, server, pool))
         return pool
 
     yield make
+    for stop in stops:
+        stop()
     for bed, server, pool in made:
         for p in pool.agents.values():
             p.kill()
