@@ -30,14 +30,17 @@ from runtime.apply import PlanFile, sync_plan_file, write_plan_file
 from runtime.executor.mutation import ENV as MUTATION_ENV
 from runtime.executor.reference import two_by_two
 from search import run_round
+from service.plans.hybrid import HybridPlans, scored_plans
+from service.plans.pipeline import PipelinePlans, scored_documents
 from simulator.analytical import AnalyticalSimulator
-from simulator.spec import CollectiveSync, ModelSpec, strategy_key
-from simulator.spec.planfile import Provenance
+from simulator.spec import ClusterSpec, CollectiveSync, ModelSpec, strategy_key
+from simulator.spec.planfile import PlanVariable, Provenance
 
 ROOT = Path(__file__).resolve().parents[3]
 EXAMPLE = ROOT / "examples" / "train_with_plan.py"
 RTOL, ATOL = 1e-5, 1e-6  # the executor correctness tests' tolerance for exact synchronisers
 STEPS = 4
+GLOBAL_BATCH = 64  # pipeline and hybrid plans' global batch (the sync plans': 4 ranks x 16)
 
 
 def example() -> ModuleType:
@@ -60,6 +63,62 @@ def searched_plans(batch_size: int = 16) -> list[PlanFile]:
             prov = Provenance(source=f"search.run_round seed 0, predicted {predicted:.3g} s")
             out.append(sync_plan_file(s, model, cluster, prov))
     return out
+
+
+def plan_file(
+    kind: str, plan: dict[str, object], model: ModelSpec, cluster: ClusterSpec, source: str
+) -> PlanFile:
+    return PlanFile(
+        kind=kind,  # type: ignore[arg-type]
+        plan=plan,
+        model=model.name,
+        variables=tuple(PlanVariable(name=v.name, shape=v.shape) for v in model.variables),
+        world_size=cluster.num_gpus,
+        model_spec=model,
+        cluster=cluster,
+        provenance=Provenance(source=source),
+    )
+
+
+def searched_pipeline_plan(global_batch: int = GLOBAL_BATCH) -> PlanFile:
+    """The pipeline search's best-predicted 2-stage x 2-replica document for the example's MLP (the
+    service's own ranking, ``service.plans.pipeline.scored_documents``), adaptive over its curve."""
+    model = ModelSpec.model_validate_json(example().model_spec(16, "mlp"))
+    cluster = two_by_two()
+    opts = PipelinePlans().validate(
+        {"global_batch": global_batch}, objective="time", model=model, cluster=cluster
+    )
+    for seconds, doc in scored_documents(model, cluster, opts):
+        first = doc.candidates[0]
+        if len(first.stages) == 2 and first.stages[0].replicate == 2 and len(doc.candidates) > 1:
+            src = f"service.plans.pipeline.scored_documents, predicted {seconds:.3g} s"
+            return plan_file("pipeline", doc.model_dump(mode="json"), model, cluster, src)
+    raise AssertionError("the pipeline search ranks a 2-stage x 2-replica partition")
+
+
+def mixed_cluster() -> ClusterSpec:
+    """two_by_two with node n1's GPUs slower (a third of the flops, 8x the launch cost): uneven shares."""
+    data = two_by_two().model_dump()
+    fast = data["device_types"][0]
+    slow = {**fast, "name": "toy-gpu-slow", "fp32_tflops": 3.0, "fp16_tflops": 6.0,
+            "memory_bw_gbs": 300.0, "launch_overhead_us": 40.0}  # fmt: skip
+    data["device_types"] = (fast, slow)
+    data["nodes"] = (data["nodes"][0], {**data["nodes"][1], "device": "toy-gpu-slow"})
+    return ClusterSpec.model_validate(data)
+
+
+def searched_hybrid_plan(global_batch: int = GLOBAL_BATCH) -> PlanFile:
+    """The hybrid search's best plan (``service.plans.hybrid.scored_plans``: Algorithm 1's shares on
+    the mixed cluster) for the example's MLP."""
+    model = ModelSpec.model_validate_json(example().model_spec(16, "mlp"))
+    cluster = mixed_cluster()
+    opts = HybridPlans().validate(
+        {"global_batch": global_batch, "max_task_graphs": 1}, objective="time", model=model, cluster=cluster
+    )
+    seconds, hp = scored_plans(model, cluster, opts)[0]
+    return plan_file(
+        "hybrid", hp.model_dump(mode="json"), model, cluster, f"scored_plans, predicted {seconds:.3g} s"
+    )
 
 
 @pytest.fixture(scope="module")
