@@ -20,6 +20,7 @@ import os
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 from types import ModuleType
 
@@ -148,55 +149,68 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+TORCHRUN_TIMEOUT_S = 180  # one job takes 30-60 s on the shared 2-core host
+
+
 def torchrun(args: list[str], cwd: Path, env_extra: dict[str, str] | None = None) -> None:
-    """Two torchrun agents (2 nodes x 2 processes) on loopback running the example."""
+    """Two torchrun agents (2 nodes x 2 processes) on loopback running the example.
+
+    Each agent's output goes to a file (a pipe could fill while the other agent is waited for);
+    a failure or a timeout shows both logs' tails."""
     port = free_port()
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", **(env_extra or {})}
-    procs = [
-        subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "torch.distributed.run",
-                "--nnodes",
-                "2",
-                "--nproc-per-node",
-                "2",
-                "--node-rank",
-                str(r),
-                "--rdzv-backend",
-                "c10d",
-                "--rdzv-endpoint",
-                f"127.0.0.1:{port}",
-                "--rdzv-id",
-                f"t{port}",
-                "--max-restarts",
-                "0",
-                # Both agents run on this host: say which one hosts the rendezvous store rather than
-                # let each guess from the hostname (a bind race between them otherwise).
-                "--rdzv-conf",
-                f"is_host={int(r == 0)}",
-                str(EXAMPLE),
-                *args,
-            ],
-            cwd=cwd,
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-        )
-        for r in range(2)
-    ]
-    logs = []
+    logs = [cwd / f"agent{r}-{port}.log" for r in range(2)]
+    procs = []
+    for r in range(2):
+        with logs[r].open("w") as log:
+            procs.append(
+                subprocess.Popen(
+                    [
+                        sys.executable,
+                        "-m",
+                        "torch.distributed.run",
+                        "--nnodes",
+                        "2",
+                        "--nproc-per-node",
+                        "2",
+                        "--node-rank",
+                        str(r),
+                        "--rdzv-backend",
+                        "c10d",
+                        "--rdzv-endpoint",
+                        f"127.0.0.1:{port}",
+                        "--rdzv-id",
+                        f"t{port}",
+                        "--max-restarts",
+                        "0",
+                        # Both agents run on this host: say which one hosts the rendezvous store
+                        # rather than let each guess from the hostname (a bind race between them).
+                        "--rdzv-conf",
+                        f"is_host={int(r == 0)}",
+                        str(EXAMPLE),
+                        *args,
+                    ],
+                    cwd=cwd,
+                    env=env,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                )
+            )
+    deadline = time.monotonic() + TORCHRUN_TIMEOUT_S
+    timed_out = False
     for p in procs:
         try:
-            out, _ = p.communicate(timeout=240)
+            p.wait(timeout=max(1.0, deadline - time.monotonic()))
         except subprocess.TimeoutExpired:
-            for q in procs:
-                q.kill()
-            raise
-        logs.append(out)
-    assert all(p.returncode == 0 for p in procs), "\n".join(logs)[-4000:]
+            timed_out = True
+            break
+    if timed_out:
+        for q in procs:
+            q.kill()
+            q.wait()
+    text = "\n".join(f"--- agent {r}\n" + log.read_text()[-3000:] for r, log in enumerate(logs))
+    assert not timed_out, f"torchrun ran past {TORCHRUN_TIMEOUT_S} s\n{text}"
+    assert all(p.returncode == 0 for p in procs), text
 
 
 def deviation(got: dict[str, torch.Tensor], want: dict[str, torch.Tensor]) -> dict[str, float]:
@@ -239,3 +253,95 @@ def test_the_mutation_switch_breaks_the_users_training(plans, reference, tmp_pat
     )
     got = torch.load(tmp_path / "ckpt.pt")["model"]
     assert not equal(got, reference), f"{mutation} left the parameters equal: {deviation(got, reference)}"
+
+
+# -- pipeline and hybrid plans (the example's MLP) -----------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def mlp_reference(tmp_path_factory: pytest.TempPathFactory) -> dict[str, torch.Tensor]:
+    """The unpipelined single-process reference: the MLP on the same global batches of 64."""
+    out = tmp_path_factory.mktemp("mlpref") / "ref.pt"
+    example().main(
+        [
+            "--reference",
+            "--model",
+            "mlp",
+            "--global-batch",
+            str(GLOBAL_BATCH),
+            "--steps",
+            str(STEPS),
+            "--out",
+            str(out),
+        ]
+    )
+    model: dict[str, torch.Tensor] = torch.load(out)["model"]
+    return model
+
+
+@pytest.fixture(scope="module")
+def pipeline_plan(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("pp") / "pipeline.json"
+    write_plan_file(searched_pipeline_plan(), path)
+    return path
+
+
+@pytest.fixture(scope="module")
+def hybrid_plan(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    pf = searched_hybrid_plan()
+    shares = sorted(pf.plan["task_graphs"][0]["batch_shares"].values())  # type: ignore[index]
+    assert shares[0] < shares[-1], f"the mixed cluster's Algorithm 1 shares are uneven: {shares}"
+    path = tmp_path_factory.mktemp("hp") / "hybrid.json"
+    write_plan_file(pf, path)
+    return path
+
+
+def test_a_searched_pipeline_plan_trains_like_the_unpipelined_reference(  # type: ignore[no-untyped-def]
+    pipeline_plan, mlp_reference, tmp_path
+) -> None:
+    # 2 stages x 2 replicas, adaptive: the tuner evaluates the candidates after step 2
+    torchrun(["--plan", str(pipeline_plan), "--steps", str(STEPS), "--out", "ckpt.pt"], tmp_path)
+    ckpt = torch.load(tmp_path / "ckpt.pt")
+    got = ckpt["model"]
+    assert equal(got, mlp_reference), deviation(got, mlp_reference)
+    start = example().build_model(0, "mlp").state_dict()
+    assert all(
+        not torch.allclose(got[k], start[k], rtol=RTOL, atol=ATOL) for k in start if k.endswith("weight")
+    )
+    # the optimizer state gathered from both stages: a momentum buffer for every parameter
+    assert sorted(ckpt["optimizer"]["state"]) == list(range(len(start)))
+
+
+def test_a_searched_hybrid_plan_with_uneven_shares_trains_like_one_process(  # type: ignore[no-untyped-def]
+    hybrid_plan, mlp_reference, tmp_path
+) -> None:
+    torchrun(["--plan", str(hybrid_plan), "--steps", str(STEPS), "--out", "ckpt.pt"], tmp_path)
+    got = torch.load(tmp_path / "ckpt.pt")["model"]
+    assert equal(got, mlp_reference), deviation(got, mlp_reference)
+
+
+@pytest.mark.parametrize("mutation", ["swap_shards", "drop_rank"])
+def test_the_mutation_switch_breaks_hybrid_training(  # type: ignore[no-untyped-def]
+    hybrid_plan, mlp_reference, tmp_path, mutation
+) -> None:
+    torchrun(
+        ["--plan", str(hybrid_plan), "--steps", str(STEPS), "--out", "ckpt.pt"],
+        tmp_path,
+        {MUTATION_ENV: mutation},
+    )
+    got = torch.load(tmp_path / "ckpt.pt")["model"]
+    assert not equal(got, mlp_reference), (
+        f"{mutation} left the parameters equal: {deviation(got, mlp_reference)}"
+    )
+
+
+def test_a_pipeline_checkpoint_resumes_under_the_hybrid_plan(  # type: ignore[no-untyped-def]
+    pipeline_plan, hybrid_plan, mlp_reference, tmp_path
+) -> None:
+    half = STEPS // 2
+    torchrun(["--plan", str(pipeline_plan), "--steps", str(half), "--out", "a.pt"], tmp_path)
+    torchrun(
+        ["--plan", str(hybrid_plan), "--steps", str(STEPS), "--resume", "a.pt", "--out", "b.pt"], tmp_path
+    )
+    got = torch.load(tmp_path / "b.pt")["model"]
+    assert equal(got, mlp_reference), deviation(got, mlp_reference)
