@@ -141,6 +141,12 @@ def train(args: argparse.Namespace) -> None:
         if args.verbose and loss is not None:
             print(f"rank {rank} step {step + 1} loss {float(loss):.6f}", flush=True)
     save(model, optimizer, args.steps, Path(args.out), rank, distributed)
+    if distributed:  # a tidy end: the plan's threads stop before the process group goes
+        import torch.distributed as dist
+
+        model.close()
+        dist.barrier()
+        dist.destroy_process_group()
 
 
 def save(

@@ -35,7 +35,7 @@ from torch import nn
 
 from runtime.apply.checks import JobShape, PlanMismatch, check_job, check_model, check_sync_supported
 from runtime.apply.hybrid import allreduce_strategy, devices_in_rank_order, hybrid_plan, rank_shares
-from runtime.apply.pipeline import PipelinedModule, PipelineEngine, stage_cuts, stage_ranks
+from runtime.apply.pipeline import PipelinedModule, stage_cuts, stage_ranks, user_pipeline
 from runtime.apply.sync import GradientSync
 from runtime.executor.groups import CommGroups, build_groups
 from runtime.executor.layout import RankLayout
@@ -165,7 +165,7 @@ def apply_plan(
     if not dist.is_initialized():
         dist.init_process_group(backend, timeout=timedelta(seconds=timeout_s))
     if pf.kind == "pipeline":
-        engine = PipelineEngine(
+        engine, stage_children, ranks = user_pipeline(
             module,
             pf.model_spec,
             pf.cluster,
@@ -173,7 +173,7 @@ def apply_plan(
             doc.start,
             doc.tuner_interval if doc.adaptive and len(doc.candidates) > 1 else None,
         )
-        return PipelinedModule(module, pf, engine)
+        return PipelinedModule(module, pf, engine, stage_children, ranks)
     sync_plan = build_plan(pf.model_spec, pf.cluster, strategy)
     layout = RankLayout(pf.cluster, servers=False)
     groups = build_groups(layout, job.rank, backend, device)

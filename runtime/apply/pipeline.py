@@ -114,60 +114,59 @@ def stage_ranks(cluster: ClusterSpec, plan: Plan) -> list[list[int]]:
 
 
 class PipelineEngine:
-    """One rank's stage of a pipeline plan: stage module, PipelineStage and schedule per candidate, tuner.
+    """One rank's stage of a pipeline plan: a PipelineStage and kFkB runner per candidate, DP sync, tuner.
 
-    ``candidates`` share their stages and global batch (a ``PipelineTrial`` document);
-    ``tuner_interval`` None runs ``candidates[start]`` fixed.
+    Shared by ``apply_plan`` (the user's module cut into stages, :class:`PipelinedModule`) and the
+    pipeline trial worker (``runtime/pipeline/worker.py``: a stage of layer replicas or replay).
+    ``candidates`` share their stages and global batch (a ``PipelineTrial`` document); ``tuner``
+    None runs ``current`` fixed (the caller may set it between steps: the worker's phases).
+    ``widths``: the stage's input and output widths per sample. ``scale_grads`` False: gradients
+    carry no values (replay) and only their all-reduce runs. ``stage_module_for(index)``: the module
+    candidate ``index`` runs (the worker's re-materialised phases), default ``stage_module``.
     """
 
     def __init__(
         self,
-        module: nn.Module,
-        model: ModelSpec,
-        cluster: ClusterSpec,
-        candidates: tuple[Plan, ...],
-        start: int,
-        tuner_interval: int | None,
+        stage_module: nn.Module,
+        stage: int,
+        replica: int,
+        candidates: tuple[Plan, ...] | list[Plan],
+        pp_group: dist.ProcessGroup,
+        dp_group: dist.ProcessGroup,
+        widths: tuple[int, int],
+        *,
+        start: int = 0,
+        tuner: TunerConfig | None = None,
+        floors: dict[int, dict[tuple[int, int], float]] | None = None,
+        scale_grads: bool = True,
+        stage_module_for: Callable[[int], nn.Module] | None = None,
     ) -> None:
         first = candidates[0]
-        self.candidates = candidates
-        self.cuts = stage_cuts(module, model, first)
-        self.ranks = stage_ranks(cluster, first)
+        for i, plan in enumerate(candidates):
+            if plan.stages != first.stages:
+                raise ValueError(f"plans.{i}.stages: every plan must keep the stages of plans.0")
+        self.candidates = tuple(candidates)
         self.P, self.D = len(first.stages), first.stages[0].replicate
+        self.stage, self.replica = stage, replica
         self.global_batch = first.global_batch
-        self.module = module
-        self.model = model
-        self.rank = dist.get_rank()
-        where = [(d, s) for d, row in enumerate(self.ranks) for s, r in enumerate(row) if r == self.rank]
-        if len(where) != 1:
-            raise PlanMismatch(
-                f"rank {self.rank}: runs {len(where)} stages of the plan, apply_plan needs one"
-            )
-        self.replica, self.stage = where[0]
-        # Every rank creates every group in the same order (new_group's rule).
-        pp = [dist.new_group(row) for row in self.ranks]
-        dp = [dist.new_group([self.ranks[d][s] for d in range(self.D)]) for s in range(self.P)]
-        self.pp_group, self.dp_group = pp[self.replica], dp[self.stage]
-        children = list(module.named_children())
-        self.stage_children = [OrderedDict(children[self.cuts[s] : self.cuts[s + 1]]) for s in range(self.P)]
-        self.stage_module = nn.Sequential(self.stage_children[self.stage])
-        self.params = [p for p in self.stage_module.parameters() if p.requires_grad]
+        self.stage_module = stage_module
+        self.params = list(stage_module.parameters())
+        self.pp_group, self.dp_group = pp_group, dp_group
+        self.widths = widths
+        self.scale_grads = scale_grads
+        self._module_for = stage_module_for or (lambda _: stage_module)
         self.log = EventLog()
-        self._runners: dict[int, tuple[ScheduleRunner, int, int]] = {}
+        self.runners: dict[int, tuple[ScheduleRunner, int, int]] = {}
+        self.schedules: dict[str, list[str]] = {}
         self._grad_scale = 1.0
         self.current = start
-        self.tuner = (
-            AutoTuner(list(candidates), start, TunerConfig(interval=tuner_interval))
-            if tuner_interval
-            else None
-        )
+        self.tuner = AutoTuner(list(self.candidates), start, tuner, floors=floors or {}) if tuner else None
         self.steps = 0
-        self._step_times: list[float] = []
-        self._seen_events = 0
-        self._first_steps: set[int] = set()
+        self.step_times: list[tuple[int, float, float]] = []  # (candidate, start, end) of every step
+        self._seen_events = self._seen_steps = 0
+        self._first_steps: set[int] = set()  # a plan's first step (torch's one-off set-up): not observed
         self._ran: set[int] = set()
-
-    # -- one step ---------------------------------------------------------------------------------
+        self._tuned_at = -1
 
     def rows(self, global_batch: int, index: int | None = None) -> slice:
         """The rows of the global batch this rank's pipeline replica consumes."""
@@ -182,8 +181,9 @@ class PipelineEngine:
 
     def _reduce_grad(self) -> None:
         grads = [p.grad for p in self.params if p.grad is not None]
-        for g in grads:
-            g.mul_(self._grad_scale)
+        if self.scale_grads:
+            for g in grads:
+                g.mul_(self._grad_scale)
         if self.D > 1 and grads:
             flat = torch.cat([g.flatten() for g in grads])
             dist.all_reduce(flat, group=self.dp_group)
@@ -192,58 +192,78 @@ class PipelineEngine:
                 g.copy_(flat[i : i + g.numel()].view_as(g))
                 i += g.numel()
 
-    def _runner(
-        self, index: int, loss_fn: LossFn, dtype: torch.dtype, device: torch.device
-    ) -> ScheduleRunner:
-        if index not in self._runners:
+    def runner(self, index: int, loss_fn: LossFn, dtype: torch.dtype, device: torch.device) -> ScheduleRunner:
+        """Candidate ``index``'s PipelineStage and schedule runner (built once, kept for switches)."""
+        if index not in self.runners:
             plan = self.candidates[index]
-            b, s, P = plan.micro_batch_size, self.stage, self.P
+            b = plan.micro_batch_size
             n = plan.replica_micro_batches(self.replica)
-            first_layer, last_layer = plan.stages[s].first_layer, plan.stages[s].last_layer
-            w_in = input_width(self.model) if s == 0 else output_width(self.model, first_layer)
-            ex_in = torch.zeros(b, w_in, dtype=dtype, device=device)
-            ex_out = torch.zeros(b, output_width(self.model, last_layer), dtype=dtype, device=device)
-            stage = make_stage(self.stage_module, s, P, ex_in, ex_out, self.pp_group, self.log)
-            self._runners[index] = (
-                ScheduleRunner(stage, kfkb(P, n, plan.group_size(n)), loss_fn, self._reduce_grad, self.log),
+            ex_in = torch.zeros(b, self.widths[0], dtype=dtype, device=device)
+            ex_out = torch.zeros(b, self.widths[1], dtype=dtype, device=device)
+            pstage = make_stage(
+                self._module_for(index), self.stage, self.P, ex_in, ex_out, self.pp_group, self.log
+            )
+            schedule = kfkb(self.P, n, plan.group_size(n))
+            self.runners[index] = (
+                ScheduleRunner(pstage, schedule, loss_fn, self._reduce_grad, self.log),
                 n,
                 b,
             )
-        return self._runners[index][0]
+            self.schedules[str(index)] = schedule.to_rows()[self.stage]
+        return self.runners[index][0]
 
-    def step(self, inputs: torch.Tensor, target: torch.Tensor, loss_fn: LossFn) -> torch.Tensor | None:
-        """Forward and backward of this rank's rows through the pipeline; gradients synchronised.
+    def step(
+        self, inputs: torch.Tensor, target: torch.Tensor, loss_fn: LossFn, started: float | None = None
+    ) -> torch.Tensor | None:
+        """Forward and backward of this replica's rows through the pipeline; gradients synchronised.
 
         ``inputs`` / ``target``: this replica's rows (``rows()``); only the first stage reads the
-        inputs and only the last the target, but every rank passes them. ``loss_fn`` must be a mean
-        over its rows. Returns the replica's mean micro-batch loss on the last stage, else None.
+        inputs and only the last the target. ``loss_fn`` must be a mean over its rows. ``started``:
+        when the caller's step began (default now). Returns the replica's mean micro-batch loss on
+        the last stage, else None.
         """
-        if self.tuner is not None and self.steps and self.steps % self.tuner.config.interval == 0:
-            self._tune()
+        self.tune()
         index = self.current
-        runner = self._runner(index, loss_fn, inputs.dtype, inputs.device)
+        t0 = time.monotonic() if started is None else started
+        runner = self.runner(index, loss_fn, inputs.dtype, inputs.device)
         plan = self.candidates[index]
         self._grad_scale = plan.micro_batch_size / plan.global_batch
         if index not in self._ran:
             self._ran.add(index)
-            self._first_steps.add(self.steps)
+            self._first_steps.add(len(self.step_times))
         losses: list[Any] = []
-        t0 = time.monotonic()
-        runner.step(inputs if self.stage == 0 else None, target if self.stage == self.P - 1 else None, losses)
-        self._step_times.append(time.monotonic() - t0)
+        first, last = self.stage == 0, self.stage == self.P - 1
+        runner.step(inputs if first else None, target if last else None, losses)
+        self.step_times.append((index, t0, time.monotonic()))
         self.steps += 1
-        if self.stage != self.P - 1 or not losses:
+        if not last or not losses:
             return None
         return torch.stack([torch.as_tensor(v).detach() for v in losses]).mean()
 
-    def _tune(self) -> None:
-        """Every rank gathers every rank's new events and step times; all take the same decision."""
-        assert self.tuner is not None
-        window = range(self.steps - self.tuner.config.interval, self.steps)
-        durations = [self._step_times[i] for i in window if i not in self._first_steps]
-        events = self.log.events[self._seen_events :]
-        self._seen_events = len(self.log.events)
+    def mark_end(self) -> None:
+        """The step the caller just ran ends now (after its own work: the trial's SGD)."""
+        index, t0, _ = self.step_times[-1]
+        self.step_times[-1] = (index, t0, time.monotonic())
+
+    def tune(self) -> None:
+        """Every ``interval`` steps: every rank gathers every rank's new events and step times, all
+        take the same decision (``current`` may change). Idempotent within a step."""
+        if (
+            self.tuner is None
+            or not self.steps
+            or self.steps % self.tuner.config.interval
+            or self._tuned_at == self.steps
+        ):
+            return
+        self._tuned_at = self.steps
+        window = range(self._seen_steps, len(self.step_times))
+        durations = [
+            self.step_times[i][2] - self.step_times[i][1] for i in window if i not in self._first_steps
+        ]
+        after = max((self.step_times[i][2] for i in window if i in self._first_steps), default=0.0)
+        events = [e for e in self.log.events[self._seen_events :] if e[2] >= after]
         mine = {"replica": self.replica, "stage": self.stage, "events": events, "durations": durations}
+        self._seen_events, self._seen_steps = len(self.log.events), len(self.step_times)
         gathered: list[Any] = [None] * dist.get_world_size()
         dist.all_gather_object(gathered, mine)
         slowest = [max(g["durations"][i] for g in gathered) for i in range(len(durations))]
@@ -251,56 +271,99 @@ class PipelineEngine:
         self.tuner.decide(self.steps)
         self.current = self.tuner.current
 
-    # -- checkpoints ------------------------------------------------------------------------------
 
-    def gather_module(self) -> None:
-        """Broadcast every stage's parameters and buffers from its replica-0 rank to every rank."""
-        with torch.no_grad():
-            for s in range(self.P):
-                tensors = [
-                    t for m in self.stage_children[s].values() for t in (*m.parameters(), *m.buffers())
-                ]
-                if not tensors:
-                    continue
-                flat = torch.cat([t.detach().flatten().to(tensors[0].dtype) for t in tensors])
-                dist.broadcast(flat, src=self.ranks[0][s])
-                i = 0
-                for t in tensors:
-                    t.copy_(flat[i : i + t.numel()].view_as(t))
-                    i += t.numel()
+def user_pipeline(
+    module: nn.Module,
+    model: ModelSpec,
+    cluster: ClusterSpec,
+    candidates: tuple[Plan, ...],
+    start: int,
+    tuner_interval: int | None,
+) -> tuple[PipelineEngine, list[OrderedDict[str, nn.Module]], list[list[int]]]:
+    """The user's module cut into stages: this rank's engine, every stage's children, ranks[d][s]."""
+    first = candidates[0]
+    cuts = stage_cuts(module, model, first)
+    ranks = stage_ranks(cluster, first)
+    P, D = len(first.stages), first.stages[0].replicate
+    rank = dist.get_rank()
+    where = [(d, s) for d, row in enumerate(ranks) for s, r in enumerate(row) if r == rank]
+    if len(where) != 1:
+        raise PlanMismatch(f"rank {rank}: runs {len(where)} stages of the plan, apply_plan needs one")
+    replica, stage = where[0]
+    # Every rank creates every group in the same order (new_group's rule).
+    pp = [dist.new_group(row) for row in ranks]
+    dp = [dist.new_group([ranks[d][s] for d in range(D)]) for s in range(P)]
+    children = list(module.named_children())
+    stage_children = [OrderedDict(children[cuts[s] : cuts[s + 1]]) for s in range(P)]
+    st = first.stages[stage]
+    w_in = input_width(model) if stage == 0 else output_width(model, st.first_layer)
+    engine = PipelineEngine(
+        nn.Sequential(stage_children[stage]),
+        stage,
+        replica,
+        candidates,
+        pp[replica],
+        dp[stage],
+        (w_in, output_width(model, st.last_layer)),
+        start=start,
+        tuner=TunerConfig(interval=tuner_interval) if tuner_interval else None,
+    )
+    return engine, stage_children, ranks
 
-    def gather_optimizer(self, optimizer: torch.optim.Optimizer) -> dict[str, Any]:
-        """The optimizer's state dict with every parameter's state from the rank that trains it."""
-        sd = optimizer.state_dict()
-        index: dict[int, int] = {}
-        i = 0
-        for group in optimizer.param_groups:
-            for p in group["params"]:
-                index[id(p)] = i
-                i += 1
-        state: dict[int, Any] = {}
-        for s in range(self.P):
-            owned = [
-                index[id(p)]
-                for m in self.stage_children[s].values()
-                for p in m.parameters()
-                if id(p) in index
-            ]
-            box: list[Any] = [{k: sd["state"][k] for k in owned if k in sd["state"]}]
-            dist.broadcast_object_list(box, src=self.ranks[0][s])
-            state.update(box[0])
-        return {"state": dict(sorted(state.items())), "param_groups": sd["param_groups"]}
+
+def gather_module(stage_children: list[OrderedDict[str, nn.Module]], ranks: list[list[int]]) -> None:
+    """Broadcast every stage's parameters and buffers from its replica-0 rank to every rank."""
+    with torch.no_grad():
+        for s, kids in enumerate(stage_children):
+            tensors = [t for m in kids.values() for t in (*m.parameters(), *m.buffers())]
+            if not tensors:
+                continue
+            flat = torch.cat([t.detach().flatten().to(tensors[0].dtype) for t in tensors])
+            dist.broadcast(flat, src=ranks[0][s])
+            i = 0
+            for t in tensors:
+                t.copy_(flat[i : i + t.numel()].view_as(t))
+                i += t.numel()
+
+
+def gather_optimizer(
+    optimizer: torch.optim.Optimizer,
+    stage_children: list[OrderedDict[str, nn.Module]],
+    ranks: list[list[int]],
+) -> dict[str, Any]:
+    """The optimizer's state dict with every parameter's state from the rank that trains it."""
+    sd = optimizer.state_dict()
+    index: dict[int, int] = {}
+    for group in optimizer.param_groups:
+        for p in group["params"]:
+            index[id(p)] = len(index)
+    state: dict[int, Any] = {}
+    for s, kids in enumerate(stage_children):
+        owned = [index[id(p)] for m in kids.values() for p in m.parameters() if id(p) in index]
+        box: list[Any] = [{k: sd["state"][k] for k in owned if k in sd["state"]}]
+        dist.broadcast_object_list(box, src=ranks[0][s])
+        state.update(box[0])
+    return {"state": dict(sorted(state.items())), "param_groups": sd["param_groups"]}
 
 
 class PipelinedModule(nn.Module):
     """The user's module under a pipeline plan: ``step()`` trains, ``state_dict()`` is the user's model's."""
 
-    def __init__(self, module: nn.Module, plan: Any, engine: PipelineEngine) -> None:
+    def __init__(
+        self,
+        module: nn.Module,
+        plan: Any,
+        engine: PipelineEngine,
+        stage_children: list[OrderedDict[str, nn.Module]],
+        ranks: list[list[int]],
+    ) -> None:
         super().__init__()
         self.module = module
         self.plan = plan
         self.engine = engine
         self.global_batch = engine.global_batch
+        self._stage_children = stage_children
+        self._ranks = ranks
 
     def rows(self, global_batch: int) -> slice:
         """This rank's rows of the step's global batch (its pipeline replica's share)."""
@@ -315,7 +378,7 @@ class PipelinedModule(nn.Module):
 
     def state_dict(self, *args: Any, **kwargs: Any) -> Any:
         """Collective (every rank calls it): the whole user model's state dict, unprefixed."""
-        self.engine.gather_module()
+        gather_module(self._stage_children, self._ranks)
         return self.module.state_dict(*args, **kwargs)
 
     def load_state_dict(
@@ -325,7 +388,10 @@ class PipelinedModule(nn.Module):
 
     def optim_state_dict(self, optimizer: torch.optim.Optimizer) -> dict[str, Any]:
         """Collective: ``optimizer.state_dict()`` as one process training the whole model would hold it."""
-        return self.engine.gather_optimizer(optimizer)
+        return gather_optimizer(optimizer, self._stage_children, self._ranks)
+
+    def close(self) -> None:
+        """Nothing to stop (the schedule runs in the caller's thread); for symmetry with PlannedModule."""
 
     @property
     def tuner_log(self) -> list[dict[str, Any]]:
