@@ -1,13 +1,21 @@
-"""examples/train_with_plan.py under torchrun (gloo, 2 nodes x 2 processes on loopback) with a searched plan.
+"""examples/train_with_plan.py under torchrun (gloo, 2 nodes x 2 processes on loopback) with searched plans.
 
-The plan comes from a real AutoSync round (``search.run_round``, analytical scorer, seed 0) over
-the example's own model, traced as ``strategist import-model`` does, on the 2 x 2 cluster; the
-test takes the round's best-predicted picks whose shards are all collective (``apply_plan`` runs
-no PS servers). After the same steps the parameters equal single-process training on the same
-global batches within the executor correctness tests' SGD tolerance (rtol 1e-5, atol 1e-6), a
-checkpoint saved under one plan resumes under another, and the executor's mutation switch
+Sync: the plan comes from a real AutoSync round (``search.run_round``, analytical scorer, seed 0)
+over the example's own model, traced as ``strategist import-model`` does, on the 2 x 2 cluster;
+the test takes the round's best-predicted picks whose shards are all collective (``apply_plan``
+runs no PS servers). After the same steps the parameters equal single-process training on the
+same global batches within the executor correctness tests' SGD tolerance (rtol 1e-5, atol 1e-6),
+a checkpoint saved under one plan resumes under another, and the executor's mutation switch
 (``STRATEGIST_TEST_MUTATION``) makes the comparison fail: the user's path runs the same
 synchronisation code as the trials.
+
+Pipeline: the pipeline search's own ranking (``service.plans.pipeline.scored_documents``) of the
+example's MLP on 2 x 2; the best 2-stage x 2-replica document, adaptive over its memory curve,
+equals the unpipelined single-process reference. Hybrid: the hybrid search's best plan
+(``service.plans.hybrid.scored_plans``) on a 2 x 2 cluster whose second node is slower, i.e.
+Algorithm 1's uneven shares, equals single-process training, and the mutation switch breaks it
+(its gradients go through ``GradientSync``; the pipeline's DP all-reduce does not). A checkpoint
+saved under the pipeline plan resumes under the hybrid plan.
 
 The two "nodes" are two torchrun agents on this host (``--nnodes 2 --node-rank R``, c10d
 rendezvous on 127.0.0.1), not testbed namespaces.
