@@ -18,6 +18,10 @@ Gradients (a decision for unequal batch shares): each micro-batch's loss is its 
 last backward (the REDUCE_GRAD action) a stage multiplies its summed gradients by b / global_batch
 and sums them over its replicas (one fused all-reduce per stage), which is exactly the gradient of
 the mean loss over the global batch, whatever each replica's share. Then plain SGD with ``lr``.
+
+The stage's runners, that gradient sync and the online tuner are
+:class:`runtime.apply.pipeline.PipelineEngine`, the engine ``apply_plan`` runs on a user's module
+(issue 40: one implementation); this module adds the processes, the probe, replay, SGD and records.
 """
 
 from __future__ import annotations
