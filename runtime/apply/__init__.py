@@ -10,12 +10,15 @@ trials run. See runtime/apply/README.md.
 import runtime.executor  # noqa: F401  # isort: skip
 from runtime.apply.checks import JobShape, PlanMismatch, check_job, check_model
 from runtime.apply.module import PlannedModule, apply_plan, load_plan
+from runtime.apply.pipeline import PipelinedModule, PipelineEngine
 from runtime.apply.sync import GradientSync
 from simulator.spec.planfile import PlanFile, sync_plan_file, write_plan_file
 
 __all__ = [
     "GradientSync",
     "JobShape",
+    "PipelineEngine",
+    "PipelinedModule",
     "PlanFile",
     "PlanMismatch",
     "PlannedModule",

@@ -18,6 +18,10 @@ Gradients (a decision for unequal batch shares): each micro-batch's loss is its 
 last backward (the REDUCE_GRAD action) a stage multiplies its summed gradients by b / global_batch
 and sums them over its replicas (one fused all-reduce per stage), which is exactly the gradient of
 the mean loss over the global batch, whatever each replica's share. Then plain SGD with ``lr``.
+
+The stage's runners, that gradient sync and the online tuner are
+:class:`runtime.apply.pipeline.PipelineEngine`, the engine ``apply_plan`` runs on a user's module
+(issue 40: one implementation); this module adds the processes, the probe, replay, SGD and records.
 """
 
 from __future__ import annotations
@@ -33,9 +37,8 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from runtime.apply.pipeline import PipelineEngine
 from runtime.executor.probe import PROBE_TAG, Stamps, timed_calls
-from runtime.pipeline.adapter import EventLog, ScheduleRunner, make_stage
-from runtime.pipeline.profile import profile_records
 from runtime.pipeline.stage_net import (
     DTYPES,
     Recompute,
@@ -45,8 +48,7 @@ from runtime.pipeline.stage_net import (
     output_width,
     synthetic_batch,
 )
-from runtime.pipeline.tuner import AutoTuner, TunerConfig
-from simulator.pipeline.schedule import kfkb
+from runtime.pipeline.tuner import TunerConfig
 from simulator.spec import ModelSpec, Plan
 
 
@@ -84,50 +86,35 @@ def run(job: dict[str, Any], rank: int, master: str, port: int, out: Path) -> No
         width_out = rp["out_numel"][s]
     params = list(module.parameters())
     recompute = {int(i) for i in job.get("recompute") or ()}  # phases run with re-materialisation
-    grad_scale = [1.0]
-
-    def reduce_grad() -> None:
-        grads = [p.grad for p in params if p.grad is not None]
-        if real:  # replayed gradients carry no values: only their all-reduce is timed
-            for g in grads:
-                g.mul_(grad_scale[0])
-        if D > 1 and grads:
-            flat = torch.cat([g.flatten() for g in grads])
-            dist.all_reduce(flat, group=dp_groups[s])
-            i = 0
-            for g in grads:
-                g.copy_(flat[i : i + g.numel()].view_as(g))
-                i += g.numel()
-
-    log = EventLog()
+    tuner_job = job.get("tuner")
+    tcfg = TunerConfig(**tuner_job["config"]) if tuner_job is not None else None
+    floors = {
+        int(b): {(int(a), int(c)): float(t) for a, c, t in links}
+        for b, links in ((tuner_job or {}).get("floors") or {}).items()
+    }
+    # The one pipeline engine apply_plan runs too (runtime/apply/pipeline.py): stages, kFkB
+    # runners, the stage's DP all-reduce (scaled by b / global batch in real mode), the tuner.
+    engine = PipelineEngine(
+        module,
+        s,
+        d,
+        plans,
+        pp_groups[d],
+        dp_groups[s],
+        (width_in, width_out),
+        start=tuner_job["start"] if tuner_job is not None else 0,
+        tuner=tcfg,
+        floors=floors,
+        scale_grads=real,
+        stage_module_for=lambda i: Recompute(module) if i in recompute else module,
+    )
     all_grads: list[dict[str, torch.Tensor]] = []
-    step_times: list[tuple[int, float, float]] = []
     losses: list[float] = []
-    runners: dict[int, tuple[ScheduleRunner, int, int]] = {}
-    schedules: dict[str, list[str]] = {}
 
-    def runner_for(index: int) -> tuple[ScheduleRunner, int, int]:
-        if index not in runners:
-            plan = plans[index]
-            if plan.stages != first.stages:
-                raise ValueError(f"plans.{index}.stages: every plan must keep the stages of plans.0")
-            b = plan.micro_batch_size
-            n = plan.replica_micro_batches(d)
-            offset = sum(plan.replica_micro_batches(dd) for dd in range(d)) * b
-            ex_in = torch.zeros(b, width_in, dtype=dtype)
-            ex_out = torch.zeros(b, width_out, dtype=dtype)
-            stage_module = Recompute(module) if index in recompute else module
-            pstage = make_stage(stage_module, s, P, ex_in, ex_out, pp_groups[d], log)
-            schedule = kfkb(P, n, plan.group_size(n))
-            runners[index] = (ScheduleRunner(pstage, schedule, mse, reduce_grad, log), n, offset)
-            schedules[str(index)] = schedule.to_rows()[s]
-        return runners[index]
-
-    def train_step(index: int, it: int) -> None:
+    def train_step(it: int) -> None:
+        engine.tune()
+        index = engine.current
         plan = plans[index]
-        runner, n, offset = runner_for(index)
-        b = plan.micro_batch_size
-        grad_scale[0] = b / plan.global_batch
         if isinstance(module, ReplayStageNet):  # this plan's micro-batch takes its own time
             module.fwd_seconds = job["replay"]["fwd_seconds"][index][s]
             module.bwd_seconds = job["replay"]["bwd_seconds"][index][s]
@@ -137,9 +124,8 @@ def run(job: dict[str, Any], rank: int, master: str, port: int, out: Path) -> No
         else:
             x = torch.zeros(plan.global_batch, 1, dtype=dtype)
             y = torch.zeros(plan.global_batch, width_out, dtype=dtype)
-        x, y = x[offset : offset + n * b], y[offset : offset + n * b]
-        step_losses: list[Any] = []
-        runner.step(x if s == 0 else None, y if s == P - 1 else None, step_losses)
+        rows = engine.rows(plan.global_batch)
+        loss = engine.step(x[rows], y[rows], mse, started=t0)
         with torch.no_grad():
             if isinstance(module, StageNet):
                 named = zip(module.names, params, strict=True)
@@ -148,48 +134,25 @@ def run(job: dict[str, Any], rank: int, master: str, port: int, out: Path) -> No
                 if real and p.grad is not None:  # replay: no update, the gradient buffer stays
                     p.sub_(p.grad, alpha=cfg["lr"])
                     p.grad = None
-        step_times.append((index, t0, time.monotonic()))
-        losses.append(sum(float(v) for v in step_losses) / max(1, len(step_losses)))
+        engine.mark_end()
+        losses.append(float(loss) if loss is not None else 0.0)
 
     per_phase = cfg["warmup"] + cfg["iterations"]
-    tuner_log: list[dict[str, Any]] = []
-    if job.get("tuner") is None:
+    if tuner_job is None:
         for phase in range(len(plans)):
-            runner_for(phase)
+            engine.current = phase
+            engine.runner(phase, mse, dtype, torch.device("cpu"))
             dist.barrier()
             for i in range(per_phase):
-                train_step(phase, phase * per_phase + i)
+                train_step(phase * per_phase + i)
     else:
-        tcfg = TunerConfig(**job["tuner"]["config"])
-        floors = {
-            int(b): {(int(a), int(c)): float(t) for a, c, t in links}
-            for b, links in (job["tuner"].get("floors") or {}).items()
-        }
-        tuner = AutoTuner(plans, job["tuner"]["start"], tcfg, floors=floors)
         for index in range(len(plans)):  # every candidate's stage and runtime exist before step 0
-            runner_for(index)
-        seen = seen_steps = 0
-        ran: set[int] = set()
-        first_steps: set[int] = set()  # a plan's first step (torch's one-off set-up): not observed
+            engine.runner(index, mse, dtype, torch.device("cpu"))
         dist.barrier()
-        for it in range(job["tuner"]["steps"]):
-            if it and it % tcfg.interval == 0:
-                window = range(seen_steps, len(step_times))
-                durations = [step_times[i][2] - step_times[i][1] for i in window if i not in first_steps]
-                after = max((step_times[i][2] for i in window if i in first_steps), default=0.0)
-                events = [e for e in log.events[seen:] if e[2] >= after]
-                mine = {"replica": d, "stage": s, "events": events, "durations": durations}
-                seen, seen_steps = len(log.events), len(step_times)
-                gathered: list[Any] = [None] * (P * D)
-                dist.all_gather_object(gathered, mine)
-                slowest = [max(g["durations"][i] for g in gathered) for i in range(len(durations))]
-                tuner.observe(profile_records(dict(enumerate(gathered))), slowest)
-                tuner.decide(it)
-            if tuner.current not in ran:
-                ran.add(tuner.current)
-                first_steps.add(len(step_times))
-            train_step(tuner.current, it)
-        tuner_log = tuner.log
+        for it in range(tuner_job["steps"]):
+            train_step(it)
+    tuner_log = engine.tuner.log if engine.tuner is not None else []
+    log, step_times, schedules = engine.log, engine.step_times, engine.schedules
     if isinstance(module, StageNet):
         final = {k: p.detach().clone() for k, p in zip(module.names, params, strict=True)}
         torch.save({"grads": all_grads, "params": final}, out / f"rank{rank}.pt")

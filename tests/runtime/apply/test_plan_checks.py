@@ -112,3 +112,62 @@ def test_the_plan_file_round_trips_and_rejects_a_wrong_fingerprint(tmp_path) -> 
     doc["world_size"] = 3
     with pytest.raises(ValueError, match="world_size: 3 but the cluster has 4 GPUs"):
         PlanFile.model_validate(doc)
+
+
+# -- pipeline, hybrid and heterogeneous plans: refused by name ------------------------------------
+
+
+def other_kind(pf: PlanFile, kind: str, plan: dict[str, object]) -> PlanFile:
+    return PlanFile.model_validate({**pf.model_dump(), "kind": kind, "plan": plan, "fingerprint": ""})
+
+
+def two_stage_doc(pf: PlanFile, devices: tuple[tuple[str, ...], tuple[str, ...]]) -> dict[str, object]:
+    from runtime.worker.plan_pipeline import PipelineTrial
+    from simulator.spec import Plan, Stage
+
+    stages = tuple(
+        Stage(first_layer=i, last_layer=i + 1, devices=d, replicate=len(d)) for i, d in enumerate(devices)
+    )
+    shares = {d: 4 for d in devices[0]}
+    plan = Plan(stages=stages, global_batch=8, micro_batch_size=2, num_micro_batches=4, batch_shares=shares)
+    return PipelineTrial(candidates=(plan,)).model_dump(mode="json")
+
+
+def test_a_pipeline_plan_needs_a_sequential_cut_between_children(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    module = mlp()
+    pf = ring_plan(module)
+    doc = two_stage_doc(pf, (("n0:0", "n0:1"), ("n1:0", "n1:1")))
+    pp = other_kind(pf, "pipeline", doc)
+
+    # the same children and parameter names, but not an nn.Sequential: nothing says the forward order
+    not_seq = nn.Module()
+    for name, child in module.named_children():
+        not_seq.add_module(name, child)
+    assert "is a Module" in refused(not_seq, pp, ENV, monkeypatch)
+    # replica 0 on ranks 2 (stage 0) and 0 (stage 1): the stage order would not follow the ranks
+    bad = other_kind(pf, "pipeline", two_stage_doc(pf, (("n1:0", "n1:1"), ("n0:0", "n0:1"))))
+    assert "replica 0: its stages run on ranks [2, 0]" in refused(mlp(), bad, ENV, monkeypatch)
+
+
+def test_hybrid_split_and_heterogeneous_plans_are_refused_by_name(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    from simulator.spec.hybrid import HybridPlan, TaskGraph, VirtualDevice
+
+    module = mlp()
+    pf = ring_plan(module)
+    devices = ("n0:0", "n0:1", "n1:0", "n1:1")
+    split = HybridPlan(
+        task_graphs=(
+            TaskGraph(
+                first_layer=0,
+                last_layer=2,
+                primitive="split",
+                degree=4,
+                virtual_devices=(VirtualDevice.on(pf.cluster, devices),),
+            ),
+        ),
+        global_batch=8,
+    )
+    msg = refused(module, other_kind(pf, "hybrid", split.model_dump(mode="json")), ENV, monkeypatch)
+    assert msg.startswith("task_graphs.0: split(4); tensor-split TaskGraphs are not applied")
+    het = other_kind(pf, "heterogeneous", {"anything": 1})
+    assert "heterogeneous plan" in refused(module, het, ENV, monkeypatch)
