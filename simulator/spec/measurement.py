@@ -126,12 +126,6 @@ class MeasuredOn(BaseModel):
     )
     torchrun_run_id: str | None = Field(None, max_length=200, description="torchrun's rendezvous/run id.")
 
-    def label(self) -> str:
-        """One short line: ``cluster (pool lab, A100-80GB; torchrun trial3-1)``."""
-        parts = [p for p in (f"pool {self.pool}" if self.pool else "", ", ".join(self.gpu_types)) if p]
-        run = f"; torchrun {self.torchrun_run_id}" if self.torchrun_run_id else ""
-        return f"{self.site} ({', '.join(parts)}{run})" if parts or run else self.site
-
 
 def measured_on(environment: dict[str, Any]) -> MeasuredOn | None:
     """Where the Measurement with this ``environment`` was measured (the rule in :class:`MeasuredOn`)."""
