@@ -21,6 +21,7 @@ from service.web.views import diff_counts, strategy_layers, summarize
 from simulator.analytical import baseline, cost_breakdown
 from simulator.spec import SpecError, Strategy
 from simulator.spec.io import parse_as
+from simulator.spec.measurement import measured_on
 
 router = APIRouter()
 
@@ -133,4 +134,5 @@ def trial_page(request: Request, trial_id: IdPath, session: SessionDep, user: We
         error=error,
         plan=plan_view(trial.strategy, m.get("details")),
         plan_kind=trial.strategy.get("kind"),
+        site=measured_on(m.get("environment") or {}) if m else None,
     )

@@ -1,0 +1,64 @@
+"""The trial page says where a runtime was measured (issue 41, item 7): a real cluster's agent pool
+with its GPU types and torchrun run id, or the emulated testbed; nothing when the site is unknown."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+from sqlalchemy.orm import Session
+
+from service.db import repository as repo
+from service.domain import CandidateDraft
+from simulator.spec.measurement import Measurement
+
+ON_POOL = {
+    "measured_on": {
+        "site": "cluster",
+        "pool": "lab",
+        "gpu_types": ["A100-80GB"],
+        "torchrun_run_id": "trial7-1",
+    }
+}
+
+
+@pytest.mark.parametrize(
+    ("environment", "shown"),
+    [
+        (ON_POOL, ["real cluster", "pool lab", "A100-80GB", "torchrun trial7-1"]),
+        ({"testbed": "netns"}, ["emulated testbed", "pool testbed"]),
+        ({}, None),
+    ],
+)
+def test_trial_page_says_where_it_was_measured(
+    zoo_dir: Any,
+    session: Session,
+    client: TestClient,
+    specs: Any,
+    environment: dict[str, Any],
+    shown: list[str] | None,
+) -> None:
+    user = repo.create_token(session, name="site-viewer", role="user")
+    search = repo.create_search(
+        session,
+        owner_id=user.info.user_id,
+        model=repo.zoo_spec(session, kind="model", name="tiny-mlp"),
+        cluster=repo.zoo_spec(session, kind="cluster", name="two-node"),
+    )
+    drafts = [CandidateDraft(rank=1, strategy=specs.strategy("a"), predicted_time=0.08, similarity=0.0)]
+    repo.add_round(session, search_id=search.id, candidates=drafts, samples=1)
+    claim = repo.claim_trial(session, worker="w", clusters=["two-node"])
+    assert claim is not None
+    m = Measurement(iteration_times=(0.1, 0.1, 0.1), environment=environment)
+    repo.report_trial(
+        session, trial_id=claim.trial.id, attempt=1, claim_token=claim.claim_token, measurement=m
+    )
+    client.cookies.set("strategist_token", user.secret)
+    page = client.get(f"/ui/trials/{claim.trial.id}").text
+    if shown is None:
+        assert 'data-testid="site"' not in page
+    else:
+        assert 'data-testid="site"' in page
+        for text in shown:
+            assert text in page
