@@ -166,6 +166,9 @@ class HybridPlans(PlanKind):
                 ) from None
         return out
 
+    def predicted_only(self, options: dict[str, Any] | None) -> bool:
+        return is_3d(options)  # no worker runs a TP x PP x DP plan (service.plans.hybrid_threed)
+
     def due_baselines(self, search: Search, trials: Sequence[Trial]) -> tuple[str, ...]:
         if is_3d(search.plan_options):
             return ThreeDSpace().due_baselines(search, trials)

@@ -1,10 +1,10 @@
 """Hybrid searches in the 3D space (issue 42): TP x PP x DP plans with ZeRO and recompute through the API.
 
 422s naming each bad option; an end-to-end search of GPT-Medium on the zoo's A100-40GB x 8 node
-(the service's loop plans its rounds in job processes, trials are claimed and run by the worker's
-runner dispatch, and reported predicted only), on SQLite and PostgreSQL; the result claims no
-measured best; the dashboard's search, candidate and trial pages show each plan's layout and its
-predicted memory per GPU with parts and fit verdict.
+(the service's loop ranks the plans in a job process and records them as predicted candidates with
+no trial, so the search completes with no worker running), on SQLite and PostgreSQL; the result
+claims no measured best; the dashboard's search, round and candidate pages show each plan's layout
+and its predicted memory per GPU with parts and fit verdict; a worker handed a 3D trial refuses it.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy.orm import Session, sessionmaker
 
-from runtime.worker.plans import TrialContext, document_kind, runner
+from runtime.worker.plans import TrialContext, runner
 from search.hybrid.threed import rank_plans
 from service.db import repository as repo
 from service.loop import SearchLoop
@@ -112,45 +112,39 @@ def secret(headers: dict[str, str]) -> str:
     return headers["Authorization"].removeprefix("Bearer ")
 
 
-def test_a_3d_search_ranks_plans_end_to_end_and_the_dashboard_shows_layout_and_memory(
+def test_a_3d_search_completes_with_no_worker_and_the_dashboard_shows_layout_and_memory(
     client: TestClient, tokens: dict[str, dict[str, str]], sessions: sessionmaker[Session], gpt_zoo: Path
 ) -> None:
     """GPT-Medium, global batch 256 on 8 x A100-40GB: micro-batches of 16 on plain data parallelism
     need ~43 GB per GPU, so the memory model drops them (they lead on the 80 GB node); every
-    proposed plan fits; rounds go fastest predicted first; trials report predicted only."""
+    recorded plan fits; the one round holds the trial_budget fastest predicted, no trial is queued."""
     options = {"space": "3d", "global_batch": 256, "micro_batches": [4, 8, 16], "recompute": ["none", "full"]}
     r = create(client, tokens["alice"], options)
     assert r.status_code == 201, r.text
     sid = r.json()["id"]
     loop = SearchLoop(sessions)
     steps = []
-    for _ in range(12):
+    for _ in range(4):  # no worker claims anything: the search must complete on its own
         steps.append(loop.advance(sid, wait_s=WAIT))
-        with sessions() as s:
-            model = repo.zoo_spec(s, kind="model", name=MODEL).model_spec()
-            cluster = repo.zoo_spec(s, kind="cluster", name=CLUSTER).cluster_spec()
-            while (claim := repo.claim_trial(s, worker="w", clusters=[CLUSTER])) is not None:
-                doc = claim.trial.strategy
-                m = runner(document_kind(doc))(doc, TrialContext(model, cluster, {}))
-                repo.report_trial(s, trial_id=claim.trial.id, attempt=claim.attempt,
-                                  claim_token=claim.claim_token, measurement=m)  # fmt: skip
         if steps[-1] == "completed":
             break
-    assert steps[-1] == "completed", steps
-    assert "baselines queued" not in steps  # nothing measures a 3D baseline
+    assert steps == ["completed"], steps  # one step: the round is ranked and recorded, no trial queued
 
     with sessions() as s:
+        model = repo.zoo_spec(s, kind="model", name=MODEL).model_spec()
         cands = repo.list_candidates(s, search_id=sid)
         trials = repo.list_trials(s, search_id=sid)
         rounds = repo.list_rounds(s, search_id=sid)
-    assert [r.simulator_kind for r in rounds] == ["threed-cost-model"] * 2
-    docs = [
-        ThreeDDocument.model_validate(c.strategy)
-        for c in sorted(cands, key=lambda c: (c.round_index, c.rank))
-    ]
-    assert len(docs) == 4 and len({d.model_dump_json() for d in docs}) == 4  # never the same plan twice
+        search = repo.get_search(s, search_id=sid)
+    assert search.state == "completed" and search.current_round == 1
+    assert trials == []  # nothing queued: no worker, no quota, no "waiting for a worker"
+    assert [(r.simulator_kind, r.state) for r in rounds] == [("threed-cost-model", "completed")]
+    assert rounds[0].finished_at is not None
+    assert [c.rank for c in cands] == [1, 2, 3, 4] and {c.status for c in cands} == {"proposed"}
+    docs = [ThreeDDocument.model_validate(c.strategy) for c in cands]
+    assert len({d.model_dump_json() for d in docs}) == 4  # never the same plan twice
     times = [d.predicted.seconds for d in docs]
-    assert times == sorted(times)  # the rounds take the ranking in order
+    assert times == sorted(times) == [c.predicted_time for c in cands]  # the ranking in order
     assert all(d.memory.fits and d.memory.peak_bytes <= 40e9 for d in docs)
     # the same ranking by hand: OOM plans dropped, and on 80 GB a dropped plan would lead
     cfg = gpt_config(model)
@@ -161,19 +155,19 @@ def test_a_3d_search_ranks_plans_end_to_end_and_the_dashboard_shows_layout_and_m
     assert [x.seconds for x in ranked if x.memory.fits][:4] == pytest.approx(times)
     big = rank_plans(cfg, zoo.cluster("A100x8"), 256, plans=[x.plan for x in ranked])
     assert big[0].plan in {x.plan for x in oom}
-
-    assert all(
-        t.state == "failed" and t.failure_reason and t.failure_reason.startswith("predicted only:")
-        for t in trials
-    )
-    assert all(t.median_time is None and not t.iteration_times for t in trials)
-    assert all((t.measurement or {})["details"]["status"] == "predicted_only" for t in trials)
+    assert loop.advance(sid) == "final"  # and it stays completed
 
     body = client.get(f"{API}/searches/{sid}", headers=tokens["alice"]).json()
     assert body["best_trial_id"] is None and body["best_time"] is None
     result = body["result"]
     assert result["best"] is None and result["ratio"] is None and result["recommended"] is None
     assert result["verdict"].startswith("no measured candidate: 3D plans are predicted only")
+    assert (
+        "predicted ranking of 4 plans" in result["verdict"]
+        and f"candidate:{cands[0].id}" in result["verdict"]
+    )
+    assert "no plan is recommended" in result["recommended_reason"]
+    assert body["state_detail"] in (None, "")  # nobody is told to start a worker
     assert (
         f"{len(oom)} of {len(ranked)} enumerated plans were dropped as predicted out of memory"
         in result["verdict"]
@@ -182,15 +176,17 @@ def test_a_3d_search_ranks_plans_end_to_end_and_the_dashboard_shows_layout_and_m
 
     client.cookies.set("strategist_token", secret(tokens["alice"]))
     html = client.get(f"/ui/searches/{sid}").text
-    assert html.count('data-testid="plan-label"') == 4
-    assert f"{docs[0].layout_text}, ZeRO-{docs[0].zero_stage}, recompute {docs[0].recompute}" in html
-    assert "GB per GPU predicted, fits (model states" in html
+    assert html.count('data-testid="predicted-row"') == 4 and "none was measured" in html
+    rows = html.split('data-testid="predicted-row"')[1:]
+    for doc, cand, row in zip(docs, cands, rows, strict=True):  # the ranking, best first
+        assert f'<td data-testid="plan-label">{doc.summary()}</td>' in row
+        assert f"/ui/candidates/{cand.id}" in row and f"{doc.memory.peak_bytes / 1e9:.1f} of 40 GB" in row
+        assert "<td>fits</td>" in row
     assert "dropped as predicted out of memory" in html and "predicted only" in html
     round_page = client.get(f"/ui/searches/{sid}/rounds/1")
     assert round_page.status_code == 200 and "threed-cost-model" in round_page.text
-    first = next(c for c in cands if c.round_index == 1 and c.rank == 1)
-    trial = next(t for t in trials if t.candidate_id == first.id)
-    for url in (f"/ui/candidates/{first.id}", f"/ui/trials/{trial.id}", f"/ui/trials/{trial.id}/strategy"):
+    first = cands[0]
+    for url in (f"/ui/candidates/{first.id}",):
         page = client.get(url)
         assert page.status_code == 200, (url, page.text[:500])
         text = page.text
@@ -209,12 +205,17 @@ def _plans(cfg: GPTConfig) -> list[Any]:
     return enumerate_plans(cfg, 8, 256, micro_batches=(4, 8, 16), recomputes=("none", "full"))
 
 
-def test_the_runner_refuses_an_invalid_document_naming_it(gpt_zoo: Path) -> None:
+def test_a_worker_handed_a_3d_trial_refuses_it_saying_why(gpt_zoo: Path) -> None:
+    """The service never queues one (above); a trial queued by hand is refused, never measured."""
     m = runner("hybrid_3d")(
-        {"kind": "hybrid_3d", "layout": {"tp": 3}}, TrialContext(zoo.model(MODEL), zoo.cluster(CLUSTER), {})
+        {"kind": "hybrid_3d", "layout": {"tp": 2}}, TrialContext(zoo.model(MODEL), zoo.cluster(CLUSTER), {})
     )
-    assert isinstance(m, Measurement) and m.failure and m.failure.startswith("invalid: hybrid_3d document")
-    assert not m.iteration_times
+    assert (
+        isinstance(m, Measurement)
+        and m.failure
+        and m.failure.startswith("refused: hybrid_3d plans are predicted only")
+    )
+    assert not m.iteration_times and m.details["status"] == "refused"
 
 
 def test_a_huge_bad_value_is_not_echoed_whole(
