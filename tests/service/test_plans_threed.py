@@ -13,12 +13,16 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy.orm import Session, sessionmaker
+from typer.testing import CliRunner
 
 from runtime.worker.plans import TrialContext, runner
 from search.hybrid.threed import rank_plans
+from service.cli import app, search_cli_commands
+from service.client import ApiError, StrategistClient
 from service.db import repository as repo
 from service.loop import SearchLoop
 from service.plans.hybrid_threed import gpt_config
@@ -225,3 +229,148 @@ def test_a_huge_bad_value_is_not_echoed_whole(
     assert r.status_code == 422, r.text[:300]
     detail = r.json()["detail"][0]
     assert detail["loc"] == ["body", "plan_options", "recompute"] and len(detail["msg"]) < 200
+
+
+# ---------------------------------------------------------------- every interface (issue 43)
+
+CLI_BASE = ["search", "create", "--model", MODEL, "--cluster", CLUSTER, "--token", "t", "--plan", "hybrid"]
+CLI_3D = ["--space", "3d", "--global-batch", "256", "--gpus", "8", "--zero-stages", "0,1,2,3",
+          "--recompute", "none,full", "--micro-batches", "4,8,16"]  # fmt: skip
+OPTIONS_3D = {"space": "3d", "global_batch": 256, "gpus": 8, "zero_stages": [0, 1, 2, 3],
+              "recompute": ["none", "full"], "micro_batches": [4, 8, 16]}  # fmt: skip
+
+
+def test_the_cli_sends_the_3d_options(sent: list[dict[str, Any]]) -> None:
+    for extra in (CLI_3D, ["--space", "3d", "--fused-attention", "false,true", "--heads", "16"]):
+        r = CliRunner().invoke(app, [*CLI_BASE, *extra])
+        assert r.exit_code == 0 and r.output.strip() == "7", r.output
+    assert [(b["plan_kind"], b["plan_options"]) for b in sent] == [
+        ("hybrid", OPTIONS_3D),
+        ("hybrid", {"space": "3d", "fused_attention": [False, True], "heads": 16}),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("extra", "option"),
+    [
+        (["--space", "2d"], "--space"),
+        (["--zero-stages", "0,1"], "--zero-stages"),  # without --space 3d
+        (["--space", "3d", "--zero-stages", "0,4"], "--zero-stages"),
+        (["--space", "3d", "--zero-stages", "one"], "--zero-stages"),
+        (["--space", "3d", "--recompute", "none,partial"], "--recompute"),
+        (["--space", "3d", "--micro-batches", "4;8"], "--micro-batches"),
+        (["--space", "3d", "--fused-attention", "yes"], "--fused-attention"),
+        (["--space", "3d", "--annotate", "h=split"], "--annotate"),
+    ],
+)
+def test_bad_3d_cli_options_are_one_line_exit_2(
+    sent: list[dict[str, Any]], extra: list[str], option: str
+) -> None:
+    r = CliRunner().invoke(app, [*CLI_BASE, *extra])
+    assert r.exit_code == 2, r.output
+    assert r.output.startswith(f"error: {option}") and len(r.output.strip().splitlines()) == 1
+    assert sent == []
+    r = CliRunner().invoke(app, [*CLI_BASE[:-1], "pipeline", "--space", "3d"])
+    assert r.exit_code == 2 and r.output.startswith("error: --space: needs --plan hybrid")
+
+
+class InProcess(httpx.BaseTransport):
+    """httpx requests handed to the app through FastAPI's TestClient (as tests/service/test_client.py)."""
+
+    def __init__(self, app_client: TestClient) -> None:
+        self.app_client = app_client
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        r = self.app_client.request(
+            request.method, str(request.url), headers=dict(request.headers), content=request.read()
+        )
+        return httpx.Response(r.status_code, headers=list(r.headers.multi_items()), content=r.content)
+
+
+def test_cli_and_client_create_a_3d_search_and_print_its_predicted_ranking(
+    client: TestClient,
+    tokens: dict[str, dict[str, str]],
+    sessions: sessionmaker[Session],
+    gpt_zoo: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    transport = InProcess(client)
+    token = secret(tokens["alice"])
+    monkeypatch.setattr(
+        search_cli_commands,
+        "StrategistClient",
+        lambda api, tok: StrategistClient("http://testserver", tok, transport=transport),
+    )
+    r = CliRunner().invoke(app, [*CLI_BASE[:7], token, *CLI_BASE[8:], *CLI_3D, "--budget", "4"])
+    assert r.exit_code == 0, r.output
+    sid = int(r.stdout.strip())
+    api = StrategistClient("http://testserver", token, transport=transport)
+    stored = api.search(sid).search
+    assert stored.plan_kind == "hybrid" and stored.plan_options == {
+        **OPTIONS_3D,
+        "fused_attention": [False],
+        "heads": 16,
+    }
+    # the client takes the same options (plan_options, as every kind's)
+    other = api.create_search(model=MODEL, cluster=CLUSTER, plan_kind="hybrid", trial_budget=2,
+                              plan_options={"space": "3d", "zero_stages": [1], "micro_batches": [4]})  # fmt: skip
+    assert other.plan_options is not None and other.plan_options["zero_stages"] == [1]
+    with pytest.raises(ApiError) as e:
+        api.create_search(
+            model=MODEL, cluster=CLUSTER, plan_kind="hybrid", plan_options={"space": "3d", "gpus": 9}
+        )
+    assert e.value.status == 422 and "plan_options.gpus" in str(e.value)
+
+    assert SearchLoop(sessions).advance(sid, wait_s=WAIT) == "completed"  # no worker
+    cands = api.candidates(sid)
+    assert [c.rank for c in cands] == [1, 2, 3, 4]
+    docs = [ThreeDDocument.model_validate(c.strategy) for c in cands]
+    r = CliRunner().invoke(app, ["search", "status", str(sid), "--token", token])
+    assert r.exit_code == 0, r.output
+    out = r.stdout
+    assert "predicted ranking (4 3D plans, predicted only: none is measured):" in out
+    assert "no measured candidate: 3D plans are predicted only" in out
+    lines = [ln for ln in out.splitlines() if ln.lstrip()[:2] in ("1.", "2.", "3.", "4.")]
+    assert len(lines) == 4
+    for i, (doc, cand, line) in enumerate(zip(docs, cands, lines, strict=True), start=1):
+        assert line.strip().startswith(f"{i}. candidate {cand.id}: {doc.summary()}; predicted ")
+        assert f"{doc.predicted.seconds * 1e3:.1f} ms/iteration" in line
+        assert f"{doc.memory.peak_bytes / 1e9:.1f} of 40 GB per GPU, fits" in line
+    r = CliRunner().invoke(app, ["search", "watch", str(sid), "--interval", "0.05", "--token", token])
+    assert r.exit_code == 0, r.output
+    assert f"search {sid} completed" in r.stdout and "predicted ranking (4 3D plans" in r.stdout
+    assert f"1. candidate {cands[0].id}: {docs[0].summary()}" in r.stdout
+
+
+def test_the_dashboard_form_creates_a_3d_search(
+    client: TestClient, tokens: dict[str, dict[str, str]], sessions: sessionmaker[Session], gpt_zoo: Path
+) -> None:
+    client.cookies.set("strategist_token", secret(tokens["alice"]))
+    form_page = client.get("/ui/searches/new").text
+    assert 'data-testid="space-3d"' in form_page and 'name="zero_stages"' in form_page
+    data = {"model": MODEL, "cluster": CLUSTER, "trial_budget": "3", "candidates_per_round": "3",
+            "samples_per_round": "200", "plan": "hybrid", "space": "3d", "global_batch_3d": "256",
+            "zero_stages": "1,3", "recompute": "full", "micro_batches": "4,8"}  # fmt: skip
+    r = client.post("/ui/searches/new", data=data, follow_redirects=False)
+    assert r.status_code == 303, r.text[:2000]
+    sid = int(r.headers["location"].rsplit("/", 1)[1])
+    with sessions() as s:
+        search = repo.get_search(s, search_id=sid)
+    assert search.plan_kind == "hybrid" and search.plan_options == {
+        "space": "3d", "global_batch": 256, "gpus": 8, "zero_stages": [1, 3], "recompute": ["full"],
+        "micro_batches": [4, 8], "fused_attention": [False], "heads": 16,
+    }  # fmt: skip
+    assert SearchLoop(sessions).advance(sid, wait_s=WAIT) == "completed"
+    assert client.get(f"/ui/searches/{sid}").text.count('data-testid="predicted-row"') == 3
+    for bad, words in (
+        ({"zero_stages": "1;3"}, "zero_stages: must be comma-separated whole numbers"),
+        ({"recompute": "partial"}, "plan_options.recompute: must be a non-empty list"),
+        ({"plan": "pipeline"}, "space: 3d needs plan hybrid, not pipeline"),
+        (
+            {"space": "", "global_batch_3d": "", "zero_stages": "", "recompute": "", "micro_batches": "4"},
+            "micro_batches: needs space 3d (a hybrid search)",
+        ),
+    ):
+        r = client.post("/ui/searches/new", data=data | bad, follow_redirects=False)
+        shown = r.text.split('data-testid="create-error">', 1)[-1].split("</div>", 1)[0]
+        assert r.status_code == 422 and words in shown, (bad, r.status_code, shown[:500])
