@@ -24,7 +24,7 @@ out-of-memory), ranked after every plan that fits. Baseline ``even``: data paral
 batch split evenly, the homogeneous default Whale compares against.
 
 With ``"space": "3d"`` the search ranks TP x PP x DP plans with ZeRO and recompute instead
-(``service.plans.hybrid_threed``: its own options, no baseline, predicted-only trials).
+(``service.plans.hybrid_threed``: its own options, no baseline, predicted only: no trial is queued).
 
 Similarity between two candidates: the fraction of (TaskGraph count, nested DP, pipelined) they
 share (a decision; the cost model ranks, nothing samples).

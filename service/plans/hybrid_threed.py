@@ -20,9 +20,12 @@ Each round ranks every plan of ``search.hybrid.threed.enumerate_plans`` with
 ``search.hybrid.threed.rank_plans``: plans the 3D memory model predicts to run out of memory on the
 cluster's GPU are dropped (never proposed), the rest go fastest first as ``hybrid_3d`` documents
 (``simulator.threed.document.ThreeDDocument``) carrying the predicted time and memory per GPU.
-No baseline is measured: nothing in this service runs a Megatron-style 3D plan on GPUs yet, so a
-3D trial reports that it was predicted only (``runtime.worker.plan_hybrid3d``) and the search's
-result never names a measured best (``service.plans.results``).
+No baseline is measured: nothing in this service runs a Megatron-style 3D plan on GPUs yet, so the
+kind is predicted only here (``HybridPlans.predicted_only``): the loop runs one round of
+``trial_budget`` candidates, queues no trial and completes the search (``service.loop``); the
+result never names a measured best (``service.plans.results``), and a worker handed a 3D trial
+refuses it (``runtime.worker.plan_hybrid3d``). ``ranking_rows`` / ``ranking_lines`` are the answer
+as the dashboard and the CLI print it.
 """
 
 from __future__ import annotations
