@@ -374,3 +374,23 @@ def test_the_dashboard_form_creates_a_3d_search(
         r = client.post("/ui/searches/new", data=data | bad, follow_redirects=False)
         shown = r.text.split('data-testid="create-error">', 1)[-1].split("</div>", 1)[0]
         assert r.status_code == 422 and words in shown, (bad, r.status_code, shown[:500])
+
+
+def test_a_3d_search_with_approval_completes_without_asking_for_any(
+    client: TestClient, tokens: dict[str, dict[str, str]], sessions: sessionmaker[Session], gpt_zoo: Path
+) -> None:
+    """Nothing runs, so there is nothing to approve: no round waits and no page offers Approve."""
+    r = create(client, tokens["alice"], {"space": "3d", "micro_batches": [4]}, approval_required=True)
+    assert r.status_code == 201, r.text
+    sid = r.json()["id"]
+    assert SearchLoop(sessions).advance(sid, wait_s=WAIT) == "completed"
+    with sessions() as s:
+        assert repo.list_trials(s, search_id=sid) == []
+        assert [x.state for x in repo.list_rounds(s, search_id=sid)] == ["completed"]
+        first = repo.list_candidates(s, search_id=sid)[0]
+    client.cookies.set("strategist_token", secret(tokens["alice"]))
+    page = client.get(f"/ui/searches/{sid}/rounds/1").text
+    assert 'data-testid="approve"' not in page and "threed-cost-model" in page
+    assert client.get("/ui/searches").status_code == 200
+    decided = client.post(f"{API}/candidates/{first.id}/approve", headers=tokens["alice"])
+    assert decided.status_code == 409, decided.text  # the search is completed: nothing to queue
