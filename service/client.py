@@ -47,7 +47,7 @@ from service.api.schemas.searches import (
     SearchStatusPublic,
 )
 from service.api.schemas.specs import ClusterPublic, ClustersPublic, ModelPublic, ModelsPublic
-from service.api.schemas.trials import TrialPublic, TrialsPublic
+from service.api.schemas.trials import CandidatePublic, CandidatesPublic, TrialPublic, TrialsPublic
 from simulator.spec import ClusterSpec, ModelSpec, Strategy
 
 if TYPE_CHECKING:
@@ -205,6 +205,12 @@ class StrategistClient:
     def rounds(self, search_id: int) -> list[RoundPublic]:
         """The search's rounds, first first (every page)."""
         return self._all(RoundsPublic, f"/searches/{search_id}/rounds")
+
+    def candidates(self, search_id: int) -> list[CandidatePublic]:
+        """The search's candidates, by round then rank (every page). For a predicted-only search (a
+        hybrid search with ``plan_options={"space": "3d", ...}``) these are its answer: the
+        predicted ranking, with no trial behind them (``docs/service.md``, 3D plans)."""
+        return self._all(CandidatesPublic, f"/searches/{search_id}/candidates")
 
     def trials(self, search_id: int, *, page_size: int = 1000) -> list[TrialPublic]:
         """The search's trials (baselines and candidates), oldest first (every page)."""

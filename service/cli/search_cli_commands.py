@@ -23,6 +23,7 @@ from rich.table import Table
 from service.api.schemas.searches import SearchCreate, SearchStatusPublic
 from service.cli.costs_render import cost_lines, costs_table, heterogeneous_fields, print_costs
 from service.cli.plans_render import plan_fields, plan_lines, result_lines
+from service.cli.threed_render import is_3d_search, ranking_text, threed_options
 from service.client import ApiError, StrategistClient
 from service.plans.results import describe
 
@@ -281,6 +282,30 @@ def create(
     fixed: Annotated[
         bool, typer.Option(help="--plan pipeline: trials run the (k, b) fixed, no tuner.")
     ] = False,
+    space: Annotated[
+        str | None,
+        typer.Option(
+            help="--plan hybrid: '3d' ranks TP x PP x DP plans with ZeRO and recompute (predicted only)."
+        ),
+    ] = None,
+    gpus: Annotated[
+        int | None, typer.Option(help="--space 3d: GPUs of the first node (default all).")
+    ] = None,
+    zero_stages: Annotated[
+        str | None, typer.Option(help="--space 3d: ZeRO stages to consider, e.g. 0,1,2,3 (default all).")
+    ] = None,
+    recompute: Annotated[
+        str | None, typer.Option(help="--space 3d: recompute modes among none,selective,full (default all).")
+    ] = None,
+    micro_batches: Annotated[
+        str | None, typer.Option(help="--space 3d: micro-batch sizes, e.g. 4,8 (default 1,2,4,8).")
+    ] = None,
+    fused_attention: Annotated[
+        str | None, typer.Option(help="--space 3d: false, true or false,true (default false).")
+    ] = None,
+    heads: Annotated[
+        int | None, typer.Option(help="--space 3d: attention heads (default hidden/64).")
+    ] = None,
     as_json_out: Annotated[bool, typer.Option("--json", help="Print the created search as JSON.")] = False,
     api: ApiOpt = "http://127.0.0.1:8000",
     token: TokenOpt = "",
@@ -313,6 +338,12 @@ def create(
         **heterogeneous_fields(objective, throughput_limit, scheduler),
         **plan_fields(plan, stages, memory_per_device_gb, global_batch, annotate or (), fixed),
     }
+    threed = threed_options(plan, space, gpus, zero_stages, recompute, micro_batches, fused_attention, heads)
+    if threed:  # issue 42: the 3D space of a hybrid search
+        if annotate:
+            typer.echo("error: --annotate: Whale's TaskGraph plans; not with --space 3d", err=True)
+            raise typer.Exit(2)
+        fields["plan_options"] = {**fields["plan_options"], **threed}
     if plan not in ("sync", "heterogeneous") and throughput_limit is not None:
         typer.echo("error: --plan: a --throughput-limit search plans heterogeneous schedules", err=True)
         raise typer.Exit(2)
@@ -374,6 +405,9 @@ def status_cmd(
         console.print(escape(KB_MEANING), soft_wrap=True)
     for line in plan_lines(trials):  # pipeline / hybrid trials: chosen (k, b), switches, shares, busy
         console.print(escape(line))
+    if is_3d_search(s):  # predicted only (issue 42): the ranking is the answer
+        for line in ranking_text([as_json(c) for c in _run(lambda: client.candidates(search_id))]):
+            console.print(escape(line), soft_wrap=True)
 
 
 @search_app.command("watch")
@@ -395,6 +429,9 @@ def watch_cmd(
             typer.echo(line)
     for line in result_lines(as_json(final)):
         typer.echo(line)
+    if is_3d_search(as_json(final.search)):  # predicted only (issue 42): the ranking is the answer
+        for line in ranking_text([as_json(c) for c in _run(lambda: client.candidates(search_id))]):
+            typer.echo(line)
 
 
 def register(app: typer.Typer) -> None:

@@ -226,12 +226,17 @@ def add_round(
     samples: int,
     simulator_kind: str = "analytical",
     simulator_version_id: int | None = None,
+    queue_trials: bool = True,
 ) -> tuple[d.Round, list[d.Candidate]]:
     """Store the next round (index = current_round + 1) with its selected candidates.
 
     With ``approval_required`` the round and the search wait for approval and the candidates are
     'proposed'; without it the candidates are approved and their trials queued in this same unit of
     work. Conflict if the search is final. Ranks must be distinct (1 = best predicted).
+
+    ``queue_trials=False`` (a predicted-only plan kind, ``PlanKind.predicted_only``): the round is
+    stored completed with its candidates 'proposed' and no trial at all, whatever
+    ``approval_required`` says (there is nothing to approve: no worker runs such a plan).
     """
     if len({c.rank for c in candidates}) != len(candidates):
         raise ValueError("candidate ranks must be distinct")
@@ -241,7 +246,7 @@ def add_round(
         if search.state in d.SEARCH_FINAL:
             raise d.Conflict(f"search {search_id} is already {search.state}")
         index = search.current_round + 1
-        waiting = search.approval_required and len(candidates) > 0
+        waiting = queue_trials and search.approval_required and len(candidates) > 0
         # The gate: only one caller moves the search from round index-1 to index, and never a
         # finished search (the read above may be stale on SQLite; this UPDATE is not).
         gate = session.execute(
@@ -259,7 +264,8 @@ def add_round(
         rnd = RoundRow(
             search_id=search_id,
             index=index,
-            state="awaiting_approval" if waiting else "running",
+            state="awaiting_approval" if waiting else "running" if queue_trials else "completed",
+            finished_at=None if queue_trials else now,
             simulator_kind=simulator_kind,
             simulator_version_id=simulator_version_id,
             samples=samples,
@@ -277,14 +283,14 @@ def add_round(
                 similarity=float(c.similarity),
                 scorer=c.scorer,
                 uncertainty=None if c.uncertainty is None else float(c.uncertainty),
-                status="proposed" if waiting else "approved",
-                decided_at=None if waiting else now,
+                status="proposed" if waiting or not queue_trials else "approved",
+                decided_at=None if waiting or not queue_trials else now,
             )
             for c in sorted(candidates, key=lambda c: c.rank)
         ]
         session.add_all(rows)
         session.flush()
-        if not waiting:
+        if queue_trials and not waiting:
             session.add_all(
                 new_trial(
                     search,

@@ -19,6 +19,10 @@ One step of ``advance`` for a search in state:
   measurements; once that retraining is done (or failed), plan the next round with the newest
   simulator, or, when the trial budget is spent and the baselines are measured, complete the search.
 
+A plan kind whose plans no worker runs (``PlanKind.predicted_only``: a hybrid search's 3D space)
+takes another path: one round records the ranking as candidates with no trial, and the search
+completes (``SearchLoop._predicted_round``).
+
 Choosing baselines and planning a round are computations whose cost grows with the spec and
 ``samples_per_round``: they run as bounded jobs in child processes (``service.loop.jobs``), never
 on the ticker thread. A step starts the job and returns; a later step stores its result. So one
@@ -222,6 +226,8 @@ class SearchLoop:
             rounds = repo.list_rounds(s, search_id=search_id)
             trials = repo.list_trials(s, search_id=search_id)
         kind = plan_kind(search.plan_kind)  # None: AutoSync strategies (the code below)
+        if kind is not None and kind.predicted_only(search.plan_options):  # nothing to queue: issue 42
+            return self._predicted_round(search, rounds, wait_s, kind)
         have = {t.baseline for t in trials if t.baseline}
         due = kind.due_baselines(search, trials) if kind else due_baselines(search, trials)
         missing = tuple(b for b in due if b not in have)
@@ -407,6 +413,37 @@ class SearchLoop:
         )
         self._nudge_queued(search)
         return f"round {rnd.index} planned"
+
+    def _predicted_round(self, search: d.Search, rounds: list[d.Round], wait_s: float, kind: PlanKind) -> str:
+        """A predicted-only kind's search (``PlanKind.predicted_only``): one round ranks the plans,
+        records the ``trial_budget`` fastest predicted as candidates with no trial (no worker runs
+        them, so none waits in a queue or takes a quota), and the search completes with that
+        ranking as its answer (``service.plans.results``: nothing measured, nothing recommended)."""
+        if rounds:  # recorded by an earlier step that stopped before completing the search
+            return self._finish(search, [])
+        options = search.plan_options or {}
+
+        def args() -> tuple[Any, ...]:
+            model, cluster = self._specs(search)
+            ask = RoundAsk(
+                index=1, k=search.trial_budget, seed=search.seed * 1_000 + 1, tried=(), profiles=()
+            )
+            return model, cluster, options, ask
+
+        out = self._job(search, "round 1", kind.plan_round, args, wait_s)
+        if isinstance(out, str):
+            return out
+        with self.sessions() as s:
+            repo.add_round(
+                s,
+                search_id=search.id,
+                candidates=list(out.value.drafts),
+                samples=search.samples_per_round,
+                simulator_kind=out.value.scorer,
+                queue_trials=False,
+            )
+        log.info("search %s: %s plans ranked, predicted only", search.id, len(out.value.drafts))
+        return self._finish(search, [])
 
     def _finish(self, search: d.Search, trials: list[d.Trial]) -> str:
         if any(t.baseline and t.state not in d.TRIAL_FINAL for t in trials):

@@ -83,6 +83,12 @@ class PlanKind(ABC):
     #: Whether a finished round asks for the domain's learned simulator to be retrained.
     retrains: ClassVar[bool] = False
 
+    def predicted_only(self, options: dict[str, Any] | None) -> bool:
+        """Whether a search with these (stored) options plans documents no worker can run: its one
+        round records the predicted ranking (no trial is queued) and the search completes with it
+        (``service.loop``; issue 42's 3D space). False for every kind whose plans are measured."""
+        return False
+
     @abstractmethod
     def validate(
         self, options: dict[str, Any] | None, *, objective: str, model: ModelSpec, cluster: ClusterSpec

@@ -24,7 +24,7 @@ out-of-memory), ranked after every plan that fits. Baseline ``even``: data paral
 batch split evenly, the homogeneous default Whale compares against.
 
 With ``"space": "3d"`` the search ranks TP x PP x DP plans with ZeRO and recompute instead
-(``service.plans.hybrid_threed``: its own options, no baseline, predicted-only trials).
+(``service.plans.hybrid_threed``: its own options, no baseline, predicted only: no trial is queued).
 
 Similarity between two candidates: the fraction of (TaskGraph count, nested DP, pipelined) they
 share (a decision; the cost model ranks, nothing samples).
@@ -165,6 +165,9 @@ class HybridPlans(PlanKind):
                     ]
                 ) from None
         return out
+
+    def predicted_only(self, options: dict[str, Any] | None) -> bool:
+        return is_3d(options)  # no worker runs a TP x PP x DP plan (service.plans.hybrid_threed)
 
     def due_baselines(self, search: Search, trials: Sequence[Trial]) -> tuple[str, ...]:
         if is_3d(search.plan_options):

@@ -20,9 +20,12 @@ Each round ranks every plan of ``search.hybrid.threed.enumerate_plans`` with
 ``search.hybrid.threed.rank_plans``: plans the 3D memory model predicts to run out of memory on the
 cluster's GPU are dropped (never proposed), the rest go fastest first as ``hybrid_3d`` documents
 (``simulator.threed.document.ThreeDDocument``) carrying the predicted time and memory per GPU.
-No baseline is measured: nothing in this service runs a Megatron-style 3D plan on GPUs yet, so a
-3D trial reports that it was predicted only (``runtime.worker.plan_hybrid3d``) and the search's
-result never names a measured best (``service.plans.results``).
+No baseline is measured: nothing in this service runs a Megatron-style 3D plan on GPUs yet, so the
+kind is predicted only here (``HybridPlans.predicted_only``): the loop runs one round of
+``trial_budget`` candidates, queues no trial and completes the search (``service.loop``); the
+result never names a measured best (``service.plans.results``), and a worker handed a 3D trial
+refuses it (``runtime.worker.plan_hybrid3d``). ``ranking_rows`` / ``ranking_lines`` are the answer
+as the dashboard and the CLI print it.
 """
 
 from __future__ import annotations
@@ -243,3 +246,40 @@ class ThreeDSpace:
 def is_3d(options: dict[str, Any] | None) -> bool:
     """Whether a hybrid search's options ask for the 3D space (any ``space`` given is checked here)."""
     return isinstance(options, dict) and options.get("space") is not None
+
+
+def ranking_rows(candidates: Sequence[tuple[int, int, dict[str, Any]]]) -> list[dict[str, Any]]:
+    """The predicted ranking of a 3D search, one row per (candidate id, rank, document), best first:
+    what the CLI (``search status``/``watch``) and the dashboard's search page print. Documents of
+    another kind are skipped."""
+    rows = []
+    for cid, rank, doc in sorted(candidates, key=lambda c: (c[1], c[0])):
+        if doc.get("kind") != "hybrid_3d":
+            continue
+        d = ThreeDDocument.model_validate(doc)
+        rows.append(
+            {
+                "candidate_id": cid,
+                "rank": rank,
+                "layout": d.summary(),
+                "predicted_s": d.predicted.seconds,
+                "memory_gb": d.memory.peak_bytes / 1e9,
+                "capacity_gb": d.memory.capacity_bytes / 1e9,
+                "fits": d.memory.fits,
+            }
+        )
+    return rows
+
+
+def ranking_lines(rows: Sequence[dict[str, Any]]) -> list[str]:
+    """``ranking_rows`` as text lines (the CLI's table; says that nothing in it was measured)."""
+    if not rows:
+        return []
+    out = [f"predicted ranking ({len(rows)} 3D plans, predicted only: none is measured):"]
+    out += [
+        f"  {r['rank']:>3}. candidate {r['candidate_id']}: {r['layout']}; predicted "
+        f"{r['predicted_s'] * 1e3:.1f} ms/iteration, {r['memory_gb']:.1f} of {r['capacity_gb']:.0f} GB per GPU, "
+        f"{'fits' if r['fits'] else 'out of memory'}"
+        for r in rows
+    ]
+    return out

@@ -25,7 +25,8 @@ from sqlalchemy.orm import Session
 
 from search.speedup import bootstrap_ratio
 from service.db import repository as repo
-from service.domain import SearchStatus, Trial
+from service.domain import Candidate, SearchStatus, Trial
+from service.plans import plan_kind
 
 #: Two medians closer than this are not told apart, whatever the bootstrap says: the repeatability
 #: of a trial on a shared testbed host (and the only noise estimate of a one-iteration trial).
@@ -182,13 +183,17 @@ def _time_baseline(status: SearchStatus, trials: Sequence[Trial]) -> Trial | Non
 
 
 def plan_result(
-    status: SearchStatus, trials: Sequence[Trial], money: dict[int, float] | None = None
+    status: SearchStatus,
+    trials: Sequence[Trial],
+    money: dict[int, float] | None = None,
+    predicted: Sequence[Candidate] = (),
 ) -> PlanResult:
     """The result of a search from its status (best already the kind's best) and its trials.
 
     ``money``: trial id -> measured money, for a heterogeneous search (its metric); the caller reads
     it from ``heterogeneous_results``. The baseline of a heterogeneous search is its cheapest
-    measured baseline trial that has money.
+    measured baseline trial that has money. ``predicted``: the candidates of a predicted-only search
+    (``PlanKind.predicted_only``), whose verdict names the predicted fastest.
     """
     kind = status.search.plan_kind
     by_id = {t.id: t for t in trials}
@@ -217,16 +222,18 @@ def plan_result(
     rec_t, reason = recommend(candidates)
     rec = _pick(rec_t, rec_t.median_time) if rec_t and rec_t.median_time is not None else None
     out = _finish(kind, "time", best, base, rec, reason)
-    return _predicted_only(out, trials) if best is None else out
+    return _predicted_only(out, predicted) if best is None else out
 
 
-def _predicted_only(result: PlanResult, trials: Sequence[Trial]) -> PlanResult:
-    """A search of 3D plans (issue 42) has no measured candidate: its verdict says so and names the
-    predicted fastest trial as a prediction, with how many plans the memory model dropped."""
-    docs = [t for t in trials if t.strategy.get("kind") == "hybrid_3d" and t.predicted_time is not None]
+def _predicted_only(result: PlanResult, predicted: Sequence[Candidate]) -> PlanResult:
+    """A search of 3D plans (issue 42) has no measured candidate and no trial: its verdict says so
+    and names the predicted fastest candidate as a prediction, with how many plans the memory model
+    dropped. ``best`` and ``recommended`` stay empty: a prediction is never shown as a measurement
+    (the ranking itself is the search's candidates, ``GET /searches/{id}/candidates``)."""
+    docs = [c for c in predicted if c.strategy.get("kind") == "hybrid_3d"]
     if not docs:
         return result
-    top = min(docs, key=lambda t: (t.predicted_time or 0.0, t.id))
+    top = min(docs, key=lambda c: (c.predicted_time, c.round_index, c.rank))
     first = top.strategy
     dropped = ""
     if first.get("enumerated") is not None:
@@ -235,12 +242,12 @@ def _predicted_only(result: PlanResult, trials: Sequence[Trial]) -> PlanResult:
             "dropped as predicted out of memory"
         )
     verdict = (
-        f"no measured candidate: 3D plans are predicted only (no worker runs them); fastest predicted "
-        f"trial:{top.id}, {describe(first)}, {_fmt('time', top.predicted_time or 0.0)} per iteration{dropped}"
+        f"no measured candidate: 3D plans are predicted only (no worker runs them, none is queued); "
+        f"predicted ranking of {len(docs)} plans, fastest candidate:{top.id}, {describe(first)}, "
+        f"{_fmt('time', top.predicted_time)} per iteration{dropped}"
     )
-    return PlanResult(
-        result.plan_kind, result.metric, None, None, None, False, None, result.recommended_reason, verdict
-    )
+    reason = "nothing measured: 3D plans are predicted only, so no plan is recommended"
+    return PlanResult(result.plan_kind, result.metric, None, None, None, False, None, reason, verdict)
 
 
 def _space(t: Trial) -> str:
@@ -284,7 +291,11 @@ def load_plan_result(session: Session, status: SearchStatus, *, owner_id: int | 
 
         plans = load_results(session, search_id=status.search.id, owner_id=owner_id).plans
         money = {p.trial_id: p.measured_money for p in plans if p.trial_id and p.measured_money is not None}
-    return plan_result(status, trials, money)
+    predicted: list[Candidate] = []
+    kind = plan_kind(status.search.plan_kind)
+    if kind is not None and kind.predicted_only(status.search.plan_options):
+        predicted = repo.list_candidates(session, search_id=status.search.id, owner_id=owner_id)
+    return plan_result(status, trials, money, predicted)
 
 
 def worker_hint(trials: Sequence[Trial]) -> str:

@@ -23,6 +23,7 @@ from service.db import repository as repo
 from service.domain import NotFound, QuotaExceeded
 from service.web.auth import WebUser
 from service.web.render import page
+from service.web.threed_form import threed_options
 from simulator import zoo
 
 router = APIRouter()
@@ -109,7 +110,8 @@ def new_search_form(request: Request, session: SessionDep, user: WebUser) -> HTM
 #: The create form's initial values.
 DEFAULTS = {"model": "", "cluster": "", "trial_budget": "8", "candidates_per_round": "4",
             "samples_per_round": "200", "compression": "none", "name": "", "objective": "time",
-            "throughput_limit": "", "scheduler": "exact", "plan": "sync", "plan_options": ""}  # fmt: skip
+            "throughput_limit": "", "scheduler": "exact", "plan": "sync", "plan_options": "",
+            "space": "", "global_batch_3d": "", "zero_stages": "", "recompute": "", "micro_batches": ""}  # fmt: skip
 
 
 @router.post("/searches/new", response_model=None)
@@ -131,6 +133,11 @@ def create_search(
     scheduler: Annotated[str, Form()] = "exact",
     plan: Annotated[str, Form()] = "sync",
     plan_json: Annotated[str, Form(alias="plan_options")] = "",
+    space: Annotated[str, Form()] = "",
+    global_batch_3d: Annotated[str, Form()] = "",
+    zero_stages: Annotated[str, Form()] = "",
+    recompute: Annotated[str, Form()] = "",
+    micro_batches: Annotated[str, Form()] = "",
 ) -> RedirectResponse | HTMLResponse:
     if plan == "heterogeneous":
         objective = "cost"  # HeterPS plans minimise money under the throughput limit
@@ -139,10 +146,16 @@ def create_search(
               "compression": compression, "name": name, "objective": objective}  # fmt: skip
     shown = values | {"throughput_limit": throughput_limit, "scheduler": scheduler, "plan": plan,
                       "plan_options": plan_json}  # fmt: skip
+    threed = {"global_batch_3d": global_batch_3d, "zero_stages": zero_stages, "recompute": recompute,
+              "micro_batches": micro_batches}  # fmt: skip
+    shown |= threed | {"space": space}
     try:
         kind_fields = plan_fields(plan, plan_json, throughput_limit) or cost_fields(
             throughput_limit, scheduler
         )
+        if extra := threed_options(plan, space, threed):  # the hybrid kind's 3D space (issue 42)
+            json_options = cast(dict[str, Any], kind_fields.get("plan_options") or {})
+            kind_fields = {**kind_fields, "plan_options": {**json_options, **extra}}
     except ValueError as e:
         return _form(request, shown, str(e), status.HTTP_422_UNPROCESSABLE_CONTENT)
     try:

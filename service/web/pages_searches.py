@@ -2,17 +2,20 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 from urllib.parse import quote
 
 from fastapi import APIRouter, Request, status
 from fastapi.responses import HTMLResponse, RedirectResponse
+from sqlalchemy.orm import Session
 
+from service import domain as d
 from service.api.deps import OrchestratorDep, SessionDep, SettingsDep, notify
 from service.api.params import IdPath
 from service.db import repository as repo
 from service.domain import SEARCH_FINAL, Conflict, NotFound
 from service.loop.store import search_specs
+from service.plans import plan_kind
 from service.plans.heterogeneous_results import cheapest_as_best
 from service.plans.results import load_plan_result, worker_hint
 from service.web.auth import WebUser, owner_of
@@ -81,8 +84,21 @@ def search(
         cluster=cluster,
         cluster_line=cluster_summary(cluster),
         plan_labels=plan_labels(trials) if st.search.plan_kind in ("pipeline", "hybrid") else {},
+        predicted=predicted_ranking(session, st.search, owner_of(user)),
         **costs,
     )
+
+
+def predicted_ranking(session: Session, search: d.Search, owner_id: int | None) -> list[dict[str, Any]]:
+    """A predicted-only search's ranking rows (``service.plans.hybrid_threed.ranking_rows``); []
+    for every other search."""
+    kind = plan_kind(search.plan_kind)
+    if kind is None or not kind.predicted_only(search.plan_options):
+        return []
+    from service.plans.hybrid_threed import ranking_rows
+
+    cands = repo.list_candidates(session, search_id=search.id, owner_id=owner_id)
+    return ranking_rows([(c.id, c.rank, c.strategy) for c in cands])
 
 
 @router.get("/searches/{search_id}/rounds/{index}", response_class=HTMLResponse)
