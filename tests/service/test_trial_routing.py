@@ -3,13 +3,15 @@ share a queue; a zoo cluster's trials go to any worker advertising it. SQLite an
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any
 
 from fastapi.testclient import TestClient
+from sqlalchemy import update
 from sqlalchemy.orm import Session
 
 from service.db import repository as repo
-from service.db.models import PoolSpecRow
+from service.db.models import PoolSpecRow, TrialRow, utcnow
 
 API = "/api/v1"
 
@@ -117,3 +119,25 @@ def test_pool_clusters_go_to_their_agents_only(session: Session, specs: Any, zoo
         assert repo.claim_trial(session, worker="w", clusters=["rack"], user_id=user_id) is None
     with session.begin():
         assert runnable_cluster_ids(session, names=["rack"], user_id=owner) == []
+
+
+def test_the_no_worker_notice_counts_only_workers_that_can_claim(
+    client: TestClient, tokens: dict[str, Any], session: Session, specs: Any
+) -> None:
+    """A live worker advertising 'lab' for another user does not hide that nobody serves yours."""
+    alice, bob = tokens["alice"], tokens["bob"]
+    assert client.post(f"{API}/clusters", json=_lab(specs, 10), headers=alice).status_code == 201
+    assert client.post(f"{API}/clusters", json=_lab(specs, 25), headers=bob).status_code == 201
+    trial = _search(client, alice, "lab", session, specs)
+    search_id = repo.get_trial(session, trial_id=trial).search_id
+    with session.begin():  # queued 60 s ago: past the liveness window
+        session.execute(update(TrialRow).values(created_at=utcnow() - timedelta(seconds=60)))
+    assert _claim(client, bob, "lab") is None  # bob's worker, live, advertising 'lab'
+    assert _claim(client, tokens["worker"], "lab") is None  # a fleet worker too
+    line = repo.waiting_on_workers(session, search_id=search_id, live_s=30.0)
+    assert line is not None and "with no live worker for it" in line, line
+    assert "advertise lab but their tokens resolve it to another cluster" in line
+    # Her own worker, live (a poll, no claim): the trial is just waiting its turn.
+    me = client.get(f"{API}/me", headers=alice).json()["user_id"]
+    repo.touch_worker(session, name="alices-box", user_id=me, clusters=["lab"], pool="testbed")
+    assert repo.waiting_on_workers(session, search_id=search_id, live_s=30.0) is None
