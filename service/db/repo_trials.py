@@ -4,7 +4,8 @@ The database, not the queue, is the source of truth for a trial (docs/service.md
 - ``claim_trial`` is atomic: a queued trial goes to exactly one worker, also under concurrent
   claims (PostgreSQL: ``SELECT ... FOR UPDATE SKIP LOCKED`` then a conditional UPDATE; SQLite: the
   conditional ``UPDATE ... WHERE state = 'queued'`` alone, whose row count says who won). Each
-  claim increments ``attempt`` and issues a fresh random ``claim_token``.
+  claim increments ``attempt`` and issues a fresh random ``claim_token``. It routes by the search's
+  cluster spec id, never by name alone (``runnable_cluster_ids``; docs/service.md#trial-routing).
 - heartbeats and reports must carry the current (attempt, claim_token); anything else is stale.
 - ``report_trial`` records at most one measurement per trial, ever: the conditional UPDATE
   ``WHERE state = 'running' AND attempt = :attempt`` lets one report through, and the UNIQUE
@@ -160,15 +161,16 @@ def claim_trial(
     """
     if not clusters:
         return None
-    with session.begin():
-        spec_ids = runnable_cluster_ids(session, names=clusters, user_id=user_id)
-    if not spec_ids:
-        return None
-    searches = select(SearchRow.id).where(SearchRow.cluster_spec_id.in_(spec_ids))
-    if own_searches_only:
-        searches = searches.where(SearchRow.owner_id == user_id)
+    spec_ids: list[int] | None = None
     for _ in range(8):  # each pass either wins a row or sees the queue change under it
         with session.begin():
+            if spec_ids is None:  # resolved once, in the first pass's transaction (no extra round trip)
+                spec_ids = runnable_cluster_ids(session, names=clusters, user_id=user_id)
+            if not spec_ids:
+                return None
+            searches = select(SearchRow.id).where(SearchRow.cluster_spec_id.in_(spec_ids))
+            if own_searches_only:
+                searches = searches.where(SearchRow.owner_id == user_id)
             # The name filter uses the (state, cluster_name) index; the search filter is the routing.
             # A subquery, not a join: FOR UPDATE must lock the trial row only, never its search.
             q = select(TrialRow.id).where(
