@@ -3,15 +3,21 @@ share a queue; a zoo cluster's trials go to any worker advertising it. SQLite an
 
 from __future__ import annotations
 
+import subprocess
+from collections.abc import Callable
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
+import httpx
 from fastapi.testclient import TestClient
 from sqlalchemy import update
 from sqlalchemy.orm import Session
 
 from service.db import repository as repo
 from service.db.models import PoolSpecRow, TrialRow, utcnow
+from service.loop.stack import Stack, StackConfig, embedded_worker_argv, worker_env
+from service.settings import Settings
 
 API = "/api/v1"
 
@@ -141,3 +147,52 @@ def test_the_no_worker_notice_counts_only_workers_that_can_claim(
     me = client.get(f"{API}/me", headers=alice).json()["user_id"]
     repo.touch_worker(session, name="alices-box", user_id=me, clusters=["lab"], pool="testbed")
     assert repo.waiting_on_workers(session, search_id=search_id, live_s=30.0) is None
+
+
+def test_two_users_own_workers_each_run_only_their_lab(
+    tmp_path: Path, zoo_dir: Path, specs: Any, wait_for: Callable[..., Any]
+) -> None:
+    """Real processes: `strategist serve`'s API and loop, and two testbed workers started with the
+    users' own tokens, both advertising 'lab' at once; each search's trials are all measured by its
+    owner's worker, on the owner's spec."""
+    settings = Settings(
+        data_dir=tmp_path / "data", database_url="", broker_url="", heartbeat_timeout_s=30.0,
+        sweep_interval_s=0.5,
+    )  # fmt: skip
+    with Stack(settings, StackConfig(embedded_worker=False, port=0, tick_s=0.3)) as stack:
+        with stack.sessions() as s:
+            secrets = {who: repo.create_token(s, name=who, role="user").secret for who in ("alice", "bob")}
+        http = httpx.Client(base_url=stack.url + API, timeout=60)
+        searches: dict[str, int] = {}
+        for who, nic in (("alice", 10), ("bob", 25)):
+            auth = {"Authorization": f"Bearer {secrets[who]}"}
+            assert http.post("/clusters", json=_lab(specs, nic), headers=auth).status_code == 201
+            body = {"model": "tiny-mlp", "cluster": "lab", "trial_budget": 1, "candidates_per_round": 1,
+                    "samples_per_round": 20}  # fmt: skip
+            r = http.post("/searches", json=body, headers=auth)
+            assert r.status_code == 201, r.text
+            searches[who] = r.json()["id"]
+        procs = []
+        for who in ("alice", "bob"):
+            flags = {"poll": 0.3, "clusters": "lab", "name": f"{who}-box", "iterations": 3, "warmup": 1}
+            with (tmp_path / f"{who}.log").open("wb") as out:
+                argv = embedded_worker_argv(api=stack.url, broker="", flags=flags)
+                procs.append(subprocess.Popen(argv, env=worker_env(secrets[who]), stdout=out, stderr=out))
+        try:
+            for who, sid in searches.items():
+                auth = {"Authorization": f"Bearer {secrets[who]}"}
+
+                def done(sid: int = sid, auth: dict[str, str] = auth) -> bool:
+                    state = http.get(f"/searches/{sid}", headers=auth).json()["search"]["state"]
+                    assert state not in ("failed", "cancelled"), state
+                    return bool(state == "completed")
+
+                wait_for(done, 300, f"{who}'s search to complete")
+                trials = http.get(f"/searches/{sid}/trials", headers=auth).json()["data"]
+                assert trials and {t["state"] for t in trials} == {"succeeded"}
+                assert {t["claimed_by"] for t in trials} == {f"{who}-box"}, trials
+        finally:
+            for p in procs:
+                p.terminate()
+                p.wait(timeout=30)
+            http.close()
