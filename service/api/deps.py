@@ -181,8 +181,11 @@ def require(*roles: Role) -> Callable[[Principal], Awaitable[Principal]]:
 
 #: People: users and admins (workers get 403).
 UserDep = Annotated[Principal, Depends(require("user", "admin"))]
-#: Workers only (claim, heartbeat, report).
+#: Worker tokens only (node agents).
 WorkerDep = Annotated[Principal, Depends(require("worker"))]
+#: Whoever runs a worker (claim, heartbeat, report): a worker token, or a person's own token for a
+#: worker serving their uploaded clusters (docs/service.md#trial-routing).
+ClaimerDep = Annotated[Principal, Depends(require("worker", "user", "admin"))]
 #: Admins only.
 AdminDep = Annotated[Principal, Depends(require("admin"))]
 

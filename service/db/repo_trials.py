@@ -4,7 +4,8 @@ The database, not the queue, is the source of truth for a trial (docs/service.md
 - ``claim_trial`` is atomic: a queued trial goes to exactly one worker, also under concurrent
   claims (PostgreSQL: ``SELECT ... FOR UPDATE SKIP LOCKED`` then a conditional UPDATE; SQLite: the
   conditional ``UPDATE ... WHERE state = 'queued'`` alone, whose row count says who won). Each
-  claim increments ``attempt`` and issues a fresh random ``claim_token``.
+  claim increments ``attempt`` and issues a fresh random ``claim_token``. It routes by the search's
+  cluster spec id, never by name alone (``runnable_cluster_ids``; docs/service.md#trial-routing).
 - heartbeats and reports must carry the current (attempt, claim_token); anything else is stale.
 - ``report_trial`` records at most one measurement per trial, ever: the conditional UPDATE
   ``WHERE state = 'running' AND attempt = :attempt`` lets one report through, and the UNIQUE
@@ -31,6 +32,7 @@ from service.db import convert
 from service.db.engine import affected
 from service.db.models import (
     MeasurementRow,
+    PoolSpecRow,
     RuntimeRecordRow,
     SearchRow,
     SpecRow,
@@ -120,19 +122,62 @@ def list_trials(
         return [convert.trial(t, m) for t, m in session.execute(q)]
 
 
+def runnable_cluster_ids(session: Session, *, names: Sequence[str], user_id: int | None) -> list[int]:
+    """The cluster spec ids a worker advertising ``names`` may run (inside the caller's transaction).
+
+    Each name resolves as a search resolves it for its owner (docs/service.md#trial-routing):
+    ``user_id``'s own upload of that name, else the zoo's (every stored copy of the zoo entry).
+    ``user_id=None`` (tests, in-process callers) is unscoped: every spec of that name. Specs tied to
+    an agent pool (``pool_specs``) are never resolved: their trials go to that pool's agents only.
+    """
+    q = select(SpecRow.id, SpecRow.name, SpecRow.owner_id, SpecRow.origin).where(
+        SpecRow.kind == "cluster",
+        SpecRow.name.in_(list(names)),
+        SpecRow.id.not_in(select(PoolSpecRow.spec_id)),
+    )
+    if user_id is None:
+        return [r.id for r in session.execute(q)]
+    q = q.where((SpecRow.owner_id == user_id) | (SpecRow.origin == "zoo"))
+    rows = session.execute(q).all()
+    own = {r.name for r in rows if r.owner_id == user_id and r.origin == "upload"}
+    return [r.id for r in rows if (r.origin == "upload") == (r.name in own)]
+
+
 def claim_trial(
-    session: Session, *, worker: str, clusters: Sequence[str], trial_id: int | None = None
+    session: Session,
+    *,
+    worker: str,
+    clusters: Sequence[str],
+    trial_id: int | None = None,
+    user_id: int | None = None,
+    own_searches_only: bool = False,
 ) -> d.TrialClaim | None:
     """Give the oldest queued trial on one of ``clusters`` (or exactly ``trial_id``) to ``worker``.
 
+    Trials are routed by cluster spec id, not name: ``clusters`` resolve to spec ids with
+    `runnable_cluster_ids` for the claiming token's user ``user_id``, and a trial is claimable when
+    its search's ``cluster_spec_id`` is one of them. ``own_searches_only``: only ``user_id``'s own
+    searches (a person's token running their own worker never measures someone else's search).
     Returns None when nothing claimable is queued. Safe under concurrent callers (see module doc).
     """
     if not clusters:
         return None
+    spec_ids: list[int] | None = None
     for _ in range(8):  # each pass either wins a row or sees the queue change under it
         with session.begin():
+            if spec_ids is None:  # resolved once, in the first pass's transaction (no extra round trip)
+                spec_ids = runnable_cluster_ids(session, names=clusters, user_id=user_id)
+            if not spec_ids:
+                return None
+            searches = select(SearchRow.id).where(SearchRow.cluster_spec_id.in_(spec_ids))
+            if own_searches_only:
+                searches = searches.where(SearchRow.owner_id == user_id)
+            # The name filter uses the (state, cluster_name) index; the search filter is the routing.
+            # A subquery, not a join: FOR UPDATE must lock the trial row only, never its search.
             q = select(TrialRow.id).where(
-                TrialRow.state == "queued", TrialRow.cluster_name.in_(list(clusters))
+                TrialRow.state == "queued",
+                TrialRow.cluster_name.in_(list(clusters)),
+                TrialRow.search_id.in_(searches),
             )
             if trial_id is not None:
                 q = q.where(TrialRow.id == trial_id)

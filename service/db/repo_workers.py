@@ -25,8 +25,9 @@ from sqlalchemy.orm import Session
 
 from service import domain as d
 from service.db.convert import aware, maybe_aware
-from service.db.models import TokenRow, TrialRow, WorkerRow, utcnow
+from service.db.models import TokenRow, TrialRow, UserRow, WorkerRow, utcnow
 from service.db.repo_searches import load_search
+from service.db.repo_trials import runnable_cluster_ids
 
 
 def touch_worker(
@@ -105,7 +106,7 @@ def waiting_on_workers(
     """
     now = now or utcnow()
     with session.begin():
-        load_search(session, search_id, owner_id)
+        search = load_search(session, search_id, owner_id)
         trials = session.execute(
             select(
                 TrialRow.id,
@@ -118,9 +119,23 @@ def waiting_on_workers(
         ).all()
         if not trials:
             return None
-        workers = session.execute(
-            select(WorkerRow.name, WorkerRow.pool, WorkerRow.clusters, WorkerRow.last_seen_at)
+        seen = session.execute(
+            select(
+                WorkerRow.name, WorkerRow.pool, WorkerRow.clusters, WorkerRow.last_seen_at, WorkerRow.user_id
+            )
         ).all()
+        # Only workers whose claims would reach this search count (trials go by spec id, not name:
+        # service.db.repo_trials.claim_trial): the names they advertise resolve, for their token's
+        # user, to the search's cluster, and a person's own worker serves only their searches.
+        ids = {w.user_id for w in seen if w.user_id is not None}
+        people = set(session.scalars(select(UserRow.id).where(UserRow.id.in_(ids), UserRow.role == "user")))
+        workers = [
+            w
+            for w in seen
+            if (w.user_id not in people or w.user_id == search.owner_id)
+            and search.cluster_spec_id
+            in runnable_cluster_ids(session, names=[str(c) for c in w.clusters], user_id=w.user_id)
+        ]
     lines: list[str] = []
     queued: dict[str, list[datetime]] = defaultdict(list)
     for t in trials:
@@ -149,6 +164,11 @@ def waiting_on_workers(
             if last is not None and last_seen is not None
             else "no worker has ever advertised it"
         )
+        if last is None and (others := sorted(w.name for w in seen if cluster in w.clusters)):
+            who = (
+                f"worker(s) {', '.join(others)} advertise {cluster} but their tokens resolve it to"
+                " another cluster of that name: a cluster you uploaded is run by a worker with your token"
+            )
         lines.append(
             f"{len(created)} trial(s) queued on cluster {cluster} for {waited:.0f} s"
             f" with no live worker for it ({who})"

@@ -305,7 +305,8 @@ def worker_hint(trials: Sequence[Trial]) -> str:
         return ""
     names = ",".join(clusters)
     return (
-        f"to run them, start a worker for {names}: `strategist token create --role worker` (as the "
-        f"admin, once), then `strategist worker --pool testbed --api <this API URL> --token <worker "
-        f"token> --clusters {names}` (emulated on this host), or --pool gpu on a host with {names}'s GPUs"
+        f"to run them, start a worker for {names}: `strategist worker --pool testbed --api <this API URL> "
+        f"--token <token> --clusters {names}` (emulated on this host), or --pool gpu on a host with "
+        f"{names}'s GPUs; the token: for a zoo cluster a worker token (`strategist token create --role "
+        "worker`, as the admin, once), for a cluster you uploaded your own token (docs/service.md#trial-routing)"
     )

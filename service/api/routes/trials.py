@@ -6,7 +6,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Query
 
-from service.api.deps import OrchestratorDep, SessionDep, UserDep, WorkerDep, notify, owner_filter
+from service.api.deps import ClaimerDep, OrchestratorDep, SessionDep, UserDep, notify, owner_filter
 from service.api.paging import DEFAULT_LIMIT, CursorQuery, LimitQuery, fetch, page
 from service.api.params import IdPath, RoundQuery
 from service.api.schemas.trials import (
@@ -56,7 +56,7 @@ def get_trial(trial_id: IdPath, session: SessionDep, user: UserDep) -> TrialPubl
 
 @router.post("/trials/{trial_id}/heartbeat", response_model=HeartbeatPublic)
 def heartbeat(
-    trial_id: IdPath, body: HeartbeatCreate, session: SessionDep, worker: WorkerDep
+    trial_id: IdPath, body: HeartbeatCreate, session: SessionDep, worker: ClaimerDep
 ) -> HeartbeatPublic:
     """The claim holder is alive. ``accepted: false``: the claim went stale; ``stop``: cancelled."""
     ack = repo.heartbeat(session, trial_id=trial_id, attempt=body.attempt, claim_token=body.claim_token)
@@ -68,7 +68,7 @@ def report(
     trial_id: IdPath,
     body: ReportCreate,
     session: SessionDep,
-    worker: WorkerDep,
+    worker: ClaimerDep,
     orchestrator: OrchestratorDep,
 ) -> ReportPublic:
     """Report the trial's measurement once; a duplicate or stale report changes nothing (recorded=false)."""

@@ -6,7 +6,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Query, Response, status
 
-from service.api.deps import SessionDep, SettingsDep, UserDep, WorkerDep
+from service.api.deps import ClaimerDep, SessionDep, SettingsDep, UserDep
 from service.api.schemas.trials import ClaimCreate, ClaimPublic, TrialPublic, WorkerPublic, WorkersPublic
 from service.db import repository as repo
 
@@ -19,13 +19,24 @@ router = APIRouter(prefix="/workers", tags=["workers"])
     responses={204: {"description": "Nothing queued on those clusters."}},
 )
 def claim(
-    body: ClaimCreate, session: SessionDep, worker: WorkerDep, response: Response
+    body: ClaimCreate, session: SessionDep, worker: ClaimerDep, response: Response
 ) -> ClaimPublic | Response:
-    """Claim the oldest queued trial on one of ``clusters`` (atomic: each trial goes to one worker)."""
+    """Claim the oldest queued trial on one of ``clusters`` (atomic: each trial goes to one worker).
+
+    Routed by cluster spec id: each name is the token's user's own cluster of that name, else the
+    zoo's; a user token claims only that user's searches (docs/service.md#trial-routing).
+    """
     name = body.worker or worker.name
     # Every claim poll is the worker's heartbeat while idle (service.db.repo_workers).
     repo.touch_worker(session, name=name, user_id=worker.user_id, clusters=body.clusters, pool=body.pool)
-    got = repo.claim_trial(session, worker=name, clusters=body.clusters, trial_id=body.trial_id)
+    got = repo.claim_trial(
+        session,
+        worker=name,
+        clusters=body.clusters,
+        trial_id=body.trial_id,
+        user_id=worker.user_id,
+        own_searches_only=worker.role == "user",
+    )
     if got is None:
         return Response(status_code=status.HTTP_204_NO_CONTENT)
     return ClaimPublic(
