@@ -58,6 +58,7 @@ from service.db.repo_trials import (
     get_trial,
     heartbeat,
     list_trials,
+    release_trial,
     report_trial,
     requeue_stale_trials,
 )
@@ -103,6 +104,7 @@ __all__ = [
     "profiles_in_use",
     "queue_profile_job",
     "queue_room",
+    "release_trial",
     "report_trial",
     "request_retrain",
     "requeue_stale_trials",
