@@ -124,13 +124,16 @@ def spec_dirs(tmp: Path) -> list[str]:
 class Running:
     """A serve on a fresh data folder with one search, and how to find its running trial."""
 
-    def __init__(self, tmp_path: Path, mark: str, *, search: bool = True) -> None:
+    def __init__(
+        self, tmp_path: Path, mark: str, *, search: bool = True, env: dict[str, str] | None = None
+    ) -> None:
         self.tmp = tmp_path / "tmp"
         self.tmp.mkdir()
         self.env = {
             "TMPDIR": str(self.tmp),
             "STRATEGIST_HEARTBEAT_TIMEOUT_S": "600",  # a trial queued again was released, not swept
-            "STRATEGIST_WORKER_ITERATIONS": "400",  # long trials: the stop lands mid-trial
+            "STRATEGIST_WORKER_ITERATIONS": "2000",  # a trial takes about a minute: the stop lands mid-trial
+            **(env or {}),
         }
         self.data = tmp_path / "data"
         self.serve = Serve(self.data, mark, self.env)
@@ -141,16 +144,19 @@ class Running:
         with self.sessions() as s:
             self.owner = repo.create_token(s, name="alice", role="user").info.user_id
             self.worker_secret = repo.create_token(s, name="w-ext", role="worker").secret
+        self.searches: list[int] = []
         self.search = self.new_search() if search else 0
 
     def new_search(self, seed: int = 0, budget: int = 2) -> int:
         with self.sessions() as s:
             model = repo.zoo_spec(s, kind="model", name="tiny-mlp")
             cluster = repo.zoo_spec(s, kind="cluster", name="two-node")
-            return repo.create_search(
+            made = repo.create_search(
                 s, owner_id=self.owner, model=model, cluster=cluster, trial_budget=budget,
                 candidates_per_round=2, samples_per_round=20, seed=seed,
             ).id  # fmt: skip
+        self.searches.append(made)
+        return made
 
     def running_trial(self, marked: Callable[[str], dict[int, str]], mark: str) -> Any:
         """The running trial, once its trial process has ranks (the trial is past its start-up)."""
@@ -158,7 +164,9 @@ class Running:
         if not any(RANK in c for c in procs.values()) or not any(TRIAL in c for c in procs.values()):
             return None
         with self.sessions() as s:
-            running = [t for t in repo.list_trials(s, search_id=self.search) if t.state == "running"]
+            running = [
+                t for i in self.searches for t in repo.list_trials(s, search_id=i) if t.state == "running"
+            ]
         return running[0] if running else None
 
     def trial(self, trial_id: int) -> Any:
@@ -177,7 +185,7 @@ def test_sigterm_of_serve_mid_trial_hands_the_trial_back(
     try:
         trial = wait_for(lambda: run.running_trial(marked, mark), 180, "a running trial with its ranks")
         time.sleep(1.0)
-        assert run.trial(trial.id).state == "running"  # mid-trial: 400 iterations take minutes
+        assert run.trial(trial.id).state == "running"  # mid-trial: 2000 iterations take about a minute
         assert spec_dirs(run.tmp)
         t0 = time.monotonic()
         assert run.serve.proc is not None
@@ -262,3 +270,108 @@ def test_signal_of_a_worker_mid_trial_hands_the_trial_back(
                 os.kill(pid, signal.SIGCONT)
         run.serve.stop()
         run.engine.dispose()
+
+
+# -- chaos: normal stops of serve and kills of the loop's jobs ---------------------------------
+
+
+def parent_of(pid: int) -> int:
+    try:
+        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[-1].split()[1])
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
+def job_processes(procs: dict[int, str]) -> list[int]:
+    """The loop's round/baseline jobs: children of its forkserver (both carry the forkserver's
+    command line)."""
+    servers = {p for p, c in procs.items() if "multiprocessing.forkserver" in c}
+    return [p for p in procs if p not in servers and parent_of(p) in servers]
+
+
+@pytest.mark.slow
+def test_chaos_normal_stops_of_serve_and_kills_of_round_jobs(
+    tmp_path: Path,
+    zoo_dir: Path,
+    mark: str,
+    marked: Callable[[str], dict[int, str]],
+    wait_for: Callable[..., Any],
+) -> None:
+    """Issue 44: 5 SIGTERMs of serve, each with a trial running (restarted each time), and 2 kill -9s
+    of a round or baseline job of the loop, over 3 searches: every search completes, no trial is
+    lost or measured twice, no normal stop spends an attempt, and nothing is left in TMPDIR."""
+    env = {
+        "STRATEGIST_HEARTBEAT_TIMEOUT_S": "30",  # a stop that did not release is swept (and counted)
+        "STRATEGIST_WORKER_ITERATIONS": "600",
+    }
+    run = Running(tmp_path, mark, search=False, env=env)
+    searches = [run.new_search(seed, budget=4) for seed in range(3)]
+    stops: list[
+        tuple[int, int, str, int, float]
+    ] = []  # (trial, attempt before, state after, attempt after, s)
+    job_kills: list[int] = []
+    serve = run.serve
+    deadline = time.monotonic() + 1200
+
+    def finished() -> bool:
+        with run.sessions() as s:
+            return all(repo.get_search(s, search_id=i).state in ("completed", "failed") for i in searches)
+
+    try:
+        while not finished():
+            assert time.monotonic() < deadline, f"searches not finished: stops {stops}, job kills {job_kills}"
+            procs = marked(mark)
+            jobs = job_processes(procs)
+            if jobs and len(job_kills) < 2:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(jobs[0], signal.SIGKILL)
+                    job_kills.append(jobs[0])
+                continue
+            trial = run.running_trial(marked, mark) if len(stops) < 5 else None
+            if trial is None:
+                time.sleep(0.05)
+                continue
+            assert serve.proc is not None
+            t0 = time.monotonic()
+            serve.proc.send_signal(signal.SIGTERM)
+            serve.proc.wait(timeout=90)
+            took = time.monotonic() - t0
+            after = run.trial(trial.id)
+            stops.append((trial.id, trial.attempt, after.state, after.attempt, round(took, 1)))
+            wait_for(lambda: not marked(mark), 30, f"serve's processes to exit: {marked(mark)}")
+            serve = run.serve = Serve(run.data, mark, run.env)
+            serve.start()
+        with run.sessions() as s:
+            finals = {i: repo.get_search(s, search_id=i) for i in searches}
+            trials = [t for i in searches for t in repo.list_trials(s, search_id=i)]
+        with run.engine.connect() as conn:
+            from sqlalchemy import text
+
+            per_trial = dict(
+                conn.execute(text("SELECT trial_id, count(*) FROM measurements GROUP BY trial_id")).all()
+            )
+    finally:
+        serve.stop()
+        run.engine.dispose()
+    wait_for(lambda: not marked(mark), 60, f"serve's processes to exit: {marked(mark)}")
+    ended = [t for t in trials if t.state in ("succeeded", "failed")]
+    lost = [t.id for t in trials if t.state not in ("succeeded", "failed", "cancelled")] + [
+        t.id for t in ended if per_trial.get(t.id, 0) == 0
+    ]
+    duplicated = [i for i, n in per_trial.items() if n > 1]
+    spent = sum(t.attempt - 1 for t in ended)
+    leftovers = sorted(p.name for p in run.tmp.iterdir())
+    print(  # the figures of a run (pytest -s)
+        f"chaos: {len(stops)} serve stops mid-trial {stops}; {len(job_kills)} job kills; searches "
+        f"{[f.state for f in finals.values()]}; trials {len(trials)}; lost {len(lost)}; duplicated "
+        f"{len(duplicated)}; attempts spent by stops {spent}; TMPDIR leftovers {leftovers}"
+    )
+    assert len(stops) == 5 and len(job_kills) == 2, (stops, job_kills)
+    assert all(state == "queued" and a == b - 1 for _, b, state, a, _ in stops), stops
+    assert all(took < 60 for *_, took in stops), stops
+    assert all(f.state == "completed" for f in finals.values()), {
+        i: f.failure_reason for i, f in finals.items()
+    }
+    assert not lost and not duplicated
+    assert spent == 0, [(t.id, t.attempt) for t in ended]
+    assert leftovers == []
