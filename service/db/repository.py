@@ -50,7 +50,15 @@ from service.db.repo_searches import (
     set_round_state,
     transition_search,
 )
-from service.db.repo_specs import get_spec, list_specs, resolve_spec, store_spec, upload_named, zoo_spec
+from service.db.repo_specs import (
+    get_spec,
+    list_spec_summaries,
+    list_specs,
+    resolve_spec,
+    store_spec,
+    upload_named,
+    zoo_spec,
+)
 from service.db.repo_status import search_status
 from service.db.repo_trials import (
     claim_trial,
@@ -97,6 +105,7 @@ __all__ = [
     "list_runtimes",
     "list_searches",
     "list_simulator_versions",
+    "list_spec_summaries",
     "list_specs",
     "list_tokens",
     "list_trials",
