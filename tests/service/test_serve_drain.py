@@ -6,6 +6,9 @@ run in sessions of their own) and removes their spec folders before the process 
 `serve` and workers run as real subprocesses marked with ``STRATEGIST_TEST_MARK`` (the helpers of
 ``test_serve_processes``) and a private ``TMPDIR``, so the test sees exactly its own processes and
 folders. The heartbeat timeout is long (600 s): a trial found queued again was released, not swept.
+The chaos test (``-m slow``) adds 5 normal stops of serve mid-trial and 2 kill -9s of the loop's
+round/baseline jobs over 3 searches, and prints lost / duplicated / attempts spent by stops / TMPDIR
+leftovers (``pytest -s``); its kill -9 counterpart is ``test_serve_processes``'s chaos test.
 """
 
 from __future__ import annotations
