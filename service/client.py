@@ -46,7 +46,14 @@ from service.api.schemas.searches import (
     SearchPublic,
     SearchStatusPublic,
 )
-from service.api.schemas.specs import ClusterPublic, ClustersPublic, ModelPublic, ModelsPublic
+from service.api.schemas.specs import (
+    ClusterPublic,
+    ClustersPublic,
+    ClusterSummary,
+    ModelPublic,
+    ModelsPublic,
+    ModelSummary,
+)
 from service.api.schemas.trials import CandidatePublic, CandidatesPublic, TrialPublic, TrialsPublic
 from simulator.spec import ClusterSpec, ModelSpec, Strategy
 
@@ -351,11 +358,11 @@ class StrategistClient:
         body = spec.model_dump(mode="json") if isinstance(spec, ClusterSpec) else dict(spec)
         return self._call(ClusterPublic, "POST", "/clusters", json=body)
 
-    def models(self) -> list[ModelPublic]:
+    def models(self) -> list[ModelSummary]:
         """The model specs you uploaded (an admin: everyone's), every page."""
         return self._all(ModelsPublic, "/models")
 
-    def clusters(self) -> list[ClusterPublic]:
+    def clusters(self) -> list[ClusterSummary]:
         """The cluster specs you uploaded (an admin: everyone's), every page."""
         return self._all(ClustersPublic, "/clusters")
 

@@ -129,7 +129,7 @@ class ExecutorSession:
         """Start every process and wait until they joined the process group (SessionFailure if not)."""
         self._kill()
         t0 = time.monotonic()
-        self._dir = Path(tempfile.mkdtemp(prefix="strategist-exec-"))
+        self._dir = Path(tempfile.mkdtemp(prefix=f"strategist-exec-{os.getpid()}-"))
         (self._dir / "model.json").write_text(self.model.model_dump_json())
         (self._dir / "cluster.json").write_text(self.cluster.model_dump_json())
         (self._dir / "config.json").write_text(self.config.to_json())

@@ -121,6 +121,20 @@ class ApiClient:
         _check(r, "report")
         return ReportAck.model_validate_json(r.content).recorded
 
+    def release(self, trial: ClaimedTrial, reason: str = "") -> bool:
+        """Hand the claimed trial back (a normal stop): requeued, attempt not spent; False if stale."""
+        body = {
+            "claim_token": trial.claim_token,
+            "attempt": trial.attempt,
+            "worker": self.worker_name,
+            "reason": reason[:200],
+        }
+        r = self._http.post(f"/trials/{trial.id}/release", json=body)
+        if r.status_code in (404, 409):
+            return False
+        _check(r, "release")
+        return bool(r.json().get("released"))
+
 
 def _check(r: httpx.Response, what: str) -> None:
     if r.status_code in (401, 403):

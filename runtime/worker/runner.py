@@ -12,7 +12,12 @@ Contract (the queue delivers at least once; the database is the source of truth)
   cluster and the executor's processes up between trials of one domain; it has its own process
   group, so a cancel stops everything it started, and it dies with the worker (PR_SET_PDEATHSIG);
 - one trial at a time: a trial occupies the whole emulated cluster (or the host's GPUs);
-- a 'gpu' pool worker with no trial to claim runs one profile job (``profile_jobs``) instead.
+- a 'gpu' pool worker with no trial to claim runs one profile job (``profile_jobs``) instead;
+- a normal stop *drains* (``drain``: SIGTERM, Ctrl-C, Celery's warm shutdown): the running trial is
+  stopped, its processes (the trial process, its group and every descendant: the executor's ranks
+  run in sessions of their own) get SIGTERM then SIGKILL after ``drain_grace_s``, its spec folders
+  are removed, and the trial is handed back (``POST /trials/{id}/release``): queued again at once
+  with its attempt not counted.
 """
 
 from __future__ import annotations
@@ -58,6 +63,8 @@ class WorkerConfig:
     session_idle_s: float = 120.0
     # How trials are measured: ExecutorConfig fields (compute, warmup, iterations, timeout_s, ...).
     trial_options: dict[str, object] = field(default_factory=dict)
+    # On a drain, seconds the trial's processes get between SIGTERM and SIGKILL.
+    drain_grace_s: float = 15.0
     # Name reported to the API (shown on trials).
     name: str = field(default_factory=lambda: f"{socket.gethostname()}-{os.getpid()}")
 
@@ -79,6 +86,36 @@ class Worker:
             self.profile_jobs = ProfileJobRunner(client)
         # Why the API refused this worker's token (set when it stopped for that reason).
         self.refused: str | None = None
+        # The trial being run: (its process, its verdict) while ``_run`` runs; ``drain`` stops it.
+        self._running: tuple[TrialProcess, dict[str, bool]] | None = None
+        self._draining = threading.Event()
+        self._drain_lock = threading.Lock()
+        self._killer: threading.Thread | None = None
+        self.released = 0
+        self._drain_reason = "worker stopping"
+
+    def drain(self, reason: str = "worker stopping") -> None:
+        """A normal stop: claim nothing more and hand the running trial back (module doc).
+
+        Returns at once (safe in a signal handler); ``_run`` then waits for the trial's processes
+        to end and releases the trial, and ``serve_forever`` returns.
+        """
+        self._stopping.set()
+        self._draining.set()
+        self._drain_reason = reason
+        self._stop_running()
+
+    def _stop_running(self) -> None:
+        with self._drain_lock:
+            running = self._running
+            if running is None or self._killer is not None:
+                return
+            proc, verdict = running
+            verdict["release"] = True
+            self._killer = threading.Thread(
+                target=proc.kill, kwargs={"grace_s": self.config.drain_grace_s}, name="drain-kill"
+            )
+            self._killer.start()
 
     def stop(self) -> None:
         """Claim nothing more; ``serve_forever`` returns after the trial in progress."""
@@ -165,7 +202,11 @@ class Worker:
         log.info("worker %s: running trial %s on %s", self.config.name, trial.id, trial.cluster.name)
         proc = self._process(trial)
         stop = threading.Event()
-        verdict: dict[str, bool] = {"cancel": False, "lost": False}
+        verdict: dict[str, bool] = {"cancel": False, "lost": False, "release": False}
+        with self._drain_lock:
+            self._running = (proc, verdict)
+        if self._draining.is_set():  # the stop came between the claim and here
+            self._stop_running()
         beat = threading.Thread(
             target=self._heartbeat, args=(trial, proc, stop, verdict), name=f"heartbeat-{trial.id}"
         )
@@ -175,6 +216,17 @@ class Worker:
         finally:
             stop.set()
             beat.join()
+            with self._drain_lock:
+                self._running = None
+                killer, self._killer = self._killer, None
+            if killer is not None:
+                killer.join()  # the trial's processes have ended (SIGKILL after the grace)
+        if verdict["release"] and not verdict["lost"]:
+            reason = self._drain_reason
+            released = self.api.release(trial, reason)
+            self.released += int(released)
+            log.info("worker: trial %s handed back (%s; released=%s)", trial.id, reason, released)
+            return
         if verdict["lost"]:
             log.info(
                 "worker: trial %s is no longer ours (stale claim or refused token); not reported", trial.id

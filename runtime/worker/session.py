@@ -56,6 +56,77 @@ def die_with_parent(parent_pid: int, sig: int = signal.SIGKILL) -> None:
         os.kill(os.getpid(), sig)
 
 
+def descendants(pid: int) -> list[int]:
+    """Every live descendant of ``pid`` (from /proc), children first.
+
+    The executor's rank processes run in sessions of their own (``start_new_session``), so killing
+    the trial process's group does not reach them: they are found by parentage instead, before
+    the trial process dies and they are reparented.
+    """
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as f:
+                stat = f.read().decode(errors="replace")
+        except OSError:
+            continue
+        ppid = int(stat.rsplit(")", 1)[-1].split()[1])
+        children.setdefault(ppid, []).append(int(entry))
+    out: list[int] = []
+    todo = [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            if child not in out:
+                out.append(child)
+                todo.append(child)
+    return out
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return f.read().rsplit(b")", 1)[-1].split()[0] != b"Z"
+    except OSError:
+        return False
+
+
+def end_processes(pids: list[int], grace_s: float = 15.0) -> list[int]:
+    """SIGTERM ``pids``, then SIGKILL those still alive after ``grace_s``; returns the SIGKILLed."""
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + grace_s
+    while any(_alive(p) for p in pids) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    killed = [p for p in pids if _alive(p)]
+    for pid in killed:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, signal.SIGKILL)
+    return killed
+
+
+#: Prefix of the executor's spec folders (``runtime.executor.session``): ``strategist-exec-<pid>-*``,
+#: where pid is the trial process that made it, so leftovers are attributable.
+SPEC_DIR_PREFIX = "strategist-exec-"
+
+
+def remove_spec_dirs(pid: int) -> int:
+    """Delete the spec folders the (dead) process ``pid`` left in the temp folder; how many."""
+    import shutil
+    import tempfile
+
+    root = tempfile.gettempdir()
+    n = 0
+    with contextlib.suppress(OSError):
+        for name in os.listdir(root):
+            if name.startswith(f"{SPEC_DIR_PREFIX}{pid}-"):
+                shutil.rmtree(os.path.join(root, name), ignore_errors=True)
+                n += 1
+    return n
+
+
 def session_key(model: ModelSpec, cluster: ClusterSpec, options: dict[str, Any]) -> str:
     """Trials with the same key can share one trial process (same model, cluster and options)."""
     h = hashlib.sha256()
@@ -130,17 +201,20 @@ class TrialProcess:
         except ValueError as e:
             return Measurement(failure=f"trial process printed no valid measurement: {e}")
 
-    def kill(self) -> None:
-        """Stop the process and everything in its group: SIGTERM (the testbed tears down), then SIGKILL."""
+    def kill(self, grace_s: float = 5.0) -> None:
+        """Stop the process, its group and every descendant (the executor's ranks run in sessions
+        of their own): SIGTERM (the testbed tears down), then SIGKILL after ``grace_s``."""
         self._killed.set()
+        ranks = descendants(self.child.pid) if self.child.poll() is None else []
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(self.child.pid, signal.SIGTERM)
         try:
-            self.child.wait(timeout=5)
+            self.child.wait(timeout=grace_s)
         except subprocess.TimeoutExpired:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(self.child.pid, signal.SIGKILL)
             self.child.wait()
+        end_processes(ranks, grace_s)
         self._remove_leftovers()
 
     def close(self, timeout_s: float = 30.0) -> None:
@@ -164,6 +238,7 @@ class TrialProcess:
         """
         if self.child.returncode is None:
             return
+        remove_spec_dirs(self.child.pid)
         with contextlib.suppress(Exception):
             from runtime.testbed import cleanup_stale
 

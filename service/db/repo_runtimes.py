@@ -11,13 +11,21 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import func, select, update
-from sqlalchemy.orm import Session
+from sqlalchemy import ColumnElement, and_, func, or_, select, update
+from sqlalchemy.orm import Session, aliased
 
 from service import domain as d
 from service.db import convert
 from service.db.engine import affected
-from service.db.models import RetrainRequestRow, RuntimeRecordRow, SimulatorVersionRow, utcnow
+from service.db.models import (
+    RetrainRequestRow,
+    RuntimeRecordRow,
+    SearchRow,
+    SimulatorVersionRow,
+    SpecRow,
+    UserRow,
+    utcnow,
+)
 from service.db.paging import keyset
 from simulator.spec import Strategy, domain_name
 
@@ -58,6 +66,29 @@ def ingest_runtime(
         return convert.runtime_record(row)
 
 
+def shared_runtime() -> ColumnElement[bool]:
+    """The condition of a runtime record that may train the shared simulators (every user's).
+
+    Issue 44: nothing one user uploads changes another's predictions. Shared (per-domain and
+    pretrained) simulator versions train only on measurements of *zoo* specs taken by the service's
+    own workers (a trial of a search whose model and cluster both come from the zoo) and on runtimes
+    an admin contributed. A user's ``POST /runtimes`` uploads and the trials of searches on uploaded
+    specs stay that user's (listed to them only), and train nothing shared.
+    """
+    model, cluster = aliased(SpecRow), aliased(SpecRow)
+    zoo_searches = (
+        select(SearchRow.id)
+        .join(model, model.id == SearchRow.model_spec_id)
+        .join(cluster, cluster.id == SearchRow.cluster_spec_id)
+        .where(model.origin == "zoo", cluster.origin == "zoo")
+    )
+    admins = select(UserRow.id).where(UserRow.role == "admin")
+    return or_(
+        RuntimeRecordRow.user_id.in_(admins),
+        and_(RuntimeRecordRow.source == "trial", RuntimeRecordRow.search_id.in_(zoo_searches)),
+    )
+
+
 def list_runtimes(
     session: Session,
     *,
@@ -65,10 +96,14 @@ def list_runtimes(
     user_id: int | None = None,
     since_id: int = 0,
     limit: int | None = None,
+    shared_only: bool = False,
 ) -> list[d.RuntimeRecord]:
-    """Runtime records, oldest first: of one domain, of one user, after ``since_id`` (incremental)."""
+    """Runtime records, oldest first: of one domain, of one user, after ``since_id`` (incremental);
+    ``shared_only``: only those that may train the shared simulators (``shared_runtime``)."""
     with session.begin():
         q = select(RuntimeRecordRow).where(RuntimeRecordRow.id > since_id)
+        if shared_only:
+            q = q.where(shared_runtime())
         if domain is not None:
             q = q.where(RuntimeRecordRow.domain == domain)
         if user_id is not None:

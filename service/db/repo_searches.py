@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import select, update
+from sqlalchemy import func, select, update
 from sqlalchemy.orm import Session
 
 from service import domain as d
@@ -378,12 +378,19 @@ def get_candidate(session: Session, *, candidate_id: int, owner_id: int | None =
 
 
 def decide_candidate(
-    session: Session, *, candidate_id: int, approve: bool, owner_id: int | None = None
+    session: Session,
+    *,
+    candidate_id: int,
+    approve: bool,
+    owner_id: int | None = None,
+    max_queued_trials: int | None = None,
 ) -> tuple[d.Candidate, d.Trial | None]:
     """Approve (enqueue its trial) or reject a proposed candidate; returns it and its trial if any.
 
     Conflict when the search needs no approval, is final, the round is not awaiting approval, or
     the candidate was already decided the other way (deciding the same way again is a no-op).
+    An approval queues a trial, so with ``max_queued_trials`` it is QuotaExceeded (429, naming the
+    setting) while the search's owner already holds that many queued trials; nothing changes.
     When the last proposed candidate of the round is decided, the round and the search go back to
     'running' (the loop then waits for the round's trials, if any).
     """
@@ -414,6 +421,18 @@ def decide_candidate(
                 ).one_or_none()
                 return convert.candidate(cand), convert.trial(trial, None) if trial else None
             raise d.Conflict(f"round {rnd.index} is {rnd.state}, not awaiting approval")
+        if approve and max_queued_trials is not None:
+            queued = session.scalar(
+                select(func.count())
+                .select_from(TrialRow)
+                .join(SearchRow, SearchRow.id == TrialRow.search_id)
+                .where(SearchRow.owner_id == search.owner_id, TrialRow.state == "queued")
+            )
+            if int(queued or 0) >= max_queued_trials:
+                raise d.QuotaExceeded(
+                    f"your searches have {queued} queued trials, the limit is {max_queued_trials}"
+                    " (max_queued_trials); approve this candidate when workers have taken some"
+                )
         now = utcnow()
         won = session.execute(
             update(CandidateRow)

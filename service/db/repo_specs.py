@@ -8,6 +8,11 @@ used (and again only if the zoo's JSON changed).
 
 from __future__ import annotations
 
+import math
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Literal
+
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
@@ -75,6 +80,69 @@ def list_specs(
             q = q.where(SpecRow.owner_id == viewer_id)
         q = keyset(q.order_by(SpecRow.id.desc()), SpecRow.id, after=after, limit=limit, newest_first=True)
         return [convert.spec(r) for r in session.scalars(q)]
+
+
+@dataclass(frozen=True)
+class SpecSummary:
+    """A stored spec without its body: what a list shows (issue 44: lists bound their bytes)."""
+
+    id: int
+    kind: d.SpecKind
+    name: str
+    owner_id: int | None
+    origin: Literal["upload", "zoo"]
+    created_at: datetime
+    # model: family, batch_size, layers, variables, params; cluster: nodes, gpus
+    facts: dict[str, Any]
+
+
+def spec_facts(kind: str, body: dict[str, Any]) -> dict[str, Any]:
+    """The summary's numbers, read from a stored (already validated) spec's JSON without parsing it
+    into a spec object (a 100k-layer model's validation takes seconds; this is one pass)."""
+    if kind == "model":
+        variables = [v for layer in body.get("layers", ()) for v in layer.get("variables", ())]
+        return {
+            "family": body.get("family", ""),
+            "batch_size": body.get("batch_size", 0),
+            "layers": len(body.get("layers", ())),
+            "variables": len(variables),
+            "params": sum(math.prod(v.get("shape", ())) for v in variables),
+        }
+    nodes = body.get("nodes", ())
+    return {"nodes": len(nodes), "gpus": sum(int(n.get("gpus", 0)) for n in nodes)}
+
+
+def list_spec_summaries(
+    session: Session,
+    *,
+    kind: d.SpecKind,
+    viewer_id: int | None,
+    after: int | None = None,
+    limit: int | None = None,
+) -> list[SpecSummary]:
+    """``list_specs`` as summaries: rows are streamed one at a time and each body is dropped once
+    summarised, so a page of large specs holds one body in memory, not all of them."""
+    with session.begin():
+        q = select(
+            SpecRow.id, SpecRow.kind, SpecRow.name, SpecRow.owner_id, SpecRow.origin, SpecRow.created_at,
+            SpecRow.body,
+        ).where(SpecRow.kind == kind, SpecRow.origin == "upload")  # fmt: skip
+        if viewer_id is not None:
+            q = q.where(SpecRow.owner_id == viewer_id)
+        q = keyset(q.order_by(SpecRow.id.desc()), SpecRow.id, after=after, limit=limit, newest_first=True)
+        rows = session.execute(q.execution_options(yield_per=1))
+        return [
+            SpecSummary(
+                id=r.id,
+                kind=r.kind,
+                name=r.name,
+                owner_id=r.owner_id,
+                origin=r.origin,
+                created_at=convert.aware(r.created_at),
+                facts=spec_facts(r.kind, r.body),
+            )
+            for r in rows
+        ]
 
 
 def zoo_spec(session: Session, *, kind: d.SpecKind, name: str) -> d.SpecRecord:

@@ -15,6 +15,9 @@ The database, not the queue, is the source of truth for a trial (docs/service.md
 - ``requeue_stale_trials`` puts running trials whose heartbeat is older than the timeout back in
   the queue (a later claim makes it attempt + 1), fails them after ``max_attempts`` claims, and
   cancels them if their search was cancelled.
+- ``release_trial`` is a worker handing its claimed trial back on a normal stop (drain): the trial
+  is requeued at once with the attempt *not* counted (``attempt - 1``; a fresh claim token on the
+  next claim still refuses the old one), or ends 'cancelled' if its search was cancelled meanwhile.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ from service import domain as d
 from service.db import convert
 from service.db.engine import affected
 from service.db.models import (
+    GangSlotRow,
     MeasurementRow,
     PoolSpecRow,
     RuntimeRecordRow,
@@ -317,6 +321,52 @@ def _measured_on(measurement: Measurement) -> dict[str, Any] | None:
     """Where it was measured (``simulator.spec.measurement.measured_on``), as stored."""
     site = measured_on(measurement.environment)
     return None if site is None else site.model_dump(mode="json")
+
+
+def release_trial(
+    session: Session, *, trial_id: int, attempt: int, claim_token: str, reason: str = ""
+) -> tuple[bool, d.Trial]:
+    """Hand a claimed trial back (the worker stops normally): (released, the trial after it).
+
+    Only the current claim (running, this attempt and token) is released; anything else changes
+    nothing (False). A released trial is queued again with its attempt not counted, so a drained
+    worker never spends one of the trial's ``max_attempts``; if its search was cancelled it ends
+    'cancelled'. A gang attempt (slots recorded under this attempt number) keeps its count, so the
+    next claim's slots get a fresh attempt number.
+    """
+    with session.begin():
+        row = session.get(TrialRow, trial_id)
+        if row is None:
+            raise d.NotFound(f"no trial {trial_id}")
+        values: dict[str, object]
+        if row.stop_requested:
+            why = "search cancelled" + (f"; released: {reason}" if reason else "")
+            values = {"state": "cancelled", "failure_reason": why, "finished_at": utcnow()}
+        else:
+            gang = session.execute(
+                select(GangSlotRow.id)
+                .where(GangSlotRow.trial_id == trial_id, GangSlotRow.attempt == attempt)
+                .limit(1)
+            ).first()
+            values = {
+                "state": "queued",
+                "attempt": attempt if gang is not None else max(attempt - 1, 0),
+                "claim_token": None,
+                "claimed_by": None,
+                "heartbeat_at": None,
+            }
+        done = session.execute(
+            update(TrialRow)
+            .where(
+                TrialRow.id == trial_id,
+                TrialRow.state == "running",
+                TrialRow.attempt == attempt,
+                TrialRow.claim_token == claim_token,
+            )
+            .values(**values)
+        )
+        session.refresh(row)
+        return affected(done) == 1, _trial(session, row)
 
 
 def requeue_stale_trials(

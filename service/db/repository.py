@@ -50,7 +50,15 @@ from service.db.repo_searches import (
     set_round_state,
     transition_search,
 )
-from service.db.repo_specs import get_spec, list_specs, resolve_spec, store_spec, upload_named, zoo_spec
+from service.db.repo_specs import (
+    get_spec,
+    list_spec_summaries,
+    list_specs,
+    resolve_spec,
+    store_spec,
+    upload_named,
+    zoo_spec,
+)
 from service.db.repo_status import search_status
 from service.db.repo_trials import (
     claim_trial,
@@ -58,6 +66,7 @@ from service.db.repo_trials import (
     get_trial,
     heartbeat,
     list_trials,
+    release_trial,
     report_trial,
     requeue_stale_trials,
 )
@@ -96,6 +105,7 @@ __all__ = [
     "list_runtimes",
     "list_searches",
     "list_simulator_versions",
+    "list_spec_summaries",
     "list_specs",
     "list_tokens",
     "list_trials",
@@ -103,6 +113,7 @@ __all__ = [
     "profiles_in_use",
     "queue_profile_job",
     "queue_room",
+    "release_trial",
     "report_trial",
     "request_retrain",
     "requeue_stale_trials",

@@ -232,6 +232,9 @@ class SearchLoop:
         due = kind.due_baselines(search, trials) if kind else due_baselines(search, trials)
         missing = tuple(b for b in due if b not in have)
         if missing:
+            waits = self._queue_waits(search, len(missing), "its baselines")
+            if waits:  # checked every tick until they fit: a computed set waits with the jobs
+                return waits
             return self._queue_baselines(search, missing, wait_s, kind)
         self._nudge_queued(search)
         if search.state == "awaiting_approval":
@@ -256,18 +259,29 @@ class SearchLoop:
         if remaining <= 0:
             return self._finish(search, trials)
         k = min(search.candidates_per_round, remaining, self.config.max_queued_trials)
+        waits = self._queue_waits(search, k, f"round {search.current_round + 1}")
+        if waits:  # a plan already computed waits with the jobs until it fits
+            return waits
+        if kind is not None:
+            return self._next_kind_round(search, trials, k, wait_s, kind)
+        return self._next_round(search, trials, k, wait_s)
+
+    def _queue_waits(self, search: d.Search, n: int, what: str) -> str:
+        """Why ``what`` (``n`` trials to queue) must wait for the owner's ``max_queued_trials``; ''
+        when it fits. The search waits (it does not fail): workers taking trials make room."""
+        n = min(n, self.config.max_queued_trials)  # more than the limit could never fit
         with self.sessions() as s:
             room = repo.queue_room(
                 s, owner_id=search.owner_id, max_queued_trials=self.config.max_queued_trials
             )
-        if room < k:  # a plan already computed waits with the jobs until it fits
-            return (
-                f"round {search.current_round + 1} waits: its {k} trials would pass the owner's"
-                f" max_queued_trials of {self.config.max_queued_trials} ({room} more may be queued)"
-            )
-        if kind is not None:
-            return self._next_kind_round(search, trials, k, wait_s, kind)
-        return self._next_round(search, trials, k, wait_s)
+        if room >= n:
+            return ""
+        why = (
+            f"{what} waits: its {n} trials would pass the owner's max_queued_trials of"
+            f" {self.config.max_queued_trials} ({room} more may be queued)"
+        )
+        log.debug("search %s: %s", search.id, why)
+        return why
 
     def _start(self, search: d.Search) -> d.Search | None:
         with self.sessions() as s:

@@ -228,7 +228,7 @@ class Retrainer:
                 return None
             return retrain_transfer(self.sessions, self.registry_dir, self.config, domain)
         with self.sessions() as s:
-            records, site = one_site(repo.list_runtimes(s, domain=domain))
+            records, site = one_site(repo.list_runtimes(s, domain=domain, shared_only=True))
         distinct = len({strategy_key(r.strategy) for r in records})
         if distinct < self.config.min_records or self.registry_dir is None:
             log.info("retrain %s: %s distinct strategies < %s; keeping the current simulator",
@@ -238,7 +238,7 @@ class Retrainer:
         from simulator.learned import Domain, Registry, TrainConfig, train_version
 
         with self.sessions() as s:
-            model, cluster = domain_specs(s, domain=domain)
+            model, cluster = domain_specs(s, domain=domain, shared=True)
         data = Domain.from_measurements(
             model, cluster, [(parse_as(Strategy, r.strategy), r.median_time) for r in records]
         )
@@ -319,7 +319,7 @@ class _TransferRetrain:
         from simulator.learned.pretrained import TrainingSet, dataset_sets
 
         with sessions() as s:
-            records = repo.list_runtimes(s)
+            records = repo.list_runtimes(s, shared_only=True)  # nothing a user uploaded (issue 44)
         by_domain: dict[str, list[d.RuntimeRecord]] = {}
         for r in records:
             by_domain.setdefault(r.domain, []).append(r)
@@ -330,7 +330,7 @@ class _TransferRetrain:
                 sites[name] = note
             try:
                 with sessions() as s:
-                    model, cluster = domain_specs(s, domain=name)
+                    model, cluster = domain_specs(s, domain=name, shared=True)
             except d.NotFound:  # uploads of a domain no search runs on: its specs are unknown
                 log.info(
                     "transfer: %s has %s runtimes but no search gives its specs; left out", name, len(recs)

@@ -40,6 +40,10 @@ from service.settings import Settings
 
 log = logging.getLogger("strategist.serve")
 
+#: Seconds ``stop`` waits for the embedded worker to drain (stop its trial, end the trial's
+#: processes after their 15 s grace, hand the trial back) before it is killed.
+WORKER_DRAIN_S = 45.0
+
 #: Name of the embedded worker's user.
 EMBEDDED_WORKER = "embedded-worker"
 
@@ -186,14 +190,20 @@ class Stack:
         return secret
 
     def stop(self) -> None:
-        """Stop the loop (no new rounds), then the worker (it reports its trial), then the API."""
+        """Tell the worker to drain (its running trial is handed back through the API, requeued
+        with its attempt not spent, and its processes end), stop the loop (no new rounds), wait up
+        to ``WORKER_DRAIN_S`` for the worker, then stop the API, which the release needs until then."""
+        draining = self.worker is not None and self.worker.poll() is None
+        if draining and self.worker is not None:
+            # first: the drain starts now, not after the loop's retraining or jobs have stopped
+            # (a trial left running meanwhile may finish, or its processes outlive serve)
+            self.worker.terminate()
         if callable(self._stop_loop):
             self._stop_loop()
             self._stop_loop = None
-        if self.worker is not None and self.worker.poll() is None:
-            self.worker.terminate()
+        if draining and self.worker is not None:
             try:
-                self.worker.wait(timeout=15)
+                self.worker.wait(timeout=WORKER_DRAIN_S)
             except subprocess.TimeoutExpired:
                 self.worker.kill()
                 self.worker.wait()

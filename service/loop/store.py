@@ -16,12 +16,23 @@ def search_specs(session: Session, *, search: d.Search) -> tuple[ModelSpec, Clus
     return model, cluster
 
 
-def domain_specs(session: Session, *, domain: str) -> tuple[ModelSpec, ClusterSpec]:
-    """The specs of a domain, taken from its newest search; NotFound when no search has it."""
+def domain_specs(session: Session, *, domain: str, shared: bool = False) -> tuple[ModelSpec, ClusterSpec]:
+    """The specs of a domain, taken from its newest search; NotFound when no search has it.
+
+    ``shared`` (training the shared simulators): only a search on zoo specs gives them, so a user
+    who uploads a model under a zoo model's name cannot change what the shared training sees.
+    """
     for search in repo.list_searches(session):  # newest first
-        if search.domain == domain:
+        if search.domain == domain and (not shared or _on_zoo_specs(session, search)):
             return search_specs(session, search=search)
     raise d.NotFound(f"no search runs on domain {domain!r}, so its specs are unknown")
+
+
+def _on_zoo_specs(session: Session, search: d.Search) -> bool:
+    return all(
+        repo.get_spec(session, spec_id=i, viewer_id=None).origin == "zoo"
+        for i in (search.model_spec_id, search.cluster_spec_id)
+    )
 
 
 def retrain_busy(session: Session, *, domain: str) -> bool:

@@ -19,7 +19,6 @@ import fcntl
 import logging
 import os
 import signal
-import sys
 import threading
 from pathlib import Path
 from types import FrameType
@@ -60,7 +59,10 @@ def worker(
     ] = "",
     heartbeat: Annotated[float, typer.Option(help="Seconds between heartbeats of a running trial.")] = 2.0,
     poll: Annotated[float, typer.Option(help="Seconds between claim polls when idle.")] = 1.0,
-    iterations: Annotated[int, typer.Option(help="Measured iterations per trial.")] = 10,
+    iterations: Annotated[
+        int,
+        typer.Option(help="Measured iterations per trial.", envvar="STRATEGIST_WORKER_ITERATIONS"),
+    ] = 10,
     warmup: Annotated[int, typer.Option(help="Warm-up iterations per trial (not measured).")] = 3,
     compute: Annotated[str, typer.Option(help="'replay' (sleep per layer) or 'real'.")] = "replay",
     trial_timeout: Annotated[float, typer.Option(help="Seconds a trial may run before it fails.")] = 600.0,
@@ -131,10 +133,12 @@ def worker(
         "nudges+poll" if broker else "poll",
     )
     if not broker:
-        _stop_on_signals(w)
+        got = _stop_on_signals(w)
         w.serve_forever()
         w.shutdown()
         _exit_if_refused(w)
+        if signal.SIGINT in got:
+            raise typer.Exit(130)
         return
 
     # The idle poll stays on as the safety net for lost nudges; both paths share the worker's
@@ -157,7 +161,11 @@ def worker(
             os.kill(os.getpid(), signal.SIGTERM)
 
     consume_nudges(
-        make_celery(broker), names, drain, hostname=f"{config.name}@strategist", on_shutdown=w.stop
+        make_celery(broker),
+        names,
+        drain,
+        hostname=f"{config.name}@strategist",
+        on_shutdown=lambda: w.drain("worker warm shutdown"),
     )
     w.shutdown()
     _exit_if_refused(w)
@@ -192,14 +200,17 @@ def hold_lock(path: Path) -> int:
     return fd
 
 
-def _stop_on_signals(w: Worker) -> None:
+def _stop_on_signals(w: Worker) -> list[int]:
+    """SIGTERM and SIGINT drain the worker (its running trial is handed back); the signals seen."""
+    got: list[int] = []
+
     def handler(signum: int, _frame: FrameType | None) -> None:
-        w.stop()
-        if signum == signal.SIGINT:
-            sys.exit(130)
+        got.append(signum)
+        w.drain(f"worker stopping ({signal.Signals(signum).name})")
 
     signal.signal(signal.SIGTERM, handler)
     signal.signal(signal.SIGINT, handler)
+    return got
 
 
 def _zoo_cluster(name: str) -> ClusterSpec | None:

@@ -13,7 +13,7 @@ from service import domain as d
 from service.api.deps import OrchestratorDep, SessionDep, SettingsDep, notify
 from service.api.params import IdPath
 from service.db import repository as repo
-from service.domain import SEARCH_FINAL, Conflict, NotFound
+from service.domain import SEARCH_FINAL, Conflict, NotFound, QuotaExceeded
 from service.loop.store import search_specs
 from service.plans import plan_kind
 from service.plans.heterogeneous_results import cheapest_as_best
@@ -133,6 +133,7 @@ def decide(
     candidate_id: IdPath,
     decision: Literal["approve", "reject"],
     session: SessionDep,
+    settings: SettingsDep,
     user: WebUser,
     orchestrator: OrchestratorDep,
 ) -> RedirectResponse | HTMLResponse:
@@ -141,9 +142,13 @@ def decide(
     target = f"/ui/searches/{cand.search_id}/rounds/{cand.round_index}"
     try:
         cand, trial = repo.decide_candidate(
-            session, candidate_id=candidate_id, approve=decision == "approve", owner_id=owner_of(user)
+            session,
+            candidate_id=candidate_id,
+            approve=decision == "approve",
+            owner_id=owner_of(user),
+            max_queued_trials=settings.max_queued_trials,
         )
-    except Conflict as e:
+    except (Conflict, QuotaExceeded) as e:  # the quota's sentence names the setting
         return RedirectResponse(f"{target}?error={quote(str(e))}", status_code=status.HTTP_303_SEE_OTHER)
     notify(lambda: orchestrator.candidate_decided(cand, trial), "candidate_decided")
     return RedirectResponse(target, status_code=status.HTTP_303_SEE_OTHER)

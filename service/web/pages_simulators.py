@@ -62,9 +62,9 @@ def simulators(request: Request, session: SessionDep, settings: SettingsDep, use
     scatter: dict[str, Any] | None = None
     note = None
     if latest is not None:
-        records = repo.list_runtimes(session, domain=latest.domain)[-SCATTER_POINTS:]
+        records = repo.list_runtimes(session, domain=latest.domain, shared_only=True)[-SCATTER_POINTS:]
         try:
-            model, cluster = domain_specs(session, domain=latest.domain)
+            model, cluster = domain_specs(session, domain=latest.domain, shared=True)
             strategies = [r.strategy_spec() for r in records]
         except (d.NotFound, SpecError) as e:
             note = f"cannot replay the domain's runtimes: {e}"

@@ -103,3 +103,29 @@ def test_a_small_model_is_still_checked_in_the_request(
             "plan_options": {"throughput_limit": 1e7}}  # fmt: skip
     r = client.post(f"{API}/searches", json=body, headers=tokens["alice"])
     assert r.status_code == 422 and "cannot be met" in r.text
+
+
+def test_model_and_cluster_lists_are_summaries_whose_bytes_do_not_grow_with_the_specs(
+    heterps_zoo: Path, client: TestClient, tokens: dict[str, Any], specs: Any
+) -> None:
+    """GET /models and /clusters list summaries (name, owner, sizes), not the specs: 8 uploaded
+    1,000-layer models list in 1.5 KB (before: their full specs, 2.8 MB; those are at /models/{id})."""
+    alice = tokens["alice"]
+    full = 0
+    for i in range(8):
+        r = client.post(f"{API}/models", json=dict(big_ctr(), name=f"ctr-{i}"), headers=alice)
+        assert r.status_code == 201, r.text
+        full += len(client.get(f"{API}/models/{r.json()['id']}", headers=alice).content)
+    t = time.perf_counter()
+    listed = client.get(f"{API}/models?limit=1000", headers=alice)
+    took = time.perf_counter() - t
+    print(
+        f"8 x {LAYERS}-layer models: list {len(listed.content)} bytes in {took:.2f} s; full specs {full} bytes"
+    )
+    assert listed.json()["count"] == 8 and len(listed.content) < 4_000
+    assert {m["layers"] for m in listed.json()["data"]} == {LAYERS} and "spec" not in listed.json()["data"][0]
+    assert client.post(f"{API}/clusters", json=specs.cluster("c1"), headers=alice).status_code == 201
+    clusters = client.get(f"{API}/clusters", headers=alice).json()["data"]
+    assert [(c["name"], c["nodes"], c["gpus"]) for c in clusters] == [
+        ("c1", 2, 2)
+    ] and "spec" not in clusters[0]

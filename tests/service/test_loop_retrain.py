@@ -31,11 +31,13 @@ def test_retrain_registers_a_version_and_the_gate_decides(
     predicted = AnalyticalSimulator().predict(model, cluster, strategies)
     rng = np.random.default_rng(0)
     with sessions() as s:
+        # an admin's runtimes train the shared simulators; a user's uploads do not (issue 44)
+        admin = repo.create_token(s, name="ops", role="admin").info.user_id
         for strategy, t in zip(strategies, predicted, strict=True):
             times = [float(t) * float(rng.uniform(0.5, 2.0)) * 1e3] * 3
             repo.ingest_runtime(
                 s, model_name=model.name, cluster_name=cluster.name, strategy=strategy,
-                iteration_times=times, user_id=search.owner_id,
+                iteration_times=times, user_id=admin,
             )  # fmt: skip
     registry = tmp_path / "simulators"
     retrainer = Retrainer(sessions, registry, RetrainConfig(kind="rnn", epochs=4, min_records=12))

@@ -36,11 +36,13 @@ def _ingest(sessions: sessionmaker[Session], search: Any, n: int, spread: float)
     predicted = AnalyticalSimulator().predict(model, cluster, strategies)
     rng = np.random.default_rng(1)
     with sessions() as s:
+        # an admin's runtimes train the shared simulators; a user's uploads do not (issue 44)
+        admin = repo.create_token(s, name="ops", role="admin").info.user_id
         for strategy, t in zip(strategies, predicted, strict=True):
             times = [float(t) * float(rng.uniform(1.0, spread)) * 1e3] * 3
             repo.ingest_runtime(
                 s, model_name=model.name, cluster_name=cluster.name, strategy=strategy,
-                iteration_times=times, user_id=search.owner_id,
+                iteration_times=times, user_id=admin,
             )  # fmt: skip
     return [model, cluster, strategies]
 

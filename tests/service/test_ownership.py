@@ -102,3 +102,64 @@ def test_a_worker_name_belongs_to_the_token_that_first_used_it(
     assert r.status_code == 409 and "belongs to another token" in r.json()["detail"]
     assert client.post(f"{API}/workers/claim", json=body, headers=tokens["worker"]).status_code == 204
     assert client.post(f"{API}/workers/claim", json=body | {"worker": "w2"}, headers=other).status_code == 204
+
+
+def _mixed(mask: int) -> dict[str, Any]:
+    """A strategy of tiny-mlp on two-node: variable k on a PS if bit k of ``mask`` is set."""
+    names = ("fc1.weight", "fc1.bias", "fc2.weight")
+    syncs = [
+        {"kind": "ps", "server": "n0"} if mask >> k & 1 else {"kind": "collective", "group": 0}
+        for k in range(3)
+    ]
+    return {"kind": "strategy", "name": f"m{mask}",
+            "variables": [{"variable": n, "shards": [sync]} for n, sync in zip(names, syncs, strict=True)]}  # fmt: skip
+
+
+def _run_one_trial(session: Any, search_id: int, strategy: dict[str, Any], median: float) -> None:
+    from service.db import repository as repo
+    from simulator.spec.measurement import Measurement
+
+    repo.enqueue_trial(session, search_id=search_id, strategy=strategy, baseline=f"b{median}")
+    claim = repo.claim_trial(session, worker="w", clusters=["two-node"])
+    assert claim is not None
+    repo.report_trial(
+        session, trial_id=claim.trial.id, attempt=claim.attempt, claim_token=claim.claim_token,
+        measurement=Measurement(iteration_times=(median, median, median)),
+    )  # fmt: skip
+
+
+def test_one_users_runtimes_are_theirs_and_train_no_shared_simulator(
+    client: TestClient, tokens: dict[str, Any], session: Any, sessions: Any, specs: Any, tmp_path: Any
+) -> None:
+    """Runtimes (issue 44): a user's uploads are listed to them only and never train a shared
+    simulator; a shared (zoo) domain trains only on the service's trials of zoo specs and on an
+    admin's runtimes. A user's model uploaded under the zoo model's name changes nothing shared."""
+    from service.db import repository as repo
+    from service.loop.simulators import RetrainConfig, Retrainer
+    from service.loop.store import domain_specs
+
+    alice, bob, admin = tokens["alice"], tokens["bob"], tokens["admin"]
+    for i, who in enumerate((alice, alice, alice, alice, admin)):
+        body = Q | {"strategy": _mixed(i + 1), "iteration_times": [0.1 * (i + 1)]}
+        assert client.post(f"{API}/runtimes", json=body, headers=who).status_code == 201
+    assert client.get(f"{API}/runtimes", headers=alice).json()["count"] == 4
+    assert client.get(f"{API}/runtimes", headers=bob).json()["count"] == 0
+    assert client.get(f"{API}/runtimes", headers=admin).json()["count"] == 5
+    # bob's search on zoo specs: its trial is the service's measurement of a zoo domain (shared)
+    zoo_search = client.post(f"{API}/searches", json=Q, headers=bob).json()["id"]
+    _run_one_trial(session, zoo_search, _mixed(6), 0.7)
+    # alice uploads her own "tiny-mlp" (another shape) and runs a search on it: hers, not shared
+    fake = specs.model("tiny-mlp")
+    fake["layers"][0]["fwd_flops"] = 4.0e12
+    assert client.post(f"{API}/models", json=fake, headers=alice).status_code == 201
+    own = client.post(f"{API}/searches", json=Q, headers=alice).json()
+    _run_one_trial(session, own["id"], _mixed(7), 9.0)
+    # 7 records of 7 distinct strategies in the domain, 2 of them shared: too few to train on
+    retrainer = Retrainer(sessions, tmp_path, RetrainConfig(kind="linear", epochs=2, min_records=3))
+    assert retrainer.retrain("tiny-mlp__two-node") is None
+    shared = repo.list_runtimes(session, domain="tiny-mlp__two-node", shared_only=True)
+    assert sorted((r.source, r.median_time) for r in shared) == [("trial", 0.7), ("user", pytest.approx(0.5))]
+    # the shared training takes the zoo's specs, not alice's newer search on her upload
+    model, _ = domain_specs(session, domain="tiny-mlp__two-node", shared=True)
+    assert model.layers[0].fwd_flops == 4096.0
+    assert client.get(f"{API}/simulators", headers=bob).json()["count"] == 0

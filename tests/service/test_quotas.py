@@ -1,12 +1,14 @@
-"""Quotas on every path that creates work (issue 44, item 3): the dashboard's create form and the
-search loop, before it queues a round's trials, check the same limits as ``POST /searches``
-(`service.db.repo_quotas`), and say which limit. SQLite and PostgreSQL."""
+"""Quotas on every path that creates work (issue 44, item 3): the dashboard's create form, an
+approval (API and dashboard) and the search loop, before it queues a round's trials or a search's
+baselines, check the same limits as ``POST /searches`` (`service.db.repo_quotas`), and say which
+limit. SQLite and PostgreSQL."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import unquote
 
 import pytest
 from fastapi import FastAPI
@@ -16,6 +18,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from service.api.app import create_app
 from service.db import repository as repo
+from service.domain import CandidateDraft
 from service.loop import LoopConfig, SearchLoop
 from service.loop.rounds import RoundConfig
 from service.settings import Settings
@@ -102,5 +105,74 @@ def test_the_loop_waits_before_queueing_a_round_past_the_quota(
             assert repo.user_usage(s, owner_id=search.owner_id).queued_trials == 4
         assert _run_queued(sessions) == 4
         assert loop.advance(search.id, wait_s=WAIT) == "round 1 planned"
+    finally:
+        loop.stop()
+
+
+def _awaiting_approval(client: TestClient, headers: dict[str, str], session: Session, specs: Any) -> int:
+    """A search of the caller with round 1's two candidates proposed (awaiting approval)."""
+    body = {"model": "tiny-mlp", "cluster": "two-node", "candidates_per_round": 2, "approval_required": True}
+    r = client.post(f"{API}/searches", json=body, headers=headers)
+    assert r.status_code == 201, r.text
+    sid = int(r.json()["id"])
+    repo.transition_search(session, search_id=sid, from_states=["pending"], to_state="running")
+    drafts = [
+        CandidateDraft(rank=i + 1, strategy=specs.strategy(n), predicted_time=0.3, similarity=0.5)
+        for i, n in enumerate(("p", "q"))
+    ]
+    repo.add_round(session, search_id=sid, candidates=drafts, samples=10)
+    return sid
+
+
+def test_approving_a_candidate_checks_the_queued_trial_quota(
+    small_app: FastAPI, tokens: dict[str, Any], session: Session, specs: Any
+) -> None:
+    """An approval queues a trial: with the owner's queue full it is 429 naming max_queued_trials, on
+    the API and the dashboard, and nothing changes; after workers took some it goes through."""
+    with TestClient(small_app) as client:
+        alice = tokens["alice"]
+        sid = _awaiting_approval(client, alice, session, specs)
+        for name in ("a", "b", "c"):
+            repo.enqueue_trial(session, search_id=sid, strategy=specs.strategy(name), baseline=name)
+        cands = client.get(f"{API}/searches/{sid}/candidates", headers=alice).json()["data"]
+        r = client.post(f"{API}/candidates/{cands[0]['id']}/approve", headers=alice)
+        assert r.status_code == 429 and "(max_queued_trials)" in r.json()["detail"], r.text
+        _login(client, alice)
+        r = client.post(f"/ui/candidates/{cands[1]['id']}/approve", follow_redirects=False)
+        assert r.status_code == 303 and "max_queued_trials" in unquote(r.headers["location"])
+        after = client.get(f"{API}/searches/{sid}/candidates", headers=alice).json()["data"]
+        assert [c["status"] for c in after] == ["proposed", "proposed"]
+        assert repo.user_usage(session, owner_id=1).queued_trials == 3
+        # a rejection queues nothing: never refused
+        assert client.post(f"{API}/candidates/{cands[1]['id']}/reject", headers=alice).status_code == 200
+        repo.claim_trial(session, worker="w", clusters=["two-node"])  # one leaves the queue
+        r = client.post(f"{API}/candidates/{cands[0]['id']}/approve", headers=alice)
+        assert r.status_code == 200 and r.json()["trial"]["state"] == "queued", r.text
+
+
+def test_the_loop_waits_before_queueing_baselines_past_the_quota(
+    sessions: sessionmaker[Session], search_of: Any, specs: Any
+) -> None:
+    """The loop checks the quota before it queues a search's baselines too: another search of the
+    same owner holding the queue makes the new one wait (not fail) until workers take trials."""
+    first = search_of(trial_budget=2, candidates_per_round=2, samples_per_round=30)
+    with sessions() as s:
+        for name in ("a", "b", "c", "d", "e"):
+            repo.enqueue_trial(s, search_id=first.id, strategy=specs.strategy(name), baseline=name)
+        model = repo.zoo_spec(s, kind="model", name="tiny-mlp")
+        cluster = repo.zoo_spec(s, kind="cluster", name="two-node")
+        second = repo.create_search(
+            s, owner_id=first.owner_id, model=model, cluster=cluster, trial_budget=2, candidates_per_round=2,
+            samples_per_round=30,
+        )  # fmt: skip
+    loop = SearchLoop(sessions, config=LoopConfig(max_queued_trials=5))
+    try:
+        step = loop.advance(second.id, wait_s=WAIT)
+        assert step.startswith("its baselines waits") and "max_queued_trials of 5" in step, step
+        with sessions() as s:
+            assert repo.list_trials(s, search_id=second.id) == []
+            assert repo.get_search(s, search_id=second.id).state == "running"
+        assert _run_queued(sessions) == 5
+        assert loop.advance(second.id, wait_s=WAIT) == "baselines queued"
     finally:
         loop.stop()

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
-from service.api.deps import OrchestratorDep, SessionDep, UserDep, notify, owner_filter
+from service.api.deps import OrchestratorDep, SessionDep, SettingsDep, UserDep, notify, owner_filter
 from service.api.paging import DEFAULT_LIMIT, CursorQuery, LimitQuery, fetch, page
 from service.api.params import IdPath, RoundQuery
 from service.api.schemas.trials import CandidatePublic, CandidatesPublic, DecisionPublic, TrialPublic
 from service.db import repository as repo
+from service.settings import Settings
 
 router = APIRouter(tags=["candidates"])
 
@@ -44,11 +45,20 @@ def get_candidate(candidate_id: IdPath, session: SessionDep, user: UserDep) -> C
 
 
 def _decide(
-    candidate_id: IdPath, approve: bool, session: SessionDep, user: UserDep, orchestrator: OrchestratorDep
+    candidate_id: IdPath,
+    approve: bool,
+    session: SessionDep,
+    user: UserDep,
+    orchestrator: OrchestratorDep,
+    settings: Settings,
 ) -> DecisionPublic:
     before = repo.get_candidate(session, candidate_id=candidate_id, owner_id=owner_filter(user))
     cand, trial = repo.decide_candidate(
-        session, candidate_id=candidate_id, approve=approve, owner_id=owner_filter(user)
+        session,
+        candidate_id=candidate_id,
+        approve=approve,
+        owner_id=owner_filter(user),
+        max_queued_trials=settings.max_queued_trials,
     )
     if cand.status != before.status:  # deciding the same way twice is a no-op: nothing to tell
         notify(lambda: orchestrator.candidate_decided(cand, trial), "candidate_decided")
@@ -60,15 +70,24 @@ def _decide(
 
 @router.post("/candidates/{candidate_id}/approve", response_model=DecisionPublic)
 def approve_candidate(
-    candidate_id: IdPath, session: SessionDep, user: UserDep, orchestrator: OrchestratorDep
+    candidate_id: IdPath,
+    session: SessionDep,
+    user: UserDep,
+    orchestrator: OrchestratorDep,
+    settings: SettingsDep,
 ) -> DecisionPublic:
-    """Approve a proposed candidate: its trial is queued. 409 if the search needs no approval."""
-    return _decide(candidate_id, True, session, user, orchestrator)
+    """Approve a proposed candidate: its trial is queued. 409 if the search needs no approval; 429
+    (naming ``max_queued_trials``) while the owner's searches hold that many queued trials."""
+    return _decide(candidate_id, True, session, user, orchestrator, settings)
 
 
 @router.post("/candidates/{candidate_id}/reject", response_model=DecisionPublic)
 def reject_candidate(
-    candidate_id: IdPath, session: SessionDep, user: UserDep, orchestrator: OrchestratorDep
+    candidate_id: IdPath,
+    session: SessionDep,
+    user: UserDep,
+    orchestrator: OrchestratorDep,
+    settings: SettingsDep,
 ) -> DecisionPublic:
     """Reject a proposed candidate: it is never run. 409 if the search needs no approval."""
-    return _decide(candidate_id, False, session, user, orchestrator)
+    return _decide(candidate_id, False, session, user, orchestrator, settings)

@@ -11,7 +11,7 @@ from service.api.errors import parse_request
 from service.api.openapi import spec_body
 from service.api.paging import DEFAULT_LIMIT, CursorQuery, LimitQuery, fetch, page
 from service.api.params import IdPath
-from service.api.schemas.specs import ClusterPublic, ClustersPublic, ZooPublic
+from service.api.schemas.specs import ClusterPublic, ClustersPublic, ClusterSummary, ZooPublic
 from service.db import repository as repo
 from service.domain import NotFound
 from simulator import zoo
@@ -53,12 +53,13 @@ def upload_cluster(
 def list_clusters(
     session: SessionDep, user: UserDep, limit: LimitQuery = DEFAULT_LIMIT, cursor: CursorQuery = None
 ) -> ClustersPublic:
-    """Your uploaded clusters, newest first (an admin: everyone's), paged."""
-    recs = repo.list_specs(
+    """Your uploaded clusters, newest first (an admin: everyone's), paged: summaries (name, owner,
+    sizes), so a page's bytes do not grow with the specs; the full spec is at ``/clusters/{id}``."""
+    recs = repo.list_spec_summaries(
         session, kind="cluster", viewer_id=owner_filter(user), after=cursor, limit=fetch(limit)
     )
     shown, next_cursor = page(recs, limit)
-    data = [ClusterPublic.of(r) for r in shown]
+    data = [ClusterSummary.of_summary(r) for r in shown]
     return ClustersPublic(data=data, count=len(data), next_cursor=next_cursor)
 
 

@@ -18,6 +18,7 @@ from service.api.schemas.profiles import (
     ProfileJobPublic,
     ProfilePublic,
     ProfilesPublic,
+    ProfileSummary,
 )
 from service.compute import estimate_compute
 from service.db import repository as repo
@@ -71,12 +72,12 @@ def list_profiles(
     cursor: CursorQuery = None,
 ) -> ProfilesPublic:
     """The zoo-wide profiles and your own (an admin: every one), of ``model`` if given, newest
-    first, paged."""
+    first, paged; summaries (the full profile is at ``/profiles/{id}``)."""
     recs = repo.list_profiles(
         session, viewer_id=owner_filter(caller), model=model, after=cursor, limit=fetch(limit)
     )
     shown, next_cursor = page(recs, limit)
-    data = [ProfilePublic.of(r) for r in shown]
+    data = [ProfileSummary.of_summary(r) for r in shown]
     return ProfilesPublic(data=data, count=len(data), next_cursor=next_cursor)
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from typing import Annotated
 
 from fastapi import APIRouter, Query
@@ -12,6 +13,8 @@ from service.api.params import IdPath, RoundQuery
 from service.api.schemas.trials import (
     HeartbeatCreate,
     HeartbeatPublic,
+    ReleaseCreate,
+    ReleasePublic,
     ReportCreate,
     ReportPublic,
     TrialPublic,
@@ -19,6 +22,8 @@ from service.api.schemas.trials import (
 )
 from service.db import repository as repo
 from service.domain import TrialState
+
+log = logging.getLogger("strategist.api")
 
 router = APIRouter(tags=["trials"])
 
@@ -82,3 +87,28 @@ def report(
     if out.recorded:
         notify(lambda: orchestrator.trial_finished(out.trial), "trial_finished")
     return ReportPublic(recorded=out.recorded, trial=TrialPublic.model_validate(out.trial))
+
+
+@router.post("/trials/{trial_id}/release", response_model=ReleasePublic)
+def release(
+    trial_id: IdPath,
+    body: ReleaseCreate,
+    session: SessionDep,
+    worker: ClaimerDep,
+    orchestrator: OrchestratorDep,
+) -> ReleasePublic:
+    """Hand a claimed trial back on a normal stop (a worker draining): it is queued again at once
+    with its attempt not counted, or ends 'cancelled' if its search was cancelled meanwhile. A
+    stale claim changes nothing (``released: false``)."""
+    released, trial = repo.release_trial(
+        session,
+        trial_id=trial_id,
+        attempt=body.attempt,
+        claim_token=body.claim_token,
+        reason=body.reason,
+    )
+    if released:
+        log.info("trial %s released by %s (%s): now %s", trial_id, body.worker, body.reason, trial.state)
+        if trial.state != "queued":
+            notify(lambda: orchestrator.trial_finished(trial), "trial_finished")
+    return ReleasePublic(released=released, trial=TrialPublic.model_validate(trial))

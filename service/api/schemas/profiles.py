@@ -13,8 +13,9 @@ from simulator.spec.limits import LIMITS, Name
 from simulator.spec.model import ComputeDType
 
 
-class ProfilePublic(Public):
-    """A stored profile: its key, size at a glance, and the full Profile JSON."""
+class ProfileSummary(Public):
+    """A stored profile's key and size at a glance (a list's item; the full Profile JSON is at
+    ``GET /profiles/{id}``), so a page's bytes do not grow with the profiled models' layers."""
 
     id: int
     model: str = Field(examples=["ResNet50"])
@@ -26,28 +27,40 @@ class ProfilePublic(Public):
     source: str
     owner_id: int | None = Field(description="Uploader.")
     created_at: datetime
+
+    @classmethod
+    def fields_of(cls, rec: ProfileRecord) -> dict[str, Any]:
+        p = rec.profile
+        return {
+            "id": rec.id,
+            "model": p.model,
+            "device": p.device,
+            "dtype": p.dtype,
+            "batch": p.batch,
+            "layers": len(p.layers),
+            "step_s": sum(lt.fwd_s + lt.bwd_s for lt in p.layers),
+            "source": p.source,
+            "owner_id": rec.owner_id,
+            "created_at": rec.created_at,
+        }
+
+    @classmethod
+    def of_summary(cls, rec: ProfileRecord) -> ProfileSummary:
+        return cls(**cls.fields_of(rec))
+
+
+class ProfilePublic(ProfileSummary):
+    """A stored profile: its key, size at a glance, and the full Profile JSON."""
+
     profile: dict[str, Any] = Field(description="The full Profile JSON.")
 
     @classmethod
     def of(cls, rec: ProfileRecord) -> ProfilePublic:
-        p = rec.profile
-        return cls(
-            id=rec.id,
-            model=p.model,
-            device=p.device,
-            dtype=p.dtype,
-            batch=p.batch,
-            layers=len(p.layers),
-            step_s=sum(lt.fwd_s + lt.bwd_s for lt in p.layers),
-            source=p.source,
-            owner_id=rec.owner_id,
-            created_at=rec.created_at,
-            profile=p.model_dump(mode="json"),
-        )
+        return cls(**cls.fields_of(rec), profile=rec.profile.model_dump(mode="json"))
 
 
 class ProfilesPublic(Public):
-    data: list[ProfilePublic]
+    data: list[ProfileSummary] = Field(description="Summaries; the full profile is at /profiles/{id}.")
     count: int
     next_cursor: int | None = None
 

@@ -9,13 +9,14 @@ from typing import Any, Literal
 from pydantic import Field
 
 from service.api.schemas.common import Public
+from service.db.repo_specs import SpecSummary
 from service.domain import SpecRecord
 from simulator.spec import ClusterSpec, ModelSpec
 from simulator.spec.defaults import cluster_defaults
 
 
-class ModelPublic(Public):
-    """A stored model spec and its size at a glance."""
+class ModelSummary(Public):
+    """A stored model spec's size at a glance (a list's item; the full spec: ``GET /models/{id}``)."""
 
     id: int
     name: str = Field(examples=["resnet50"])
@@ -27,6 +28,27 @@ class ModelPublic(Public):
     layers: int = Field(description="Number of layers.")
     variables: int = Field(description="Number of trainable variables.")
     params: int = Field(description="Number of parameters.")
+
+    @classmethod
+    def of_summary(cls, rec: SpecSummary) -> ModelSummary:
+        f = rec.facts
+        return cls(
+            id=rec.id,
+            name=rec.name,
+            origin=rec.origin,
+            owner_id=rec.owner_id,
+            created_at=rec.created_at,
+            family=str(f.get("family", "")),
+            batch_size=int(f.get("batch_size", 0)),
+            layers=int(f.get("layers", 0)),
+            variables=int(f.get("variables", 0)),
+            params=int(f.get("params", 0)),
+        )
+
+
+class ModelPublic(ModelSummary):
+    """A stored model spec and its size at a glance."""
+
     spec: dict[str, Any] = Field(description="The full ModelSpec JSON.")
 
     @classmethod
@@ -48,7 +70,7 @@ class ModelPublic(Public):
 
 
 class ModelsPublic(Public):
-    data: list[ModelPublic]
+    data: list[ModelSummary] = Field(description="Summaries; the full spec is at /models/{id}.")
     count: int = Field(description="Items on this page.")
     next_cursor: int | None = Field(
         None, description="Pass as ?cursor= for the next page; null on the last page."
@@ -64,8 +86,8 @@ class SpecDefaultPublic(Public):
     note: str
 
 
-class ClusterPublic(Public):
-    """A stored cluster spec and its size at a glance."""
+class ClusterSummary(Public):
+    """A stored cluster spec's size at a glance (a list's item; the full spec: ``GET /clusters/{id}``)."""
 
     id: int
     name: str = Field(examples=["B1"])
@@ -74,6 +96,24 @@ class ClusterPublic(Public):
     created_at: datetime
     nodes: int
     gpus: int
+
+    @classmethod
+    def of_summary(cls, rec: SpecSummary) -> ClusterSummary:
+        f = rec.facts
+        return cls(
+            id=rec.id,
+            name=rec.name,
+            origin=rec.origin,
+            owner_id=rec.owner_id,
+            created_at=rec.created_at,
+            nodes=int(f.get("nodes", 0)),
+            gpus=int(f.get("gpus", 0)),
+        )
+
+
+class ClusterPublic(ClusterSummary):
+    """A stored cluster spec and its size at a glance."""
+
     spec: dict[str, Any] = Field(description="The full ClusterSpec JSON.")
     defaults: list[SpecDefaultPublic] = Field(
         default_factory=list,
@@ -97,7 +137,7 @@ class ClusterPublic(Public):
 
 
 class ClustersPublic(Public):
-    data: list[ClusterPublic]
+    data: list[ClusterSummary] = Field(description="Summaries; the full spec is at /clusters/{id}.")
     count: int = Field(description="Items on this page.")
     next_cursor: int | None = Field(
         None, description="Pass as ?cursor= for the next page; null on the last page."

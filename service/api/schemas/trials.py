@@ -9,6 +9,7 @@ from pydantic import Field
 
 from service.api.schemas.common import Public
 from simulator.spec import wire
+from simulator.spec.limits import Label
 
 
 class CandidatePublic(Public):
@@ -106,6 +107,19 @@ class ReportCreate(wire.Report):
 
 class ReportPublic(wire.ReportAck[TrialPublic]):
     """Whether the report was recorded, and the trial after it."""
+
+
+class ReleaseCreate(wire.Heartbeat):
+    """The claim holder hands its trial back (it is stopping normally): requeue it, attempt not spent."""
+
+    reason: Label = Field(default="", description="Why it was handed back (shown in the log).")
+
+
+class ReleasePublic(Public):
+    """Whether the trial was handed back, and the trial after it."""
+
+    released: bool = Field(description="False: the claim was no longer current (nothing changed).")
+    trial: TrialPublic
 
 
 class WorkerPublic(Public):
