@@ -160,8 +160,8 @@ class Worker:
         if self.refused is None:
             self.refused = reason
             log.error(
-                "worker %s: the API refused its token (%s); stopping. Give it a valid worker token"
-                " (strategist token create --role worker).",
+                "worker %s: the API refused its token (%s); stopping. Give it a valid token: a worker"
+                " token (strategist token create --role worker) or your own, for your uploaded clusters.",
                 self.config.name,
                 reason,
             )

@@ -47,7 +47,12 @@ def worker(
     token: Annotated[
         str,
         typer.Option(
-            help=f"A worker-role API token (or ${TOKEN_ENV}).", envvar=TOKEN_ENV, show_default=False
+            help=(
+                "A worker-role token (zoo clusters, any user's searches) or your own token (your"
+                f" uploaded clusters). Or ${TOKEN_ENV}."
+            ),
+            envvar=TOKEN_ENV,
+            show_default=False,
         ),
     ] = "",
     clusters: Annotated[
@@ -88,7 +93,10 @@ def worker(
     if pool not in POOLS:
         raise _fail("--pool", f"must be one of {', '.join(POOLS)}, got {pool!r}")
     if not token:
-        raise _fail("--token", f"a worker token is required (or set ${TOKEN_ENV})")
+        raise _fail(
+            "--token",
+            f"an API token is required: a worker token, or your own for your uploaded clusters (or set ${TOKEN_ENV})",
+        )
     if compute not in ("replay", "real"):
         raise _fail("--compute", f"must be 'replay' or 'real', got {compute!r}")
     if iterations < 1 or warmup < 0:
