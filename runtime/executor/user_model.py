@@ -46,11 +46,10 @@ import torch.nn.functional as F
 from torch import nn
 
 from runtime.apply.sync import GradientSync
-from runtime.executor.plan import PSUnit, SyncPlan, build_plan
+from runtime.executor.plan import SyncPlan, build_plan
 from runtime.executor.probe import run_probe
-from runtime.executor.ps import Server
 from runtime.executor.shards import RealShards
-from runtime.executor.worker import Context
+from runtime.executor.worker import Context, serve, served_shards
 from simulator.spec import ModelSpec, Strategy
 
 Batch = Callable[[int, int], tuple[Any, torch.Tensor]]
@@ -157,8 +156,7 @@ def run_user_trial(ctx: Context, trial: int, strategy: Strategy, target: str) ->
 
 
 def _server(ctx: Context, plan: SyncPlan, target: str) -> dict[str, Any]:
-    node = ctx.layout.node_of(ctx.rank)
-    mine = [u.shard for u in plan.units if isinstance(u, PSUnit) and u.server == node]
+    mine = served_shards(ctx, plan)
     initial: dict[int, torch.Tensor] = {}
     if mine:  # the shard's starting value: the same seeded module every worker builds
         _, params = build(target, ctx.model, ctx.config.seed, torch.device("cpu"))
@@ -168,13 +166,7 @@ def _server(ctx: Context, plan: SyncPlan, target: str) -> dict[str, Any]:
                 params[info.var_index].detach().narrow(info.axis, info.offset, info.shape[info.axis]).clone()
             )
             initial[s] = view.view(info.rows, -1) if info.sparse else view
-    server = Server(plan, node, ctx.groups, initial, ctx.config.lr)
-    run_probe(ctx.groups, ctx.config.probe_repeats)
-    dist.barrier()
-    for _ in range(ctx.config.warmup + ctx.config.iterations):
-        dist.barrier()
-        server.iteration()
-    return {"rank": ctx.rank, "role": "server", "shards": len(mine)}
+    return serve(ctx, plan, initial)
 
 
 def _worker(ctx: Context, trial: int, plan: SyncPlan, target: str) -> dict[str, Any]:

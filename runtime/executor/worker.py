@@ -93,21 +93,31 @@ def run_trial(ctx: Context, trial: int, strategy: Strategy) -> dict[str, Any]:
 
 
 def _server(ctx: Context, plan: SyncPlan) -> dict[str, Any]:
-    node = ctx.layout.node_of(ctx.rank)
-    mine = [u.shard for u in plan.units if isinstance(u, PSUnit) and u.server == node]
+    mine = served_shards(ctx, plan)
     net = (
         SpecNet(ctx.model, ctx.config.seed, torch.device("cpu"))
         if ctx.config.compute == "real" and mine
         else None
     )
-    params = {s: server_initial_param(plan, s, net, ctx.config.scale) for s in mine}
-    server = Server(plan, node, ctx.groups, params, ctx.config.lr)
+    return serve(ctx, plan, {s: server_initial_param(plan, s, net, ctx.config.scale) for s in mine})
+
+
+def served_shards(ctx: Context, plan: SyncPlan) -> list[int]:
+    """The shards this server rank's node holds."""
+    node = ctx.layout.node_of(ctx.rank)
+    return [u.shard for u in plan.units if isinstance(u, PSUnit) and u.server == node]
+
+
+def serve(ctx: Context, plan: SyncPlan, params: dict[int, torch.Tensor]) -> dict[str, Any]:
+    """Run this rank's parameter server, holding ``params`` (its shards' starting values), in step
+    with the workers: the bandwidth probe, then warm-up and measured iterations."""
+    server = Server(plan, ctx.layout.node_of(ctx.rank), ctx.groups, params, ctx.config.lr)
     run_probe(ctx.groups, ctx.config.probe_repeats)
     dist.barrier()
     for _ in range(ctx.config.warmup + ctx.config.iterations):
         dist.barrier()
         server.iteration()
-    return {"rank": ctx.rank, "role": "server", "shards": len(mine)}
+    return {"rank": ctx.rank, "role": "server", "shards": len(params)}
 
 
 def _worker(ctx: Context, trial: int, plan: SyncPlan) -> dict[str, Any]:

@@ -27,7 +27,7 @@ from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import select, update
+from sqlalchemy import Update, select, update
 from sqlalchemy.orm import Session
 
 from service import domain as d
@@ -228,16 +228,7 @@ def heartbeat(session: Session, *, trial_id: int, attempt: int, claim_token: str
     a trial whose search was cancelled answers ``accepted=True, stop=True`` (stop it).
     """
     with session.begin():
-        done = session.execute(
-            update(TrialRow)
-            .where(
-                TrialRow.id == trial_id,
-                TrialRow.state == "running",
-                TrialRow.attempt == attempt,
-                TrialRow.claim_token == claim_token,
-            )
-            .values(heartbeat_at=utcnow())
-        )
+        done = session.execute(_held(trial_id, attempt, claim_token).values(heartbeat_at=utcnow()))
         if affected(done) != 1:
             if session.get(TrialRow, trial_id) is None:
                 raise d.NotFound(f"no trial {trial_id}")
@@ -269,14 +260,9 @@ def report_trial(
             reason = "search cancelled" + (f"; {reason}" if reason else "")
         now = utcnow()
         won = session.execute(
-            update(TrialRow)
-            .where(
-                TrialRow.id == trial_id,
-                TrialRow.state == "running",
-                TrialRow.attempt == attempt,
-                TrialRow.claim_token == claim_token,
+            _held(trial_id, attempt, claim_token).values(
+                state=final, failure_reason=reason, finished_at=now, heartbeat_at=now
             )
-            .values(state=final, failure_reason=reason, finished_at=now, heartbeat_at=now)
         )
         if affected(won) != 1:
             session.refresh(row)
@@ -317,6 +303,17 @@ def report_trial(
         return d.ReportOutcome(trial=_trial(session, row), recorded=True)
 
 
+def _held(trial_id: int, attempt: int, claim_token: str) -> Update:
+    """An update of the trial only while this claim still holds it: running, this attempt, this
+    token (a stale worker's heartbeat, report or release then changes no row)."""
+    return update(TrialRow).where(
+        TrialRow.id == trial_id,
+        TrialRow.state == "running",
+        TrialRow.attempt == attempt,
+        TrialRow.claim_token == claim_token,
+    )
+
+
 def _measured_on(measurement: Measurement) -> dict[str, Any] | None:
     """Where it was measured (``simulator.spec.measurement.measured_on``), as stored."""
     site = measured_on(measurement.environment)
@@ -355,16 +352,7 @@ def release_trial(
                 "claimed_by": None,
                 "heartbeat_at": None,
             }
-        done = session.execute(
-            update(TrialRow)
-            .where(
-                TrialRow.id == trial_id,
-                TrialRow.state == "running",
-                TrialRow.attempt == attempt,
-                TrialRow.claim_token == claim_token,
-            )
-            .values(**values)
-        )
+        done = session.execute(_held(trial_id, attempt, claim_token).values(**values))
         session.refresh(row)
         return affected(done) == 1, _trial(session, row)
 

@@ -170,9 +170,7 @@ class HybridPlans(PlanKind):
         return is_3d(options)  # no worker runs a TP x PP x DP plan (service.plans.hybrid_threed)
 
     def due_baselines(self, search: Search, trials: Sequence[Trial]) -> tuple[str, ...]:
-        if is_3d(search.plan_options):
-            return ThreeDSpace().due_baselines(search, trials)
-        return self.BASELINES
+        return () if is_3d(search.plan_options) else self.BASELINES  # a 3D search measures nothing
 
     def baselines(
         self,
@@ -185,7 +183,7 @@ class HybridPlans(PlanKind):
         from search.hybrid import even_data_parallel
 
         if is_3d(options):
-            return ThreeDSpace().baselines(model, cluster, options, names, profiles)
+            return {}  # predicted only: no baseline is measured
         if "even" not in names:
             return {}
         plan = even_data_parallel(model, cluster, int(options["global_batch"]))

@@ -32,13 +32,11 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from typing import Any, ClassVar
+from typing import Any
 
-from service.domain import Search, Trial
 from service.plans.base import Loc, OptionsInvalid, RoundAsk, RoundPlan, known_options, ranked_round
 from simulator.spec import ClusterSpec, ModelSpec
 from simulator.spec.limits import LIMITS
-from simulator.spec.profile import Profile
 from simulator.threed import GPTConfig
 from simulator.threed.document import ThreeDDocument
 
@@ -112,8 +110,6 @@ def _subset(out: dict[str, Any], field: str, allowed: Sequence[Any]) -> list[tup
 class ThreeDSpace:
     """The 3D space of a hybrid search (see the module docstring); ``HybridPlans`` delegates here."""
 
-    BASELINES: ClassVar[tuple[str, ...]] = ()
-
     def validate(
         self, options: dict[str, Any] | None, *, model: ModelSpec, cluster: ClusterSpec
     ) -> dict[str, Any]:
@@ -182,19 +178,6 @@ class ThreeDSpace:
                 ]
             )
         return out
-
-    def due_baselines(self, search: Search, trials: Sequence[Trial]) -> tuple[str, ...]:
-        return self.BASELINES
-
-    def baselines(
-        self,
-        model: ModelSpec,
-        cluster: ClusterSpec,
-        options: dict[str, Any],
-        names: tuple[str, ...],
-        profiles: tuple[Profile, ...] | None = None,
-    ) -> dict[str, dict[str, Any]]:
-        return {}
 
     def plans(self, model: ModelSpec, cluster: ClusterSpec, options: dict[str, Any]) -> list[Any]:
         """Every ``ThreeDPlan`` the options allow (before the memory filter)."""

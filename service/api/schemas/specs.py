@@ -15,6 +15,17 @@ from simulator.spec import ClusterSpec, ModelSpec
 from simulator.spec.defaults import cluster_defaults
 
 
+def stored(rec: SpecSummary | SpecRecord) -> dict[str, Any]:
+    """The fields every spec schema takes from the stored row, summary or full record alike."""
+    return {
+        "id": rec.id,
+        "name": rec.name,
+        "origin": rec.origin,
+        "owner_id": rec.owner_id,
+        "created_at": rec.created_at,
+    }
+
+
 class ModelSummary(Public):
     """A stored model spec's size at a glance (a list's item; the full spec: ``GET /models/{id}``)."""
 
@@ -33,11 +44,7 @@ class ModelSummary(Public):
     def of_summary(cls, rec: SpecSummary) -> ModelSummary:
         f = rec.facts
         return cls(
-            id=rec.id,
-            name=rec.name,
-            origin=rec.origin,
-            owner_id=rec.owner_id,
-            created_at=rec.created_at,
+            **stored(rec),
             family=str(f.get("family", "")),
             batch_size=int(f.get("batch_size", 0)),
             layers=int(f.get("layers", 0)),
@@ -55,11 +62,7 @@ class ModelPublic(ModelSummary):
     def of(cls, rec: SpecRecord, spec: ModelSpec | None = None) -> ModelPublic:
         m = spec or rec.model_spec()
         return cls(
-            id=rec.id,
-            name=rec.name,
-            origin=rec.origin,
-            owner_id=rec.owner_id,
-            created_at=rec.created_at,
+            **stored(rec),
             family=m.family,
             batch_size=m.batch_size,
             layers=len(m.layers),
@@ -101,11 +104,7 @@ class ClusterSummary(Public):
     def of_summary(cls, rec: SpecSummary) -> ClusterSummary:
         f = rec.facts
         return cls(
-            id=rec.id,
-            name=rec.name,
-            origin=rec.origin,
-            owner_id=rec.owner_id,
-            created_at=rec.created_at,
+            **stored(rec),
             nodes=int(f.get("nodes", 0)),
             gpus=int(f.get("gpus", 0)),
         )
@@ -124,11 +123,7 @@ class ClusterPublic(ClusterSummary):
     def of(cls, rec: SpecRecord, spec: ClusterSpec | None = None) -> ClusterPublic:
         c = spec or rec.cluster_spec()
         return cls(
-            id=rec.id,
-            name=rec.name,
-            origin=rec.origin,
-            owner_id=rec.owner_id,
-            created_at=rec.created_at,
+            **stored(rec),
             nodes=len(c.nodes),
             gpus=c.num_gpus,
             spec=rec.body,
