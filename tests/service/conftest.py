@@ -24,11 +24,15 @@ from sqlalchemy import Engine, create_engine, text
 from sqlalchemy.engine import make_url
 from sqlalchemy.orm import Session, sessionmaker
 
+from service import domain as d
+from service.client import StrategistClient
 from service.db import repository as repo
 from service.db.engine import make_engine, session_factory, upgrade
 from service.db.models import Base
 from service.settings import Settings
 from simulator import zoo
+
+from .helpers import api_client
 
 PG_DEFAULT = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
 
@@ -276,6 +280,19 @@ def tokens(session: Session) -> dict[str, dict[str, str]]:
         "admin": repo.create_token(session, name="root", role="admin"),
     }
     return {k: bearer(v.secret) for k, v in made.items()}
+
+
+@pytest.fixture
+def user(session: Session) -> d.IssuedToken:
+    """A user (erin) and the token issued to them."""
+    return repo.create_token(session, name="erin", role="user")
+
+
+@pytest.fixture
+def api(client: TestClient, user: d.IssuedToken) -> Iterator[StrategistClient]:
+    """``user``'s StrategistClient over the app in process."""
+    with api_client(client, user.secret) as c:
+        yield c
 
 
 def processes_marked(mark: str) -> dict[int, str]:

@@ -13,7 +13,7 @@ from service.client import StrategistClient
 from service.db import repository as repo
 from service.domain import CandidateDraft
 
-from .test_client import InProcess
+from .helpers import InProcess
 
 API = "/api/v1"
 

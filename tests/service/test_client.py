@@ -22,21 +22,9 @@ from service.client import ApiError, StrategistClient
 from service.db import repository as repo
 from simulator.spec import Strategy
 
+from .helpers import InProcess, api_client, route_cli
+
 Make = Callable[..., StrategistClient]
-
-
-class InProcess(httpx.BaseTransport):
-    """An httpx transport that hands each request to the app through FastAPI's TestClient (which
-    runs the app's lifespan), so the client's own httpx code is what is tested."""
-
-    def __init__(self, app_client: TestClient) -> None:
-        self.app_client = app_client
-
-    def handle_request(self, request: httpx.Request) -> httpx.Response:
-        r = self.app_client.request(
-            request.method, str(request.url), headers=dict(request.headers), content=request.read()
-        )
-        return httpx.Response(r.status_code, headers=list(r.headers.multi_items()), content=r.content)
 
 
 @pytest.fixture
@@ -91,7 +79,7 @@ def test_http_errors_are_one_class_with_status_and_detail(make: Make, client: Te
     assert e.value.status == 409
 
     with pytest.raises(ApiError) as e:
-        StrategistClient("http://testserver", "stg_not-a-token", transport=InProcess(client)).searches()
+        api_client(client, "stg_not-a-token").searches()
     assert e.value.status == 401
 
 
@@ -139,14 +127,10 @@ def test_upload_runtimes_as_strategy_or_json(make: Make, specs: Any) -> None:
 
 
 @pytest.fixture
-def cli(transport: InProcess, monkeypatch: pytest.MonkeyPatch) -> Callable[..., Any]:
-    """``cli(*args)``: run ``strategist search ...`` with its StrategistClient over the in-process app."""
-
-    def in_process(api: str, token: str) -> StrategistClient:
-        assert api == "http://127.0.0.1:8000"  # the default, replaced by the in-process app
-        return StrategistClient("http://testserver", token, transport=transport)
-
-    monkeypatch.setattr(search_cli_commands, "StrategistClient", in_process)
+def cli(client: TestClient, monkeypatch: pytest.MonkeyPatch) -> Callable[..., Any]:
+    """``cli(*args)``: run ``strategist search ...`` with its StrategistClient over the in-process app
+    (asked for at the default API URL)."""
+    route_cli(monkeypatch, search_cli_commands, client, api="http://127.0.0.1:8000")
     return lambda *args: CliRunner().invoke(app, ["search", *args])
 
 

@@ -5,41 +5,27 @@ from __future__ import annotations
 
 from typing import Any
 
-import httpx
 import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy.orm import Session
 from typer.testing import CliRunner
 
 from service.cli import app, export_commands
-from service.client import StrategistClient
 from service.db import repository as repo
 from service.domain import CandidateDraft
 from simulator.spec import Strategy
 from simulator.spec.measurement import Measurement
 from simulator.spec.planfile import read_plan_file
 
+from .helpers import route_cli
+
 API = "/api/v1"
 CREATE = {"model": "tiny-mlp", "cluster": "two-node", "trial_budget": 4, "candidates_per_round": 2}
 
 
-class InProcess(httpx.BaseTransport):
-    def __init__(self, app_client: TestClient) -> None:
-        self.app_client = app_client
-
-    def handle_request(self, request: httpx.Request) -> httpx.Response:
-        r = self.app_client.request(
-            request.method, str(request.url), headers=dict(request.headers), content=request.read()
-        )
-        return httpx.Response(r.status_code, headers=list(r.headers.multi_items()), content=r.content)
-
-
 @pytest.fixture
 def export(client: TestClient, monkeypatch: pytest.MonkeyPatch) -> Any:
-    def in_process(api: str, token: str) -> StrategistClient:
-        return StrategistClient("http://testserver", token, transport=InProcess(client))
-
-    monkeypatch.setattr(export_commands, "StrategistClient", in_process)
+    route_cli(monkeypatch, export_commands, client)
     return lambda *args: CliRunner().invoke(app, ["export", *args])
 
 

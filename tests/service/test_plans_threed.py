@@ -13,7 +13,6 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy.orm import Session, sessionmaker
@@ -22,7 +21,7 @@ from typer.testing import CliRunner
 from runtime.worker.plans import TrialContext, runner
 from search.hybrid.threed import rank_plans
 from service.cli import app, search_cli_commands
-from service.client import ApiError, StrategistClient
+from service.client import ApiError
 from service.db import repository as repo
 from service.loop import SearchLoop
 from service.plans.hybrid_threed import gpt_config
@@ -30,6 +29,8 @@ from simulator import zoo
 from simulator.spec.measurement import Measurement
 from simulator.threed import GPTConfig
 from simulator.threed.document import ThreeDDocument
+
+from .helpers import api_client, route_cli
 
 API = "/api/v1"
 WAIT = 120.0
@@ -274,19 +275,6 @@ def test_bad_3d_cli_options_are_one_line_exit_2(
     assert r.exit_code == 2 and r.output.startswith("error: --space: needs --plan hybrid")
 
 
-class InProcess(httpx.BaseTransport):
-    """httpx requests handed to the app through FastAPI's TestClient (as tests/service/test_client.py)."""
-
-    def __init__(self, app_client: TestClient) -> None:
-        self.app_client = app_client
-
-    def handle_request(self, request: httpx.Request) -> httpx.Response:
-        r = self.app_client.request(
-            request.method, str(request.url), headers=dict(request.headers), content=request.read()
-        )
-        return httpx.Response(r.status_code, headers=list(r.headers.multi_items()), content=r.content)
-
-
 def test_cli_and_client_create_a_3d_search_and_print_its_predicted_ranking(
     client: TestClient,
     tokens: dict[str, dict[str, str]],
@@ -294,17 +282,12 @@ def test_cli_and_client_create_a_3d_search_and_print_its_predicted_ranking(
     gpt_zoo: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    transport = InProcess(client)
     token = secret(tokens["alice"])
-    monkeypatch.setattr(
-        search_cli_commands,
-        "StrategistClient",
-        lambda api, tok: StrategistClient("http://testserver", tok, transport=transport),
-    )
+    route_cli(monkeypatch, search_cli_commands, client)
     r = CliRunner().invoke(app, [*CLI_BASE[:7], token, *CLI_BASE[8:], *CLI_3D, "--budget", "4"])
     assert r.exit_code == 0, r.output
     sid = int(r.stdout.strip())
-    api = StrategistClient("http://testserver", token, transport=transport)
+    api = api_client(client, token)
     stored = api.search(sid).search
     assert stored.plan_kind == "hybrid" and stored.plan_options == {
         **OPTIONS_3D,

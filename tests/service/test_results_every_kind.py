@@ -5,12 +5,11 @@ simplest-within-noise rule on hand-made measurements. (Heterogeneous: test_heter
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy.orm import Session
@@ -21,27 +20,10 @@ from service.cli import app, search_cli_commands
 from service.client import StrategistClient
 from service.db import repository as repo
 from service.domain import CandidateDraft, Trial
-from service.plans.base import RoundAsk
-from service.plans.hybrid import HybridPlans
-from service.plans.pipeline import PipelinePlans
 from service.plans.results import NOISE_FLOOR, complexity, recommend, within_noise
-from simulator import zoo
 from simulator.spec import HybridPlan, Strategy
-from simulator.spec.measurement import Measurement
 
-
-class InProcess(httpx.BaseTransport):
-    """An httpx transport handing each request to the app through FastAPI's TestClient."""
-
-    def __init__(self, app_client: TestClient) -> None:
-        self.app_client = app_client
-
-    def handle_request(self, request: httpx.Request) -> httpx.Response:
-        r = self.app_client.request(
-            request.method, str(request.url), headers=dict(request.headers), content=request.read()
-        )
-        return httpx.Response(r.status_code, headers=list(r.headers.multi_items()), content=r.content)
-
+from .helpers import hybrid_search, measured_search, pipeline_search, route_cli
 
 # ------------------------------------------------------------------ the rule, by hand
 
@@ -118,68 +100,14 @@ def test_a_clear_win_or_no_spread_keeps_the_best() -> None:
 
 @pytest.fixture
 def cli(client: TestClient, monkeypatch: pytest.MonkeyPatch) -> Callable[..., Any]:
-    transport = InProcess(client)
-
-    def in_process(api: str, token: str) -> StrategistClient:
-        return StrategistClient("http://testserver", token, transport=transport)
-
-    monkeypatch.setattr(search_cli_commands, "StrategistClient", in_process)
+    route_cli(monkeypatch, search_cli_commands, client)
     return lambda *args: CliRunner().invoke(app, ["search", *args])
-
-
-@pytest.fixture
-def user(session: Session) -> Any:
-    return repo.create_token(session, name="erin", role="user")
-
-
-@pytest.fixture
-def api(client: TestClient, user: Any) -> Iterator[StrategistClient]:
-    with StrategistClient("http://testserver", user.secret, transport=InProcess(client)) as c:
-        yield c
-
-
-def measured_search(
-    session: Session,
-    user: Any,
-    model: str,
-    cluster: str,
-    kind: str,
-    options: dict[str, Any] | None,
-    baselines: dict[str, dict[str, Any]],
-    drafts: Sequence[CandidateDraft],
-    medians: Sequence[float],
-) -> int:
-    """A search whose baselines, then candidates, are claimed and measured at ``medians`` in order."""
-    search = repo.create_search(
-        session,
-        owner_id=user.info.user_id,
-        model=repo.zoo_spec(session, kind="model", name=model),
-        cluster=repo.zoo_spec(session, kind="cluster", name=cluster),
-        plan_kind=kind,
-        plan_options=options,
-    )
-    for name, doc in baselines.items():
-        repo.enqueue_trial(session, search_id=search.id, strategy=doc, baseline=name)
-    repo.add_round(session, search_id=search.id, candidates=drafts, samples=len(drafts))
-    it = iter(medians)
-    while (claim := repo.claim_trial(session, worker="w", clusters=[cluster])) is not None:
-        m = Measurement(iteration_times=tuple(spread(next(it))))
-        repo.report_trial(
-            session, trial_id=claim.trial.id, attempt=1, claim_token=claim.claim_token, measurement=m
-        )
-    return search.id
 
 
 def test_pipeline_status_best_plan_and_cli(
     plan_zoo: Path, session: Session, user: Any, api: StrategistClient, cli: Callable[..., Any]
 ) -> None:
-    model, cluster = zoo.model("pp-chain"), zoo.cluster("pp-2")
-    kind = PipelinePlans()
-    options = kind.validate({"memory_per_device_gb": 0.0039}, objective="time", model=model, cluster=cluster)
-    base = kind.baselines(model, cluster, options, ("1f1b",))["1f1b"]
-    drafts = kind.plan_round(model, cluster, options, RoundAsk(1, 2, 0, ())).drafts
-    sid = measured_search(session, user, "pp-chain", "pp-2", "pipeline", options, {"1f1b": base}, drafts,
-                          [0.30, 0.142, 0.20])  # fmt: skip
+    sid, _ = pipeline_search(session, user.info.user_id, [0.30, 0.142, 0.20])
     st = api.search(sid)
     r = st.result
     assert r is not None and r.plan_kind == "pipeline" and r.metric == "time"
@@ -206,14 +134,7 @@ def test_hybrid_slower_than_its_baseline_is_flagged(
     cli: Callable[..., Any],
     client: TestClient,
 ) -> None:
-    model, cluster = zoo.model("mixed-net"), zoo.cluster("mixed-2")
-    kind = HybridPlans()
-    options = kind.validate({"annotations": {"features": {"primitive": "replicate"}}, "global_batch": 32},
-                            objective="time", model=model, cluster=cluster)  # fmt: skip
-    base = kind.baselines(model, cluster, options, ("even",))["even"]
-    drafts = kind.plan_round(model, cluster, options, RoundAsk(1, 1, 0, ())).drafts[:1]
-    sid = measured_search(session, user, "mixed-net", "mixed-2", "hybrid", options, {"even": base}, drafts,
-                          [0.20, 0.25])  # fmt: skip
+    sid, drafts = hybrid_search(session, user.info.user_id, [0.20, 0.25])
     r = api.search(sid).result
     assert r is not None and r.baseline is not None and r.ratio == pytest.approx(0.8) and r.slower
     assert "slower than its baseline; keep even" in r.verdict
@@ -238,7 +159,7 @@ def test_sync_result_compares_with_the_strongest_tuned_baseline(
     ]
     baselines = {"horovod": specs.strategy("horovod"), "ps": specs.strategy("ps", ps=True)}
     # horovod 0.12, ps 0.30; PS candidate 0.100, all-reduce candidate 0.1004 (within noise, simpler)
-    sid = measured_search(session, user, "tiny-mlp", "two-node", "sync", None, baselines, drafts,
+    sid = measured_search(session, user.info.user_id, "tiny-mlp", "two-node", "sync", None, baselines, drafts,
                           [0.12, 0.30, 0.100, 0.1004])  # fmt: skip
     st = api.search(sid)
     r = st.result

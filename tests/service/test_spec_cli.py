@@ -8,39 +8,21 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy.orm import Session
 from typer.testing import CliRunner
 
 from service.cli import app, search_cli_commands
-from service.client import StrategistClient
 from service.db import repository as repo
 from simulator.spec import ClusterSpec
 
-
-class InProcess(httpx.BaseTransport):
-    """An httpx transport handing each request to the app through FastAPI's TestClient."""
-
-    def __init__(self, app_client: TestClient) -> None:
-        self.app_client = app_client
-
-    def handle_request(self, request: httpx.Request) -> httpx.Response:
-        r = self.app_client.request(
-            request.method, str(request.url), headers=dict(request.headers), content=request.read()
-        )
-        return httpx.Response(r.status_code, headers=list(r.headers.multi_items()), content=r.content)
+from .helpers import api_client, route_cli
 
 
 @pytest.fixture
 def cli(client: TestClient, monkeypatch: pytest.MonkeyPatch) -> Callable[..., Any]:
-    transport = InProcess(client)
-
-    def in_process(api: str, token: str) -> StrategistClient:
-        return StrategistClient("http://testserver", token, transport=transport)
-
-    monkeypatch.setattr(search_cli_commands, "StrategistClient", in_process)
+    route_cli(monkeypatch, search_cli_commands, client)
     return lambda *args: CliRunner().invoke(app, list(args))
 
 
@@ -73,9 +55,8 @@ def test_two_users_upload_one_name_and_each_searches_their_own(
         assert r.exit_code == 0, r.output
         ids[who]["search"] = int(r.stdout.strip())
     assert ids["alice"]["cluster"] != ids["bob"]["cluster"]
-    transport = InProcess(client)
     for who, secret in (("alice", alice), ("bob", bob)):
-        api = StrategistClient("http://testserver", secret, transport=transport)
+        api = api_client(client, secret)
         s = api.search(ids[who]["search"]).search
         assert (s.model_spec_id, s.cluster_spec_id) == (ids[who]["model"], ids[who]["cluster"])
         mine = api.clusters()

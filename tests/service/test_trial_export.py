@@ -7,11 +7,10 @@ from __future__ import annotations
 import csv
 import io
 import json
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy.orm import Session
@@ -21,113 +20,23 @@ from service.cli import app, search_cli_commands
 from service.client import ApiError, StrategistClient
 from service.db import repository as repo
 from service.domain import CandidateDraft
-from service.plans.base import RoundAsk
-from service.plans.hybrid import HybridPlans
-from service.plans.pipeline import PipelinePlans
 from service.plans.trial_export import COLUMNS
-from simulator import zoo
-from simulator.spec.measurement import Measurement
 
-
-class InProcess(httpx.BaseTransport):
-    def __init__(self, app_client: TestClient) -> None:
-        self.app_client = app_client
-
-    def handle_request(self, request: httpx.Request) -> httpx.Response:
-        r = self.app_client.request(
-            request.method, str(request.url), headers=dict(request.headers), content=request.read()
-        )
-        return httpx.Response(r.status_code, headers=list(r.headers.multi_items()), content=r.content)
-
-
-SPREAD = (-0.02, -0.01, 0.0, 0.01, 0.02)
-
-
-def measured_search(
-    session: Session,
-    owner_id: int,
-    model: str,
-    cluster: str,
-    kind: str,
-    options: dict[str, Any] | None,
-    baselines: dict[str, dict[str, Any]],
-    drafts: Sequence[CandidateDraft],
-    medians: Sequence[float],
-) -> int:
-    """A search whose baselines, then candidates, are claimed and measured at ``medians`` in order
-    (the rest stay queued)."""
-    search = repo.create_search(
-        session,
-        owner_id=owner_id,
-        model=repo.zoo_spec(session, kind="model", name=model),
-        cluster=repo.zoo_spec(session, kind="cluster", name=cluster),
-        plan_kind=kind,
-        plan_options=options,
-    )
-    for name, doc in baselines.items():
-        repo.enqueue_trial(session, search_id=search.id, strategy=doc, baseline=name)
-    repo.add_round(session, search_id=search.id, candidates=drafts, samples=len(drafts))
-    for med in medians:
-        claim = repo.claim_trial(session, worker="w", clusters=[cluster])
-        assert claim is not None
-        m = Measurement(iteration_times=tuple(med * (1 + r) for r in SPREAD))
-        repo.report_trial(
-            session, trial_id=claim.trial.id, attempt=1, claim_token=claim.claim_token, measurement=m
-        )
-    return search.id
-
-
-@pytest.fixture
-def user(session: Session) -> Any:
-    return repo.create_token(session, name="erin", role="user")
-
-
-@pytest.fixture
-def api(client: TestClient, user: Any) -> Iterator[StrategistClient]:
-    with StrategistClient("http://testserver", user.secret, transport=InProcess(client)) as c:
-        yield c
+from .helpers import hybrid_search, measured_search, pipeline_search, route_cli
 
 
 @pytest.fixture
 def cli(client: TestClient, monkeypatch: pytest.MonkeyPatch) -> Callable[..., Any]:
-    transport = InProcess(client)
-
-    def in_process(api: str, token: str) -> StrategistClient:
-        return StrategistClient("http://testserver", token, transport=transport)
-
-    monkeypatch.setattr(search_cli_commands, "StrategistClient", in_process)
+    route_cli(monkeypatch, search_cli_commands, client)
     return lambda *args: CliRunner().invoke(app, ["search", *args])
-
-
-def pipeline_search(session: Session, owner_id: int, medians: Sequence[float]) -> int:
-    model, cluster = zoo.model("pp-chain"), zoo.cluster("pp-2")
-    kind = PipelinePlans()
-    options = kind.validate({"memory_per_device_gb": 0.0039}, objective="time", model=model, cluster=cluster)
-    base = kind.baselines(model, cluster, options, ("1f1b",))["1f1b"]
-    drafts = kind.plan_round(model, cluster, options, RoundAsk(1, 2, 0, ())).drafts
-    return measured_search(
-        session, owner_id, "pp-chain", "pp-2", "pipeline", options, {"1f1b": base}, drafts, medians
-    )
-
-
-def hybrid_search(session: Session, owner_id: int, medians: Sequence[float]) -> int:
-    model, cluster = zoo.model("mixed-net"), zoo.cluster("mixed-2")
-    kind = HybridPlans()
-    options = kind.validate({"annotations": {"features": {"primitive": "replicate"}}, "global_batch": 32},
-                            objective="time", model=model, cluster=cluster)  # fmt: skip
-    base = kind.baselines(model, cluster, options, ("even",))["even"]
-    drafts = kind.plan_round(model, cluster, options, RoundAsk(1, 1, 0, ())).drafts[:1]
-    return measured_search(
-        session, owner_id, "mixed-net", "mixed-2", "hybrid", options, {"even": base}, drafts, medians
-    )
 
 
 def test_rows_have_the_same_columns_for_every_kind_and_speedups_vs_the_result_baseline(
     plan_zoo: Path, session: Session, user: Any, api: StrategistClient, specs: Any
 ) -> None:
     uid = user.info.user_id
-    pipe = pipeline_search(session, uid, [0.30, 0.142, 0.20])
-    hyb = hybrid_search(session, uid, [0.20, 0.25])
+    pipe, _ = pipeline_search(session, uid, [0.30, 0.142, 0.20])
+    hyb, _ = hybrid_search(session, uid, [0.20, 0.25])
     drafts = [
         CandidateDraft(rank=1, strategy=specs.strategy("a", ps=True), predicted_time=0.09, similarity=0.0),
         CandidateDraft(rank=2, strategy=specs.strategy("b"), predicted_time=0.11, similarity=0.0),
@@ -167,14 +76,14 @@ def test_not_yours_is_404_and_a_bad_format_is_422_naming_it(
     plan_zoo: Path, session: Session, user: Any, api: StrategistClient, client: TestClient
 ) -> None:
     other = repo.create_token(session, name="mallory", role="user")
-    theirs = pipeline_search(session, other.info.user_id, [0.30, 0.142, 0.20])
+    theirs, _ = pipeline_search(session, other.info.user_id, [0.30, 0.142, 0.20])
     with pytest.raises(ApiError) as e:
         api.export_trials(theirs)
     assert e.value.status == 404
     with pytest.raises(ApiError) as e:
         api.export_trials_csv(theirs)
     assert e.value.status == 404
-    mine = pipeline_search(session, user.info.user_id, [])  # nothing measured
+    mine, _ = pipeline_search(session, user.info.user_id, [])  # nothing measured
     r = client.get(
         f"/api/v1/searches/{mine}/trials/export?format=xml",
         headers={"Authorization": f"Bearer {user.secret}"},
@@ -195,7 +104,7 @@ def test_not_yours_is_404_and_a_bad_format_is_422_naming_it(
 def test_cli_export_trials_and_dashboard_links(
     plan_zoo: Path, session: Session, user: Any, client: TestClient, cli: Callable[..., Any], tmp_path: Path
 ) -> None:
-    sid = pipeline_search(session, user.info.user_id, [0.30, 0.142, 0.20])
+    sid, _ = pipeline_search(session, user.info.user_id, [0.30, 0.142, 0.20])
     out = cli("export-trials", str(sid), "--token", user.secret)
     assert out.exit_code == 0, out.output
     assert out.stdout.splitlines()[0] == ",".join(COLUMNS) and len(out.stdout.splitlines()) == 4

@@ -30,6 +30,16 @@ def _lab(specs: Any, nic_gbps: float) -> dict[str, Any]:
     return dict(body)
 
 
+def _two_labs(
+    client: TestClient, tokens: dict[str, Any], specs: Any
+) -> tuple[dict[str, str], dict[str, str]]:
+    """Alice and Bob each upload a cluster named 'lab' (10 and 25 Gbit/s NICs); their headers."""
+    alice, bob = tokens["alice"], tokens["bob"]
+    assert client.post(f"{API}/clusters", json=_lab(specs, 10), headers=alice).status_code == 201
+    assert client.post(f"{API}/clusters", json=_lab(specs, 25), headers=bob).status_code == 201
+    return alice, bob
+
+
 def _search(client: TestClient, who: dict[str, str], cluster: str, session: Session, specs: Any) -> int:
     """A search of ``who`` on ``cluster`` with one queued baseline trial; returns the trial id."""
     r = client.post(f"{API}/searches", json={"model": "tiny-mlp", "cluster": cluster}, headers=who)
@@ -49,9 +59,7 @@ def _claim(client: TestClient, who: dict[str, str], *clusters: str) -> dict[str,
 def test_two_users_clusters_of_the_same_name_have_separate_queues(
     client: TestClient, tokens: dict[str, Any], session: Session, specs: Any
 ) -> None:
-    alice, bob = tokens["alice"], tokens["bob"]
-    assert client.post(f"{API}/clusters", json=_lab(specs, 10), headers=alice).status_code == 201
-    assert client.post(f"{API}/clusters", json=_lab(specs, 25), headers=bob).status_code == 201
+    alice, bob = _two_labs(client, tokens, specs)
     alices = _search(client, alice, "lab", session, specs)  # the older trial: a name queue hands it out first
     bobs = _search(client, bob, "lab", session, specs)
     # Neither a fleet worker nor an admin's worker resolves 'lab' to anybody's upload.
@@ -131,9 +139,7 @@ def test_the_no_worker_notice_counts_only_workers_that_can_claim(
     client: TestClient, tokens: dict[str, Any], session: Session, specs: Any
 ) -> None:
     """A live worker advertising 'lab' for another user does not hide that nobody serves yours."""
-    alice, bob = tokens["alice"], tokens["bob"]
-    assert client.post(f"{API}/clusters", json=_lab(specs, 10), headers=alice).status_code == 201
-    assert client.post(f"{API}/clusters", json=_lab(specs, 25), headers=bob).status_code == 201
+    alice, bob = _two_labs(client, tokens, specs)
     trial = _search(client, alice, "lab", session, specs)
     search_id = repo.get_trial(session, trial_id=trial).search_id
     with session.begin():  # queued 60 s ago: past the liveness window

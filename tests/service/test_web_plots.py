@@ -10,14 +10,12 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy.orm import Session
 from typer.testing import CliRunner
 
 from service.cli import app, search_cli_commands
-from service.client import StrategistClient
 from service.db import repository as repo
 from service.domain import CandidateDraft, Trial
 from service.plans.base import RoundAsk
@@ -25,6 +23,8 @@ from service.plans.pipeline import KB_MEANING, PipelinePlans
 from service.web.views import predicted_vs_measured
 from simulator import zoo
 from simulator.spec.measurement import Measurement
+
+from .helpers import measured_search, measured_trial, route_cli, tiny_search
 
 
 def trial(tid: int, predicted: float | None, median: float | None, state: str = "succeeded",
@@ -72,13 +72,7 @@ def measure(session: Session, cluster: str, medians: Sequence[float]) -> None:
 def test_search_page_plots_predicted_vs_measured_or_says_there_is_nothing(
     zoo_dir: Path, session: Session, client: TestClient, specs: Any
 ) -> None:
-    user = repo.create_token(session, name="erin", role="user")
-    search = repo.create_search(
-        session,
-        owner_id=user.info.user_id,
-        model=repo.zoo_spec(session, kind="model", name="tiny-mlp"),
-        cluster=repo.zoo_spec(session, kind="cluster", name="two-node"),
-    )
+    user, search = tiny_search(session, "erin")
     repo.enqueue_trial(session, search_id=search.id, strategy=specs.strategy("horovod"), baseline="horovod")
     drafts = [
         CandidateDraft(rank=1, strategy=specs.strategy("a", ps=True), predicted_time=0.08, similarity=0.0),
@@ -121,17 +115,6 @@ def test_simulators_accuracy_chart_has_a_server_side_empty_state(
     assert "pairwise ranking accuracy (0-1)" in page
 
 
-class InProcess(httpx.BaseTransport):
-    def __init__(self, app_client: TestClient) -> None:
-        self.app_client = app_client
-
-    def handle_request(self, request: httpx.Request) -> httpx.Response:
-        r = self.app_client.request(
-            request.method, str(request.url), headers=dict(request.headers), content=request.read()
-        )
-        return httpx.Response(r.status_code, headers=list(r.headers.multi_items()), content=r.content)
-
-
 def test_kb_is_explained_on_pipeline_pages_and_in_the_cli(
     plan_zoo: Path, session: Session, client: TestClient, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -140,30 +123,18 @@ def test_kb_is_explained_on_pipeline_pages_and_in_the_cli(
     model, cluster = zoo.model("pp-chain"), zoo.cluster("pp-2")
     kind = PipelinePlans()
     options = kind.validate({"memory_per_device_gb": 0.0039}, objective="time", model=model, cluster=cluster)
-    search = repo.create_search(
-        session,
-        owner_id=user.info.user_id,
-        model=repo.zoo_spec(session, kind="model", name="pp-chain"),
-        cluster=repo.zoo_spec(session, kind="cluster", name="pp-2"),
-        plan_kind="pipeline",
-        plan_options=options,
-    )
     drafts = kind.plan_round(model, cluster, options, RoundAsk(1, 1, 0, ())).drafts[:1]
-    repo.add_round(session, search_id=search.id, candidates=drafts, samples=1)
-    measure(session, "pp-2", [0.2])
-    cand = repo.list_candidates(session, search_id=search.id, round_index=1, owner_id=user.info.user_id)[0]
-    tid = repo.list_trials(session, search_id=search.id, owner_id=user.info.user_id)[0].id
+    sid = measured_search(
+        session, user.info.user_id, "pp-chain", "pp-2", "pipeline", options, {}, drafts, [0.2]
+    )
+    cand = repo.list_candidates(session, search_id=sid, round_index=1, owner_id=user.info.user_id)[0]
+    tid = repo.list_trials(session, search_id=sid, owner_id=user.info.user_id)[0].id
     client.cookies.set("strategist_token", user.secret)
     for url in (f"/ui/candidates/{cand.id}", f"/ui/trials/{tid}"):
         page = client.get(url).text
         assert 'data-testid="kb-meaning"' in page and "k = N is GPipe" in page, url
-    transport = InProcess(client)
-    monkeypatch.setattr(
-        search_cli_commands,
-        "StrategistClient",
-        lambda api, token: StrategistClient("http://testserver", token, transport=transport),
-    )
-    out = CliRunner().invoke(app, ["search", "status", str(search.id), "--token", user.secret])
+    route_cli(monkeypatch, search_cli_commands, client)
+    out = CliRunner().invoke(app, ["search", "status", str(sid), "--token", user.secret])
     assert out.exit_code == 0, out.output
     assert KB_MEANING in " ".join(out.stdout.split())
 
@@ -172,22 +143,9 @@ def test_trial_page_prints_the_scale_to_three_digits_and_labels_the_prediction(
     zoo_dir: Path, session: Session, client: TestClient, specs: Any
 ) -> None:
     """The issue saw 'a scale of 8.333333333333334' and a prediction line without a label."""
-    user = repo.create_token(session, name="erin", role="user")
-    search = repo.create_search(
-        session,
-        owner_id=user.info.user_id,
-        model=repo.zoo_spec(session, kind="model", name="tiny-mlp"),
-        cluster=repo.zoo_spec(session, kind="cluster", name="two-node"),
-    )
-    drafts = [CandidateDraft(rank=1, strategy=specs.strategy("a"), predicted_time=0.08, similarity=0.0)]
-    repo.add_round(session, search_id=search.id, candidates=drafts, samples=1)
-    claim = repo.claim_trial(session, worker="w", clusters=["two-node"])
-    assert claim is not None
     m = Measurement(iteration_times=(0.1, 0.1, 0.1), scale=25 / 3)
-    repo.report_trial(
-        session, trial_id=claim.trial.id, attempt=1, claim_token=claim.claim_token, measurement=m
-    )
+    user, trial_id = measured_trial(session, specs, "erin", m)
     client.cookies.set("strategist_token", user.secret)
-    page = client.get(f"/ui/trials/{claim.trial.id}").text
+    page = client.get(f"/ui/trials/{trial_id}").text
     assert 'data-testid="scale"' in page and ">8.33× · replay" in page and "8.333333" not in page
     assert '"predicted": 0.08' in page and '"predicted " + (d.predicted * 1000).toFixed(1) + " ms"' in page

@@ -9,9 +9,9 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy.orm import Session
 
-from service.db import repository as repo
-from service.domain import CandidateDraft
 from simulator.spec.measurement import Measurement
+
+from .helpers import measured_trial
 
 ON_POOL = {
     "measured_on": {
@@ -39,23 +39,10 @@ def test_trial_page_says_where_it_was_measured(
     environment: dict[str, Any],
     shown: list[str] | None,
 ) -> None:
-    user = repo.create_token(session, name="site-viewer", role="user")
-    search = repo.create_search(
-        session,
-        owner_id=user.info.user_id,
-        model=repo.zoo_spec(session, kind="model", name="tiny-mlp"),
-        cluster=repo.zoo_spec(session, kind="cluster", name="two-node"),
-    )
-    drafts = [CandidateDraft(rank=1, strategy=specs.strategy("a"), predicted_time=0.08, similarity=0.0)]
-    repo.add_round(session, search_id=search.id, candidates=drafts, samples=1)
-    claim = repo.claim_trial(session, worker="w", clusters=["two-node"])
-    assert claim is not None
     m = Measurement(iteration_times=(0.1, 0.1, 0.1), environment=environment)
-    repo.report_trial(
-        session, trial_id=claim.trial.id, attempt=1, claim_token=claim.claim_token, measurement=m
-    )
+    user, trial_id = measured_trial(session, specs, "site-viewer", m)
     client.cookies.set("strategist_token", user.secret)
-    page = client.get(f"/ui/trials/{claim.trial.id}").text
+    page = client.get(f"/ui/trials/{trial_id}").text
     if shown is None:
         assert 'data-testid="site"' not in page
     else:

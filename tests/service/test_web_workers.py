@@ -85,7 +85,7 @@ def test_search_watch_prints_the_stall(
     from service.cli.search_cli_commands import watch_search
     from service.client import StrategistClient
 
-    from .test_client import InProcess
+    from .helpers import InProcess
 
     class OneLook(StrategistClient):
         """Waits for one status only (the search would wait for its worker forever)."""
