@@ -15,9 +15,9 @@ Decisions:
 - processes come from multiprocessing's *forkserver*: the server is started once (a clean, single-
   threaded process with the round's modules preloaded) and forks each job from itself, so a job
   starts in milliseconds, and never forks the API's own threads and locks (plain fork would);
-- (a known cost: under a console script such as ``strategist``, each job also imports that
-  script's module, as multiprocessing does for any ``__main__`` with a file; the forkserver of
-  CPython 3.11 never preloads it. ``python -m`` entry points and the test runner are spared;)
+- a job does not import the service's ``__main__`` (``service.loop.forkserver``): multiprocessing
+  would, at each job's start, read the console script's module and the whole API from disk again,
+  which fails every job (exit code 1) once the installed code changed under a running service;
 - the memory cap is headroom above the job's address space at its start (the preloaded modules
   are already mapped and are not the round's doing), in MiB;
 - at most ``slots`` jobs run at once; a search whose job cannot start yet waits for the next tick
@@ -26,6 +26,8 @@ Decisions:
   operator, or exiting without a result) is started again, up to ``JobBudget.retries`` times; a
   job that fails on its own (its exception, its memory cap, its time budget, an oversized result)
   is not, since it would fail the same way; every failure reason says which of these happened;
+- a job's stderr goes to an unlinked temporary file, so a job that exits with a code of its own
+  (a native library's ``exit(1)``, an exception that escaped) has its last line quoted in the reason;
 - a job dies with the service: the forkserver exits when the API process does (its pipe closes),
   and each job asks the kernel for SIGKILL when the forkserver goes (PR_SET_PDEATHSIG), so a
   killed ``strategist serve`` leaves no job computing.
@@ -45,6 +47,8 @@ import os
 import pickle
 import resource
 import signal
+import sys
+import tempfile
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -57,6 +61,8 @@ log = logging.getLogger("strategist.loop")
 #: Modules the forkserver imports once, so that each forked job starts with them loaded.
 #: (search.heterogeneous brings torch, for its RL scheduler: ~3 s that each heterogeneous job paid.)
 PRELOAD = (
+    "service.loop.forkserver",  # first: jobs do not import the service's __main__ (see that module)
+    "service.loop.jobs",  # the job's entry point, as the service loaded it (not as the disk has it now)
     "service.loop.rounds",
     "service.loop.simulators",
     "simulator.analytical",
@@ -105,6 +111,8 @@ class _Job:
     fn: Callable[..., Any]
     args: tuple[Any, ...]
     attempt: int = 1
+    # The job's stderr (an unlinked temporary file: nothing is left behind), read when it dies.
+    stderr: Any = None
 
 
 def _context() -> Any:
@@ -152,17 +160,28 @@ class RoundJobs:
         self, search_id: int, label: str, fn: Callable[..., Any], args: tuple[Any, ...], *, attempt: int
     ) -> None:
         ctx = _context()
+        job_bytes = pickle.dumps((fn, args))  # rebuilt in the child, where a failure is reported
         recv, send = ctx.Pipe(duplex=False)
+        stderr = tempfile.TemporaryFile(prefix="strategist-job-")  # noqa: SIM115 (closed in _end)
+        # travels to the child like a pipe end does (multiprocessing duplicates the descriptor)
+        err = Connection(os.dup(stderr.fileno()), readable=False)
         process = ctx.Process(
             target=_child_main,
-            args=(send, os.getpid(), self.budget.memory_mb, fn, args),
+            args=(send, err, os.getpid(), self.budget.memory_mb, job_bytes),
             name=f"strategist-search-{search_id}-{label.replace(' ', '-')}",
             daemon=True,
         )
-        process.start()
-        send.close()  # the child holds the only writing end: EOF when it dies
+        try:
+            process.start()
+        except BaseException:
+            recv.close()
+            stderr.close()
+            raise
+        finally:
+            send.close()  # the child holds the only writing end: EOF when it dies
+            err.close()
         now = time.monotonic()
-        job = _Job(search_id, label, process, recv, now, now + self.budget.time_s, fn, args, attempt)
+        job = _Job(search_id, label, process, recv, now, now + self.budget.time_s, fn, args, attempt, stderr)
         self._running[search_id] = job
         log.info("search %s: %s started in process %s (attempt %s)", search_id, label, process.pid, attempt)
 
@@ -255,7 +274,10 @@ class RoundJobs:
 
     def _died(self, job: _Job, what: str) -> JobOutcome:
         job.process.join(1.0)
-        return JobOutcome(False, error=f"{what}: its process {death(job.process.exitcode)}", died=True)
+        # an exit code of its own (not a signal, which says enough): quote why, if it wrote it
+        said = last_words(job.stderr) if (job.process.exitcode or 0) > 0 else ""
+        words = f"; its last words on stderr: {said!r}" if said else ""
+        return JobOutcome(False, error=f"{what}: its process {death(job.process.exitcode)}{words}", died=True)
 
     def _memory_reason(self, what: str) -> str:
         return (
@@ -272,6 +294,8 @@ class RoundJobs:
             job.conn.close()
         with contextlib.suppress(ValueError):  # still running after SIGKILL: leave it to the kernel
             job.process.close()
+        if job.stderr is not None:
+            job.stderr.close()
 
 
 def death(exitcode: int | None) -> str:
@@ -291,20 +315,51 @@ def death(exitcode: int | None) -> str:
     return f"exited with code {exitcode} without sending a result"
 
 
+#: The most of a dead job's stderr that its failure reason quotes (its last line, clipped).
+LAST_WORDS_CHARS = 400
+
+
+def last_words(stderr: Any, window: int = 16 << 10) -> str:
+    """The last non-empty line a job wrote to its stderr file (clipped), or "" when it wrote none.
+
+    For a Python exception that escaped the job this is the exception's own line ("ValueError: ...");
+    for a native library that exited the process (``exit(1)`` from C) it is that library's message."""
+    if stderr is None:
+        return ""
+    try:
+        size = os.fstat(stderr.fileno()).st_size
+        tail = os.pread(stderr.fileno(), window, max(0, size - window))
+    except (OSError, ValueError):
+        return ""
+    lines = [ln.strip() for ln in tail.decode("utf-8", errors="replace").splitlines() if ln.strip()]
+    if not lines:
+        return ""
+    last = lines[-1]
+    return last if len(last) <= LAST_WORDS_CHARS else "..." + last[-LAST_WORDS_CHARS:]
+
+
 # -------------------------------------------------------------------- in the child
 
 
-def _child_main(
-    conn: Connection, service_pid: int, memory_mb: int, fn: Callable[..., Any], args: tuple[Any, ...]
-) -> None:
-    """The job process: die with the service, cap memory, run ``fn``, send one result, exit."""
+def _child_main(conn: Connection, stderr: Connection, service_pid: int, memory_mb: int, job: bytes) -> None:
+    """The job process: die with the service, cap memory, run ``fn``, send one result, exit.
+
+    Its stderr goes to the file the parent reads when the job dies without a result (the reason
+    then quotes its last line); ``fn`` and its arguments are unpickled here, after that, so that
+    a failure to rebuild them is the job's reported failure rather than a bare exit code."""
+    with contextlib.suppress(OSError):
+        sys.stderr.flush()
+        os.dup2(stderr.fileno(), 2)
+    stderr.close()
     _die_with_parent(service_pid)
-    _cap_memory(memory_mb)
+    payload: tuple[str, Any]
     try:
-        payload: tuple[str, Any] = ("ok", fn(*args))
+        _cap_memory(memory_mb)
+        fn, args = pickle.loads(job)
+        payload = ("ok", fn(*args))
     except MemoryError:
         payload = ("memory", None)
-    except Exception as e:  # the job's own failure: its search fails with this reason
+    except BaseException as e:  # the job's own failure (SystemExit too): its search fails with this
         payload = ("error", f"{type(e).__name__}: {e}")
     try:
         data = pickle.dumps(payload)

@@ -10,8 +10,10 @@ the server cannot be reached the PostgreSQL half is skipped, saying why.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import signal
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -339,6 +341,29 @@ def _wait_for(check: Callable[[], Any], timeout_s: float, what: str) -> Any:
 def wait_for() -> Callable[[Callable[[], Any], float, str], Any]:
     """``wait_for(check, timeout_s, what)``: poll until ``check()`` is truthy (the end-to-end tests)."""
     return _wait_for
+
+
+@pytest.fixture
+def mark() -> Iterator[str]:
+    """A fresh ``STRATEGIST_TEST_MARK`` for a test's subprocesses; whatever still carries it at the
+    end is killed."""
+    m = uuid.uuid4().hex
+    yield m
+    for pid in processes_marked(m):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+
+
+@pytest.fixture
+def queued(client: TestClient, tokens: dict[str, Any], session: Session, specs: Any) -> int:
+    """A search of alice's (tiny-mlp on two-node) with one queued baseline trial; its id."""
+    sid = int(
+        client.post(
+            "/api/v1/searches", json={"model": "tiny-mlp", "cluster": "two-node"}, headers=tokens["alice"]
+        ).json()["id"]
+    )
+    repo.enqueue_trial(session, search_id=sid, strategy=specs.strategy("horovod"), baseline="horovod")
+    return sid
 
 
 # --- pipeline and hybrid searches (issues 17, 19): small specs in the private zoo ---

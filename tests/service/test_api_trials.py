@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import Any
 from unittest.mock import ANY
 
-import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
@@ -15,18 +14,6 @@ from service.db.models import MeasurementRow
 
 API = "/api/v1"
 TIMES = [0.52, 0.5, 0.51]
-
-
-@pytest.fixture
-def queued(client: TestClient, tokens: dict[str, Any], session: Session, specs: Any) -> int:
-    """A search of alice's with one queued baseline trial; returns the search id."""
-    sid = int(
-        client.post(
-            f"{API}/searches", json={"model": "tiny-mlp", "cluster": "two-node"}, headers=tokens["alice"]
-        ).json()["id"]
-    )
-    repo.enqueue_trial(session, search_id=sid, strategy=specs.strategy("horovod"), baseline="horovod")
-    return sid
 
 
 def _measurements(session: Session) -> int:

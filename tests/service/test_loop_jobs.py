@@ -8,9 +8,12 @@ from __future__ import annotations
 
 import operator
 import os
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -349,3 +352,57 @@ def test_an_oversized_result_says_so_and_is_not_retried() -> None:
         assert out.error == "round 1 of search 1: its result exceeded 64 MB"
     finally:
         jobs.close()
+
+
+def test_a_job_that_exits_with_a_code_says_why() -> None:
+    """Issue 44: a job that exited with code 1 was reported as only that ("exited with code 1 without
+    sending a result"). Its stderr's last line is now in the reason (a native library's exit(1)),
+    and an exception that escaped ``Exception`` (SystemExit) is the job's reported failure."""
+    jobs = RoundJobs(JobBudget(time_s=60.0, slots=2, retries=1))
+    try:
+        message = "libgomp: Thread creation failed: Resource temporarily unavailable"
+        code = f"import os; os.write(2, b'a warning first\\n{message}\\n'); os._exit(1)"
+        jobs.submit(1, "round 2", exec, (code,))
+        jobs.submit(2, "round 2", sys.exit, ("the registry file is torn",))
+        jobs.wait(1, 60)
+        jobs.wait(2, 60)
+        out = jobs.take(1, "round 2")
+        assert out is not None and out.died
+        assert out.error == (
+            "round 2 of search 1: its process exited with code 1 without sending a result; its last "
+            f"words on stderr: {message!r} (attempt 2, the last)"
+        ), out.error
+        assert jobs.take(2, "round 2") == JobOutcome(
+            False, error="loop error: SystemExit: the registry file is torn"
+        )
+    finally:
+        jobs.close()
+
+
+def test_jobs_run_when_the_services_main_module_no_longer_imports(tmp_path: Path) -> None:
+    """Issue 44's chaos failure: every job of a running ``strategist serve`` exited with code 1
+    (all searches failed at "round 2 ... (attempt 3, the last)") because each job imported the
+    console script's module and the whole API again from disk, which fails once the code on disk
+    changed under the service. Here the main module fails when imported a second time (as
+    ``__mp_main__``); a job must not need it."""
+    script = tmp_path / "service_main.py"
+    script.write_text(
+        "import operator\n"
+        "if __name__ == '__mp_main__':\n"
+        "    raise ImportError('the installed code changed under the running service')\n"
+        "from service.loop.jobs import JobBudget, RoundJobs\n"
+        "jobs = RoundJobs(JobBudget(time_s=120, slots=1, retries=0))\n"
+        "jobs.submit(1, 'round 2', operator.add, (2, 3))\n"
+        "jobs.wait(1, 120)\n"
+        "print('outcome', jobs.take(1, 'round 2'))\n"
+        "jobs.close()\n"
+    )
+    root = Path(__file__).resolve().parents[2]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(root), os.environ.get("PYTHONPATH", "")])}
+    done = subprocess.run(
+        [sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=300, check=False
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "outcome JobOutcome(ok=True, value=5, error='', died=False)" in done.stdout, (
+        done.stdout + done.stderr[-3000:]
+    )

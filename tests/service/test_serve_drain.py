@@ -19,8 +19,7 @@ import signal
 import subprocess
 import sys
 import time
-import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -37,17 +36,6 @@ RANK = "runtime.executor.worker_main"
 
 
 # -- the release endpoint ---------------------------------------------------------------------
-
-
-@pytest.fixture
-def queued(client: TestClient, tokens: dict[str, Any], session: Session, specs: Any) -> int:
-    sid = int(
-        client.post(
-            f"{API}/searches", json={"model": "tiny-mlp", "cluster": "two-node"}, headers=tokens["alice"]
-        ).json()["id"]
-    )
-    repo.enqueue_trial(session, search_id=sid, strategy=specs.strategy("horovod"), baseline="horovod")
-    return sid
 
 
 def _claim(client: TestClient, w: dict[str, str]) -> dict[str, Any]:
@@ -115,15 +103,6 @@ def test_release_is_for_the_claim_holder_only(
 
 
 # -- serve and workers as processes ----------------------------------------------------------
-
-
-@pytest.fixture
-def mark(marked: Callable[[str], dict[int, str]]) -> Iterator[str]:
-    m = uuid.uuid4().hex
-    yield m
-    for pid in marked(m):
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGKILL)
 
 
 def spec_dirs(tmp: Path) -> list[str]:

@@ -19,7 +19,7 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -100,16 +100,6 @@ class Serve:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
-
-
-@pytest.fixture
-def mark(marked: Callable[[str], dict[int, str]]) -> Iterator[str]:
-    """A fresh mark; whatever still carries it at the end is killed (and named in the failure)."""
-    m = uuid.uuid4().hex
-    yield m
-    for pid in marked(m):
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGKILL)
 
 
 def workers(procs: dict[int, str]) -> list[int]:
