@@ -56,7 +56,8 @@ def upload(client: TestClient, headers: dict[str, str], model: str, devices: lis
 
 def stored(client: TestClient, headers: dict[str, str], model: str) -> tuple[Profile, ...]:
     data = client.get(f"{API}/profiles", params={"model": model}, headers=headers).json()["data"]
-    return tuple(Profile.model_validate(p["profile"]) for p in reversed(data))
+    full = [client.get(f"{API}/profiles/{p['id']}", headers=headers).json() for p in reversed(data)]
+    return tuple(Profile.model_validate(p["profile"]) for p in full)
 
 
 def claim_all(client: TestClient, headers: dict[str, str], cluster: str) -> list[dict[str, Any]]:
