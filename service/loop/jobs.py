@@ -73,6 +73,7 @@ PRELOAD = (
 #: The largest result a job may send back (pickled bytes); a round's K candidates are far smaller.
 MAX_RESULT_BYTES = 64 << 20
 _PR_SET_PDEATHSIG = 1
+_PR_SET_NAME = 15
 
 
 @dataclass(frozen=True)
@@ -167,7 +168,7 @@ class RoundJobs:
         err = Connection(os.dup(stderr.fileno()), readable=False)
         process = ctx.Process(
             target=_child_main,
-            args=(send, err, os.getpid(), self.budget.memory_mb, job_bytes),
+            args=(send, err, os.getpid(), self.budget.memory_mb, job_bytes, job_title(search_id, label)),
             name=f"strategist-search-{search_id}-{label.replace(' ', '-')}",
             daemon=True,
         )
@@ -341,8 +342,22 @@ def last_words(stderr: Any, window: int = 16 << 10) -> str:
 # -------------------------------------------------------------------- in the child
 
 
-def _child_main(conn: Connection, stderr: Connection, service_pid: int, memory_mb: int, job: bytes) -> None:
-    """The job process: die with the service, cap memory, run ``fn``, send one result, exit.
+def job_title(search_id: int, label: str) -> str:
+    """The job process's name in ``ps`` / ``/proc/<pid>/comm`` (15 bytes at most): ``s3 round 2``,
+    ``s3 baselines``; its cmdline stays the forkserver's, which says nothing of the job."""
+    return f"s{search_id} {label}"[:15]
+
+
+def _set_title(title: str) -> None:
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_NAME, title.encode()[:15], 0, 0, 0)
+
+
+def _child_main(
+    conn: Connection, stderr: Connection, service_pid: int, memory_mb: int, job: bytes, title: str = ""
+) -> None:
+    """The job process: name itself (``job_title``), die with the service, cap memory, run ``fn``,
+    send one result, exit.
 
     Its stderr goes to the file the parent reads when the job dies without a result (the reason
     then quotes its last line); ``fn`` and its arguments are unpickled here, after that, so that
@@ -351,6 +366,8 @@ def _child_main(conn: Connection, stderr: Connection, service_pid: int, memory_m
         sys.stderr.flush()
         os.dup2(stderr.fileno(), 2)
     stderr.close()
+    if title:
+        _set_title(title)
     _die_with_parent(service_pid)
     payload: tuple[str, Any]
     try:

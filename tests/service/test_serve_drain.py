@@ -6,8 +6,8 @@ run in sessions of their own) and removes their spec folders before the process 
 `serve` and workers run as real subprocesses marked with ``STRATEGIST_TEST_MARK`` (the helpers of
 ``test_serve_processes``) and a private ``TMPDIR``, so the test sees exactly its own processes and
 folders. The heartbeat timeout is long (600 s): a trial found queued again was released, not swept.
-The chaos test (``-m slow``) adds 5 normal stops of serve mid-trial and 2 kill -9s of the loop's
-round/baseline jobs over 3 searches, and prints lost / duplicated / attempts spent by stops / TMPDIR
+The chaos test (``-m slow``) adds 5 normal stops of serve mid-trial and kill -9s of the loop's jobs
+(2 of baselines jobs, 2 of round jobs, told apart by their process names) over 3 searches, and prints lost / duplicated / attempts spent by stops / TMPDIR
 leftovers (``pytest -s``); its kill -9 counterpart is ``test_serve_processes``'s chaos test.
 """
 
@@ -276,6 +276,49 @@ def children(pid: int) -> list[int]:
         return []
 
 
+def job_name(pid: int) -> str:
+    """A loop job's name (``service.loop.jobs.job_title``: ``s3 round 2``, ``s3 baselines``); '' if gone."""
+    try:
+        return Path(f"/proc/{pid}/comm").read_text().strip()
+    except OSError:
+        return ""
+
+
+class JobKiller:
+    """kill -9s of the loop's jobs, ``want`` of each kind (``baselines``, ``round``), each job at most
+    once (a job killed again on its retry could spend its last attempt: that is the retry budget's
+    test, not this one)."""
+
+    def __init__(self, want: dict[str, int]) -> None:
+        self.want = want
+        self.kills: list[tuple[str, int]] = []  # (job name, pid)
+        self.seen: set[str] = set()
+
+    def kind(self, name: str) -> str:
+        return name.split(" ", 1)[1].split(" ", 1)[0] if " " in name else ""
+
+    def needed(self) -> bool:
+        return any(self.count(k) < n for k, n in self.want.items())
+
+    def count(self, kind: str) -> int:
+        return sum(1 for name, _ in self.kills if self.kind(name) == kind)
+
+    def poll(self, servers: list[int], seconds: float) -> None:
+        """Watch the forkservers' children for ``seconds``; kill -9 each wanted job seen."""
+        end = time.monotonic() + seconds
+        while self.needed() and time.monotonic() < end:
+            for pid in (j for f in servers for j in children(f)):
+                name = job_name(pid)
+                kind = self.kind(name)
+                if name in self.seen or self.count(kind) >= self.want.get(kind, 0):
+                    continue
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+                    self.kills.append((name, pid))
+                    self.seen.add(name)
+            time.sleep(0.005)
+
+
 @pytest.mark.slow
 def test_chaos_normal_stops_of_serve_and_kills_of_round_jobs(
     tmp_path: Path,
@@ -284,24 +327,25 @@ def test_chaos_normal_stops_of_serve_and_kills_of_round_jobs(
     marked: Callable[[str], dict[int, str]],
     wait_for: Callable[..., Any],
 ) -> None:
-    """Issue 44: 5 SIGTERMs of serve, each with a trial running (restarted each time), and 2 kill -9s
-    of a round or baseline job of the loop, over 3 searches: every search completes, no trial is
-    lost or measured twice, no normal stop spends an attempt, and nothing of ours is left in TMPDIR
+    """Issue 44: 5 SIGTERMs of serve, each with a trial running (restarted each time), and kill -9s
+    of the loop's jobs -- 2 of *baselines* jobs and 2 of *round* jobs, each found by its name
+    (``s<search> round <n>``) -- over 3 searches: every search completes, no trial is lost or
+    measured twice, no normal stop spends an attempt, and nothing of ours is left in TMPDIR
     (torch's own compile cache folder is not ours)."""
     env = {
         "STRATEGIST_HEARTBEAT_TIMEOUT_S": "30",  # a stop that did not release is swept (and counted)
         "STRATEGIST_WORKER_ITERATIONS": "600",
     }
     run = Running(tmp_path, mark, search=False, env=env)
-    # many samples per round: a round's job runs long enough to be caught and killed
-    searches = [run.new_search(seed, budget=4, samples=2000) for seed in range(3)]
+    # many samples per round: a round's job runs long enough to be caught and killed; 3 rounds each
+    searches = [run.new_search(seed, budget=6, samples=2000) for seed in range(3)]
     stops: list[
         tuple[int, int, str, int, float]
     ] = []  # (trial, attempt before, state after, attempt after, s)
-    job_kills: list[int] = []
+    killer = JobKiller({"baselines": 2, "round": 2})
     serve = run.serve
     servers: list[int] = []
-    deadline = time.monotonic() + 1200
+    deadline = time.monotonic() + 1500
 
     def finished() -> bool:
         with run.sessions() as s:
@@ -309,20 +353,15 @@ def test_chaos_normal_stops_of_serve_and_kills_of_round_jobs(
 
     try:
         while not finished():
-            assert time.monotonic() < deadline, f"searches not finished: stops {stops}, job kills {job_kills}"
-            if len(job_kills) < 2:  # a job is caught by polling its forkserver's children
+            assert time.monotonic() < deadline, f"searches not finished: stops {stops}, kills {killer.kills}"
+            if killer.needed():  # a job is caught by polling its forkserver's children
                 servers = servers or forkservers(marked(mark))
-                for _ in range(200):
-                    jobs = [j for f in servers for j in children(f)]
-                    if jobs:
-                        with contextlib.suppress(ProcessLookupError):
-                            os.kill(jobs[0], signal.SIGKILL)
-                            job_kills.append(jobs[0])
-                        break
-                    time.sleep(0.005)
+                killer.poll(servers, 1.0)
+            # a stop ends the running jobs too; serve's next start runs them again (same names,
+            # new processes), so the kills still find them
             trial = run.running_trial(marked, mark) if len(stops) < 5 else None
             if trial is None:
-                time.sleep(0.05 if len(job_kills) < 2 else 0.5)
+                time.sleep(0.05 if killer.needed() else 0.5)
                 continue
             assert serve.proc is not None
             t0 = time.monotonic()
@@ -355,12 +394,14 @@ def test_chaos_normal_stops_of_serve_and_kills_of_round_jobs(
     duplicated = [i for i, n in per_trial.items() if n > 1]
     spent = sum(t.attempt - 1 for t in ended)
     leftovers = sorted(p.name for p in run.tmp.iterdir() if p.name.startswith("strategist"))
+    kills = {k: killer.count(k) for k in killer.want}
     print(  # the figures of a run (pytest -s)
-        f"chaos: {len(stops)} serve stops mid-trial {stops}; {len(job_kills)} job kills; searches "
-        f"{[f.state for f in finals.values()]}; trials {len(trials)}; lost {len(lost)}; duplicated "
-        f"{len(duplicated)}; attempts spent by stops {spent}; TMPDIR leftovers {leftovers}"
+        f"chaos: {len(stops)} serve stops mid-trial {stops}; job kills {kills} "
+        f"{[name for name, _ in killer.kills]}; searches {[f.state for f in finals.values()]}; trials "
+        f"{len(trials)}; lost {len(lost)}; duplicated {len(duplicated)}; attempts spent by stops {spent}; "
+        f"TMPDIR leftovers {leftovers}"
     )
-    assert len(stops) == 5 and len(job_kills) == 2, (stops, job_kills)
+    assert len(stops) == 5 and kills == {"baselines": 2, "round": 2}, (stops, killer.kills)
     assert all(state == "queued" and a == b - 1 for _, b, state, a, _ in stops), stops
     assert all(took < 60 for *_, took in stops), stops
     assert all(f.state == "completed" for f in finals.values()), {
