@@ -17,7 +17,8 @@ Contract (the queue delivers at least once; the database is the source of truth)
   stopped, its processes (the trial process, its group and every descendant: the executor's ranks
   run in sessions of their own) get SIGTERM then SIGKILL after ``drain_grace_s``, its spec folders
   are removed, and the trial is handed back (``POST /trials/{id}/release``): queued again at once
-  with its attempt not counted.
+  with its attempt not counted; a running profile job likewise (its process ended, its temp
+  folder removed, ``POST /profiles/jobs/{id}/release``).
 """
 
 from __future__ import annotations
@@ -83,7 +84,7 @@ class Worker:
         self.profile_jobs: ProfileJobRunner | None = None
         if config.pool == "gpu":
             client = ProfileJobClient(config.api_url, config.token, worker_name=config.name)
-            self.profile_jobs = ProfileJobRunner(client)
+            self.profile_jobs = ProfileJobRunner(client, drain_grace_s=config.drain_grace_s)
         # Why the API refused this worker's token (set when it stopped for that reason).
         self.refused: str | None = None
         # The trial being run: (its process, its verdict) while ``_run`` runs; ``drain`` stops it.
@@ -104,6 +105,8 @@ class Worker:
         self._draining.set()
         self._drain_reason = reason
         self._stop_running()
+        if self.profile_jobs is not None:  # a profile job running instead is handed back too
+            self.profile_jobs.drain(reason)
 
     def _stop_running(self) -> None:
         with self._drain_lock:

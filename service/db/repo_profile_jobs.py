@@ -3,7 +3,8 @@
 Contract: a job is claimed by one worker at a time; a claim older than ``PROFILE_JOB_TIMEOUT_S``
 (a worker that died mid-job) may be claimed again. Finishing needs the claiming worker's name and a
 running job, so a late result from a superseded claim is refused (Conflict) and a job stores at
-most one profile. A finished job is never modified.
+most one profile. A finished job is never modified. A worker that stops normally (a drain) hands its
+running job back (``release_profile_job``): queued again at once, for any worker to claim.
 """
 
 from __future__ import annotations
@@ -137,3 +138,18 @@ def finish_profile_job(
         row.finished_at = utcnow()
         session.flush()
         return _record(row)
+
+
+def release_profile_job(session: Session, *, job_id: int, worker: str) -> tuple[bool, d.ProfileJobRecord]:
+    """Hand a job ``worker`` is running back (the worker is stopping): queued again at once, with no
+    trace of the claim. (False, the job) when it is not running for ``worker`` (finished, requeued
+    after a stale claim, another's): nothing changes. NotFound when there is no such job."""
+    with session.begin():
+        row = session.get(ProfileJobRow, job_id, with_for_update=True)
+        if row is None:
+            raise d.NotFound(f"no profile job {job_id}")
+        if row.state != "running" or row.worker != worker:
+            return False, _record(row)
+        row.state, row.worker, row.claimed_at = "queued", None, None
+        session.flush()
+        return True, _record(row)

@@ -20,6 +20,7 @@ from service.db.repo_profile_jobs import (
     finish_profile_job,
     get_profile_job,
     queue_profile_job,
+    release_profile_job,
 )
 from service.db.repo_profiles import get_profile, list_profiles, profiles_in_use, store_profile
 from service.db.repo_quotas import check_can_create_search, queue_room, user_usage
@@ -113,6 +114,7 @@ __all__ = [
     "profiles_in_use",
     "queue_profile_job",
     "queue_room",
+    "release_profile_job",
     "release_trial",
     "report_trial",
     "request_retrain",

@@ -15,9 +15,11 @@ from runtime.worker.runner import Worker
 API = "/api/v1"
 
 
-def _runner(client: TestClient, tokens: dict[str, Any], name: str = "gpu-worker") -> ProfileJobRunner:
+def _runner(
+    client: TestClient, tokens: dict[str, Any], name: str = "gpu-worker", *, isolate: bool = True
+) -> ProfileJobRunner:
     token = tokens["worker"]["Authorization"].removeprefix("Bearer ")
-    return ProfileJobRunner(ProfileJobClient("", token, worker_name=name, http=client))
+    return ProfileJobRunner(ProfileJobClient("", token, worker_name=name, http=client), isolate=isolate)
 
 
 def _upload(client: TestClient, tokens: dict[str, Any], specs: Any) -> None:
@@ -67,7 +69,7 @@ def test_a_failed_measurement_fails_the_job_with_its_reason(
         raise RuntimeError("CUDA out of memory")
 
     monkeypatch.setattr("runtime.worker.profile_jobs.run_profile_job", boom)
-    assert _runner(client, tokens).run_once() is True
+    assert _runner(client, tokens, isolate=False).run_once() is True  # boom is in this process
     job = client.get(f"{API}/profiles/jobs/{r.json()['id']}", headers=tokens["alice"]).json()
     assert job["state"] == "failed" and job["error"] == "RuntimeError: CUDA out of memory"
     assert job["profile_id"] is None

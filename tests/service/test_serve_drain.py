@@ -380,7 +380,7 @@ def test_chaos_normal_stops_of_serve_and_kills_of_round_jobs(
         with run.engine.connect() as conn:
             from sqlalchemy import text
 
-            per_trial = dict(
+            per_trial: dict[int, int] = dict(
                 conn.execute(text("SELECT trial_id, count(*) FROM measurements GROUP BY trial_id")).all()
             )
     finally:

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import logging
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Body, Depends, Query, Response, status
@@ -16,6 +17,8 @@ from service.api.schemas.profiles import (
     ComputePublic,
     ProfileJobCreate,
     ProfileJobPublic,
+    ProfileJobRelease,
+    ProfileJobReleasePublic,
     ProfilePublic,
     ProfilesPublic,
     ProfileSummary,
@@ -27,6 +30,7 @@ from simulator.spec.limits import LIMITS, NAME_PATTERN
 from simulator.spec.profile import Profile, ProfileJob, ProfileJobResult
 
 router = APIRouter(prefix="/profiles", tags=["profiles"])
+log = logging.getLogger("strategist.api")
 
 #: Users and admins upload profiles; workers also read them and run the profile jobs (issue 15).
 CallerDep = Annotated[Principal, Depends(require("user", "admin", "worker"))]
@@ -157,6 +161,19 @@ def report_job(
         error=result.error,
     )
     return ProfileJobPublic.of(rec)
+
+
+@router.post("/jobs/{job_id}/release", response_model=ProfileJobReleasePublic)
+def release_job(
+    job_id: IdPath, body: ProfileJobRelease, session: SessionDep, caller: WorkerDep
+) -> ProfileJobReleasePublic:
+    """The claiming worker hands its running job back on a normal stop (a drain): the job is queued
+    again at once for any worker. A job not running for this worker changes nothing
+    (``released: false``); 404 when there is no such job."""
+    released, rec = repo.release_profile_job(session, job_id=job_id, worker=body.worker)
+    if released:
+        log.info("profile job %s released by %s (%s)", job_id, body.worker, body.reason)
+    return ProfileJobReleasePublic(released=released, job=ProfileJobPublic.of(rec))
 
 
 @router.get("/{profile_id:int}", response_model=ProfilePublic)

@@ -9,7 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from service.api.schemas.common import Public, SpecRef
 from service.domain import ProfileJobRecord, ProfileRecord
-from simulator.spec.limits import LIMITS, Name
+from simulator.spec.limits import LIMITS, Label, Name
 from simulator.spec.model import ComputeDType
 
 
@@ -124,3 +124,19 @@ class ProfileJobPublic(Public):
             created_at=rec.created_at,
             finished_at=rec.finished_at,
         )
+
+
+class ProfileJobRelease(BaseModel):
+    """The worker running a profile job hands it back (it is stopping normally): queue it again."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    worker: Name = Field(description="The worker that claimed the job.")
+    reason: Label = Field(default="", description="Why it was handed back (shown in the log).")
+
+
+class ProfileJobReleasePublic(Public):
+    """Whether the job was handed back, and the job after it."""
+
+    released: bool = Field(description="False: the job was not running for this worker (nothing changed).")
+    job: ProfileJobPublic
