@@ -112,12 +112,34 @@ class PendingPlain:
     work: dist.Work
 
 
-def start_plain(unit: CollectiveUnit, plan: SyncPlan, tensors: ShardTensors, g: CommGroups) -> PendingPlain:
-    """Fuse a plain unit (:func:`is_plain`) and start its all-reduce without waiting for it."""
-    flat, sizes = _fuse(list(unit.shards), tensors, g, unit.compressor.kind == "fp16")
-    work = dist.all_reduce(flat, group=g.workers, async_op=True)
+def start_plain(
+    unit: CollectiveUnit,
+    plan: SyncPlan,
+    tensors: ShardTensors,
+    g: CommGroups,
+    bucket: torch.Tensor | None = None,
+) -> PendingPlain:
+    """Fuse a plain unit (:func:`is_plain`) and start its all-reduce without waiting for it.
+
+    ``bucket`` (the unit's buffer from the last iteration, as DDP keeps its buckets) is reused
+    instead of allocating a new one (a new 4 MB buffer per step measured ~0.5 ms more CPU than
+    copying into a kept one). Its old contents must no longer be needed: the last iteration's
+    updates were applied, and nothing hands a view of it beyond the iteration
+    (``RealShards.dense_update`` copies into ``param.grad``, as DDP does by default).
+    """
+    fp16 = unit.compressor.kind == "fp16"
+    grads = [tensors.dense_grad(s) for s in unit.shards]
+    sizes = [t.numel() for t in grads]
+    if bucket is None:
+        bucket = torch.cat([t.to(g.device) for t in grads])
+        if fp16:
+            bucket = bucket.half()
+    else:
+        for piece, grad in zip(bucket.split(sizes), grads, strict=True):
+            piece.copy_(grad)
+    work = dist.all_reduce(bucket, group=g.workers, async_op=True)
     assert work is not None
-    return PendingPlain(unit, flat, sizes, work)
+    return PendingPlain(unit, bucket, sizes, work)
 
 
 def finish_plain(p: PendingPlain, tensors: ShardTensors, g: CommGroups, lr: float) -> list[Update]:

@@ -21,6 +21,7 @@ import queue
 import threading
 from collections.abc import Callable
 
+import torch
 import torch.distributed as dist
 
 from runtime.executor import ps
@@ -95,6 +96,7 @@ class SyncEngine:
         self._updates: list[Update] = []
         self._sends: list[tuple[dist.Work, object]] = []
         self._started: list[PendingPlain] = []
+        self._buckets: dict[int, torch.Tensor] = {}  # a direct unit's buffer, reused (DDP's buckets)
         self._ready: set[int] = set()
         self._missing = list(self._unit_size)
         self._next = 0
@@ -121,7 +123,9 @@ class SyncEngine:
         unit = self.plan.units[i]
         if i in self.direct:
             assert isinstance(unit, CollectiveUnit)
-            self._started.append(start_plain(unit, self.plan, self.tensors, self.g))
+            p = start_plain(unit, self.plan, self.tensors, self.g, self._buckets.get(i))
+            self._buckets[i] = p.flat
+            self._started.append(p)
             return
         if isinstance(unit, CollectiveUnit):
             cu = unit

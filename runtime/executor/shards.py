@@ -9,7 +9,8 @@ shard's real sizes divided by the scale factor.
 What a synchronised gradient does is the shards' choice (``dense_update`` / ``sparse_update``):
 the trials apply SGD with the trial's ``lr`` to the parameter (the default); ``RealShards`` with
 ``write_grads=True`` (the user's module) writes the averaged gradient into ``param.grad`` instead
-and leaves the step to the user's optimizer, as DDP does.
+(a copy, as DDP's default ``gradient_as_bucket_view=False``) and leaves the step to the user's
+optimizer, as DDP does.
 """
 
 from __future__ import annotations
@@ -159,11 +160,8 @@ class RealShards(ShardTensors):
         var = self.params[info.var_index]
 
         def write() -> None:
-            if info.shape == tuple(var.shape) and avg.dtype == var.dtype and avg.device == var.device:
-                var.grad = avg.view(
-                    var.shape
-                )  # a view of the all-reduced buffer, as DDP's gradient_as_bucket_view
-                return
+            # A copy, never a view of the synchronised buffer: the engine reuses its buffers across
+            # iterations (as DDP's default, gradient_as_bucket_view=False, copies bucket -> grad).
             if var.grad is None or var.grad.is_sparse:
                 var.grad = torch.zeros_like(var)
             self._narrow(var.grad, info).copy_(avg.view(info.shape).to(var.device))
