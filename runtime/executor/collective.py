@@ -86,9 +86,13 @@ def _fuse(
 def _dense_updates(
     dense: list[int], flat: torch.Tensor, sizes: list[int], tensors: ShardTensors, world: int, lr: float
 ) -> list[Update]:
-    """The summed buffer averaged over ``world`` and cut back into one update per shard."""
-    avg = flat.float().div_(world)
-    return [tensors.dense_update(s, piece, lr) for s, piece in zip(dense, avg.split(sizes), strict=True)]
+    """The summed buffer cut back into one update per shard; each divides its piece by ``world``
+    where it uses it (into ``param.grad`` in one pass, for a user's module)."""
+    total = flat.float()
+    return [
+        tensors.dense_update(s, piece, lr, divisor=world)
+        for s, piece in zip(dense, total.split(sizes), strict=True)
+    ]
 
 
 def is_plain(unit: CollectiveUnit, plan: SyncPlan) -> bool:
