@@ -1,23 +1,34 @@
 """Step time of apply_plan (a plain all-reduce plan) against DistributedDataParallel, same processes.
 
 ``python benchmarks/apply_overhead.py [--procs 2] [--repeats 15] [--steps 10] [--width 512]
-[--depth 4] [--batch 32] [--groups 1]`` re-runs itself under torchrun (gloo, one host). Every rank
-builds the same MLP twice: one copy wrapped by ``runtime.apply.apply_plan`` with a plain
-all-reduce plan (every variable ring all-reduced, no compression, in ``--groups`` merge groups of
-contiguous variables, each one fused buffer), the other by
-``torch.nn.parallel.DistributedDataParallel`` (defaults: a 1 MB first bucket, then 25 MB buckets,
-so DDP overlaps its first bucket with backward where one merge group cannot). Repeats are interleaved
-(the two alternate, and which goes first alternates too) so that load on this shared machine hits
-both alike; each repeat times ``--steps`` full steps (forward, backward with synchronisation,
-SGD step) after a barrier, and rank 0 prints the per-repeat ratio apply/DDP, its median and a
-bootstrap 95 % interval of the median (10 000 resamples), plus each side's median step time.
-Both copies start from the same weights and see the same batches, so the script also checks that
+[--depth 4] [--batch 32] [--groups ddp|N] [--no-channel]`` re-runs itself under torchrun (gloo, one
+host). Every rank builds the same MLP three times:
+
+- ``apply``: ``runtime.apply.apply_plan`` with a plain all-reduce plan (every variable ring
+  all-reduced, no compression). ``--groups ddp`` (the default) puts the variables in the merge
+  groups DDP's reducer uses for this model (``dist._compute_bucket_assignment_by_size`` over the
+  parameters in backward order with DDP's 1 MB first and 25 MB later caps, i.e. DDP's buckets after
+  its first-iteration rebuild), so both sides fuse and overlap the same buckets; ``--groups N``:
+  N merge groups of contiguous variables. Plain units start with ``async_op=True`` from the
+  gradient hook (``runtime/executor/engine.py``).
+- ``channel``: the same, with every unit sent to the engine's collective channel thread (the
+  engine's path for chains such as hierarchical all-reduce, and the only path before 2026-12-06):
+  the old path, measured beside the new one (``--no-channel`` skips it).
+- ``DDP``: ``torch.nn.parallel.DistributedDataParallel`` with its defaults.
+
+Repeats are interleaved (the copies take turns, and the order rotates through every permutation)
+so that load on this shared machine hits all alike; each repeat times ``--steps`` full steps
+(forward, backward with synchronisation, SGD step) after a barrier, the max over ranks per repeat
+counts (a step ends when the slowest rank's does), and rank 0 prints each copy's median step time
+and the per-repeat ratios' median with a bootstrap 95 % interval of the median (10 000 resamples).
+All copies start from the same weights and see the same batches, so the script also checks that
 they end equal (the ratio compares equal work).
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import os
 import statistics
 import subprocess
@@ -40,7 +51,24 @@ def mlp(width: int, depth: int) -> nn.Module:
     return nn.Sequential(*layers, nn.Linear(width, 1))
 
 
-def allreduce_plan(model: nn.Module, width: int, batch: int, procs: int, groups: int):  # type: ignore[no-untyped-def]
+def ddp_groups(model: nn.Module) -> list[int]:
+    """Each parameter's (forward order) DDP bucket, as DDP's reducer builds them after iteration 1."""
+    params = list(model.parameters())
+    backward = params[::-1]  # the order gradients become ready in (what DDP's rebuild uses)
+    caps = [dist_default_first_bucket(), 25 * 1024 * 1024]
+    buckets, _ = torch.distributed._compute_bucket_assignment_by_size(backward, caps, [False] * len(params))  # type: ignore[attr-defined]
+    group = [0] * len(params)
+    for b, members in enumerate(buckets):
+        for i in members:
+            group[len(params) - 1 - i] = b
+    return group
+
+
+def dist_default_first_bucket() -> int:
+    return int(getattr(dist, "_DEFAULT_FIRST_BUCKET_BYTES", 1024 * 1024))
+
+
+def allreduce_plan(model: nn.Module, width: int, batch: int, procs: int, groups: str):  # type: ignore[no-untyped-def]
     from runtime.executor.reference import GPU
     from simulator.extract import extract_model
     from simulator.spec import ClusterSpec, CollectiveSync, Node, Strategy, VariableStrategy
@@ -54,9 +82,14 @@ def allreduce_plan(model: nn.Module, width: int, batch: int, procs: int, groups:
         nodes=(Node(name="n0", device=GPU.name, gpus=procs, nic_gbps=10.0),),
     )
     n = len(spec.variables)
-    # Merge group i holds the i-th of ``groups`` contiguous runs of variables (forward order).
+    if groups == "ddp":
+        names = [name for name, _ in model.named_parameters()]
+        assert names == [v.name for v in spec.variables]
+        of = ddp_groups(model)
+    else:  # merge group i holds the i-th of ``groups`` contiguous runs of variables (forward order)
+        of = [i * int(groups) // n for i in range(n)]
     ring = tuple(
-        VariableStrategy(variable=v.name, shards=(CollectiveSync(group=i * groups // n, algorithm="ring"),))
+        VariableStrategy(variable=v.name, shards=(CollectiveSync(group=of[i], algorithm="ring"),))
         for i, v in enumerate(spec.variables)
     )
     return sync_plan_file(Strategy(variables=ring), spec, cluster)
@@ -83,55 +116,76 @@ def bootstrap_median(values: np.ndarray, n: int = 10_000, seed: int = 0) -> tupl
 
 
 def rank_main(args: argparse.Namespace) -> None:
-    from runtime.apply import apply_plan
+    from runtime.apply import PlannedModule, apply_plan
 
     torch.set_num_threads(1)
     if args.switch_interval:
-        sys.setswitchinterval(args.switch_interval)  # both sides of the comparison alike
+        sys.setswitchinterval(args.switch_interval)  # every side of the comparison alike
     rank = int(os.environ["RANK"])
     world = int(os.environ["WORLD_SIZE"])
     plan = allreduce_plan(mlp(args.width, args.depth), args.width, args.batch, world, args.groups)
-    ours = apply_plan(mlp(args.width, args.depth), plan)  # initialises the process group
-    ddp = nn.parallel.DistributedDataParallel(mlp(args.width, args.depth))
-    opt_ours = torch.optim.SGD(ours.parameters(), lr=0.01)
-    opt_ddp = torch.optim.SGD(ddp.parameters(), lr=0.01)
+    models: dict[str, nn.Module] = {}
+    models["apply"] = apply_plan(mlp(args.width, args.depth), plan)  # initialises the process group
+    if not args.no_channel:
+        channel = apply_plan(mlp(args.width, args.depth), plan)
+        assert isinstance(channel, PlannedModule)
+        channel.sync.engine.direct = frozenset()  # every unit on the collective channel thread
+        models["channel"] = channel
+    models["DDP"] = nn.parallel.DistributedDataParallel(mlp(args.width, args.depth))
+    opts = {k: torch.optim.SGD(m.parameters(), lr=0.01) for k, m in models.items()}
     gen = torch.Generator().manual_seed(100 + rank)
     data = [
         (torch.randn(args.batch, args.width, generator=gen), torch.randn(args.batch, 1, generator=gen))
         for _ in range(args.steps)
     ]
-    timed(ours, opt_ours, data[:2])  # warm-up both (first-call costs, thread start)
-    timed(ddp, opt_ddp, data[:2])
-    t_ours: list[float] = []
-    t_ddp: list[float] = []
+    for k, m in models.items():  # warm-up (first-call costs, thread start, DDP's bucket rebuild)
+        timed(m, opts[k], data[:3])
+    names = list(models)
+    orders = list(itertools.permutations(names))
+    times: dict[str, list[float]] = {k: [] for k in names}
     for r in range(args.repeats):
-        if r % 2 == 0:
-            t_ours.append(timed(ours, opt_ours, data))
-            t_ddp.append(timed(ddp, opt_ddp, data))
-        else:
-            t_ddp.append(timed(ddp, opt_ddp, data))
-            t_ours.append(timed(ours, opt_ours, data))
-    a = ours.state_dict()
-    b = ddp.module.state_dict()
-    same = all(torch.allclose(a[k], b[k], rtol=1e-4, atol=1e-6) for k in a)
+        for k in orders[r % len(orders)]:
+            times[k].append(timed(models[k], opts[k], data))
+    ref = models["DDP"].module.state_dict()  # type: ignore[operator]
+    same = {
+        k: all(torch.allclose(m.state_dict()[p], ref[p], rtol=1e-4, atol=1e-6) for p in ref)
+        for k, m in models.items()
+        if k != "DDP"
+    }
+    ddp_buckets = models["DDP"]._get_ddp_logging_data().get("rebuilt_bucket_sizes")  # type: ignore[operator]
+    ours = models["apply"]
+    assert isinstance(ours, PlannedModule)
+    plan_buckets = [
+        sum(ours.sync.plan.shards[s].numel * 4 for s in u.shards)
+        for u in ours.sync.plan.units  # type: ignore[union-attr]
+    ]
     # Every rank's times matter (a step ends when the slowest rank's does): take the max per repeat.
-    both = torch.tensor([t_ours, t_ddp], dtype=torch.float64)
+    both = torch.tensor([times[k] for k in names], dtype=torch.float64)
     dist.all_reduce(both, op=dist.ReduceOp.MAX)
     if rank == 0:
-        ours_s, ddp_s = both[0].numpy(), both[1].numpy()
-        ratio = ours_s / ddp_s
-        lo, hi = bootstrap_median(ratio)
+        t = {k: both[i].numpy() for i, k in enumerate(names)}
         params = sum(p.numel() for p in ours.parameters())
         switch = f", switch interval {sys.getswitchinterval() * 1e3:g} ms"
         print(f"procs {world}{switch}, MLP {args.depth}x{args.width} ({params / 1e6:.2f} M params), batch {args.batch}/rank, "
               f"{args.repeats} repeats x {args.steps} steps, gloo, one host")  # fmt: skip
-        print("| | median step ms | ratio apply/DDP (median [95 % CI]) |")
+        print(f"plan merge groups ({args.groups}), bytes in launch order: {plan_buckets}; "
+              f"DDP's rebuilt buckets (its logging data): {ddp_buckets}")  # fmt: skip
+        print("| copy | median step ms | ratio to DDP, median [95 % CI] |")
         print("|---|---|---|")
-        print(f"| apply_plan ({args.groups} ring group(s)) | {statistics.median(ours_s) * 1e3:.2f} | "
-              f"{np.median(ratio):.3f} [{lo:.3f}, {hi:.3f}] |")  # fmt: skip
-        print(f"| DDP (25 MB buckets) | {statistics.median(ddp_s) * 1e3:.2f} | 1 |")
-        print(f"final parameters equal: {same}")
-    ours.close()
+        for k in names:
+            ratio = t[k] / t["DDP"]
+            lo, hi = bootstrap_median(ratio)
+            print(
+                f"| {k} | {statistics.median(t[k]) * 1e3:.2f} | {np.median(ratio):.3f} [{lo:.3f}, {hi:.3f}] |"
+            )
+        if "channel" in t:
+            ratio = t["apply"] / t["channel"]
+            lo, hi = bootstrap_median(ratio)
+            print(f"apply / channel (new path / old path): {np.median(ratio):.3f} [{lo:.3f}, {hi:.3f}]")
+        print(f"final parameters equal to DDP's: {same}")
+    for m in models.values():
+        if isinstance(m, PlannedModule):
+            m.close()
     dist.destroy_process_group()
 
 
@@ -146,7 +200,8 @@ def main() -> None:
     ap.add_argument(
         "--switch-interval", type=float, default=0.0, help="sys.setswitchinterval, s (0: Python's 5 ms)"
     )
-    ap.add_argument("--groups", type=int, default=1, help="ring merge groups (contiguous runs of variables)")
+    ap.add_argument("--groups", default="ddp", help="'ddp' (DDP's buckets) or N contiguous runs of variables")
+    ap.add_argument("--no-channel", action="store_true", help="skip the old path (every unit on a thread)")
     args = ap.parse_args()
     if "RANK" in os.environ:
         rank_main(args)

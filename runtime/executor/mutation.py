@@ -81,8 +81,8 @@ class MutatedShards(ShardTensors):
     def new_iteration(self) -> None:
         self.inner.new_iteration()
 
-    def dense_update(self, s: int, avg: torch.Tensor, lr: float) -> Update:
-        return self.inner.dense_update(s, avg, lr)
+    def dense_update(self, s: int, avg: torch.Tensor, lr: float, divisor: int = 1) -> Update:
+        return self.inner.dense_update(s, avg, lr, divisor)
 
     def sparse_update(self, s: int, idx: torch.Tensor, rows: torch.Tensor, world: int, lr: float) -> Update:
         return self.inner.sparse_update(s, idx, rows, world, lr)

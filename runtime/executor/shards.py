@@ -9,7 +9,8 @@ shard's real sizes divided by the scale factor.
 What a synchronised gradient does is the shards' choice (``dense_update`` / ``sparse_update``):
 the trials apply SGD with the trial's ``lr`` to the parameter (the default); ``RealShards`` with
 ``write_grads=True`` (the user's module) writes the averaged gradient into ``param.grad`` instead
-and leaves the step to the user's optimizer, as DDP does.
+(a copy, as DDP's default ``gradient_as_bucket_view=False``) and leaves the step to the user's
+optimizer, as DDP does.
 """
 
 from __future__ import annotations
@@ -76,10 +77,13 @@ class ShardTensors(ABC):
     def new_iteration(self) -> None:  # noqa: B027 - a hook most implementations do not need
         """Forget per-iteration caches."""
 
-    def dense_update(self, s: int, avg: torch.Tensor, lr: float) -> Update:
-        """What to do, after backward, with shard ``s``'s averaged gradient ``avg`` (SGD by default)."""
+    def dense_update(self, s: int, avg: torch.Tensor, lr: float, divisor: int = 1) -> Update:
+        """What to do, after backward, with shard ``s``'s averaged gradient ``avg / divisor`` (SGD by
+        default). ``avg`` is the caller's to overwrite (the division may happen in place in it)."""
         param = self.param(s)
-        return lambda: param.sub_(avg.view(param.shape).to(param.device), alpha=lr)
+        if divisor == 1:
+            return lambda: param.sub_(avg.view(param.shape).to(param.device), alpha=lr)
+        return lambda: param.sub_(avg.div_(divisor).view(param.shape).to(param.device), alpha=lr)
 
     def sparse_update(self, s: int, idx: torch.Tensor, rows: torch.Tensor, world: int, lr: float) -> Update:
         """The same for a sparse shard: ``rows`` summed over ``world`` workers at local rows ``idx``."""
@@ -152,21 +156,20 @@ class RealShards(ShardTensors):
             for p in self.params:
                 p.grad = None
 
-    def dense_update(self, s: int, avg: torch.Tensor, lr: float) -> Update:
+    def dense_update(self, s: int, avg: torch.Tensor, lr: float, divisor: int = 1) -> Update:
         if not self.write_grads:
-            return super().dense_update(s, avg, lr)
+            return super().dense_update(s, avg, lr, divisor)
         info = self.plan.shards[s]
         var = self.params[info.var_index]
 
         def write() -> None:
-            if info.shape == tuple(var.shape) and avg.dtype == var.dtype and avg.device == var.device:
-                var.grad = avg.view(
-                    var.shape
-                )  # a view of the all-reduced buffer, as DDP's gradient_as_bucket_view
-                return
+            # A copy, never a view of the synchronised buffer: the engine reuses its buffers across
+            # iterations (as DDP's default, gradient_as_bucket_view=False, copies bucket -> grad).
             if var.grad is None or var.grad.is_sparse:
-                var.grad = torch.zeros_like(var)
-            self._narrow(var.grad, info).copy_(avg.view(info.shape).to(var.device))
+                var.grad = torch.empty_like(var) if info.shape == tuple(var.shape) else torch.zeros_like(var)
+            out = self._narrow(var.grad, info)
+            # One pass: divide straight into the gradient (the division of the old two-pass code).
+            torch.div(avg.view(info.shape).to(var.device), divisor, out=out)
 
         return write
 
