@@ -1,7 +1,7 @@
 """Measure a provisioned HeterPS plan on the emulated cluster: throughput, per-stage busy time, money.
 
 ``measure_plan(model, resources, plan, provisioning, config=...)`` runs the plan's stages as real
-processes (``runtime/heterogeneous/worker.py``) on shaped links (``runtime.heterogeneous.net``)
+processes (``runtime/heterogeneous/worker.py``) on shaped links (``runtime.testbed.multihomed``)
 and returns a ``HeterogeneousRun``.
 
 **What is emulated, and how.** Stage S_i has k_i units of type t_i. Its units are run as
@@ -97,7 +97,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from runtime.heterogeneous.net import LoopbackNet, NamespaceNet, NodeSpec
+from runtime.launch import Gang
+from runtime.testbed.multihomed import HomedNode, MultiHomedLoopback, MultiHomedTestbed
 from simulator.analytical.heterogeneous import CostReport, HeterogeneousCostModel, Workload
 from simulator.spec import GBPS, ClusterSpec, ModelSpec, ResourcePlan
 from simulator.spec.resources import link_gbps
@@ -270,7 +271,7 @@ def _measure(
         return gbps * 1000.0 / link_scale
 
     # ---- nodes: groups, one dense PS per stage with dense weights, sparse PS shards per stage
-    nodes: list[NodeSpec] = []
+    nodes: list[HomedNode] = []
     for i, gs in enumerate(groups):
         t = cm.types[stages[i].rtype]
         for g in gs:
@@ -280,7 +281,7 @@ def _measure(
             if sparse_layers[i]:
                 rates["host"] = mbit(g.units * t.host_link_gbps) if t.host_link_gbps else None
             g.node = len(nodes)
-            nodes.append(NodeSpec(f"s{i}g{g.index}", rates))
+            nodes.append(HomedNode(f"s{i}g{g.index}", rates))
     dense_ps: dict[int, int] = {}
     sparse_ps: dict[int, list[int]] = {}
     for i, s in enumerate(stages):
@@ -288,13 +289,13 @@ def _measure(
         if dense[i]:
             dense_ps[i] = len(nodes)
             nodes.append(
-                NodeSpec(f"s{i}dps", {"sync": mbit(len(groups[i]) * link_gbps(cm.cluster, t.name, t.name))})
+                HomedNode(f"s{i}dps", {"sync": mbit(len(groups[i]) * link_gbps(cm.cluster, t.name, t.name))})
             )
         if sparse_layers[i]:
             sparse_ps[i] = []
             for k in range(cfg.ps_shards):
                 sparse_ps[i].append(len(nodes))
-                nodes.append(NodeSpec(f"s{i}ps{k}", {"host": None}))
+                nodes.append(HomedNode(f"s{i}ps{k}", {"host": None}))
     env: dict[str, object] = {
         "scale": scale,
         "dilation": dilation,
@@ -302,8 +303,10 @@ def _measure(
         "groups": [len(gs) for gs in groups],
     }
     queue = cfg.data_queue_kib * 1024 if cfg.data_queue_kib else None
-    net: NamespaceNet | LoopbackNet = (
-        NamespaceNet(nodes, queue, ack_priority=cfg.ack_priority) if cfg.testbed else LoopbackNet(nodes)
+    net: MultiHomedTestbed | MultiHomedLoopback = (
+        MultiHomedTestbed(nodes, queue, ack_priority=cfg.ack_priority)
+        if cfg.testbed
+        else MultiHomedLoopback(nodes)
     )
     start = time.perf_counter()
     with net:
@@ -328,18 +331,18 @@ def _measure(
                     nk = report.units[i + 1]
                     for h in groups[i + 1]:
                         nbytes = share * h.units / nk * cut[s.last] / scale
-                        fwd.append({"addr": net.address(h.node, "data"), "bytes": max(1, round(nbytes))})
+                        fwd.append({"addr": net.endpoint(h.node, "data"), "bytes": max(1, round(nbytes))})
                 if i > 0 and cfg.backward:
                     pk = report.units[i - 1]
                     for h in groups[i - 1]:
                         nbytes = share * h.units / pk * cut[s.first] / scale
-                        bwd.append({"addr": net.address(h.node, "data"), "bytes": max(1, round(nbytes))})
+                        bwd.append({"addr": net.endpoint(h.node, "data"), "bytes": max(1, round(nbytes))})
                 sparse = []
                 for ti, (li, v) in enumerate(sparse_layers[i]):
                     ids = share * model.layers[li].activation_bytes / (v.shape[1] * FLOAT) / scale
                     per_shard = _split(max(len(sparse_ps[i]), round(ids)), len(sparse_ps[i]))
                     for node, n in zip(sparse_ps[i], per_shard, strict=True):
-                        sparse.append({"addr": net.address(node, "host"), "table": ti, "ids": n})
+                        sparse.append({"addr": net.endpoint(node, "host"), "table": ti, "ids": n})
                 specs.append(
                     {
                         "role": "group",
@@ -356,7 +359,7 @@ def _measure(
                         "local_tables": cfg.local_tables and cm.types[s.rtype].host_link_gbps is None,
                         "dense": (
                             {
-                                "addr": net.address(dense_ps[i], "sync"),
+                                "addr": net.endpoint(dense_ps[i], "sync"),
                                 "bytes": FLOAT * max(1, round(dense[i] / scale / FLOAT)),
                             }
                             if i in dense_ps
@@ -423,69 +426,73 @@ def _measure(
 
 
 def _run(
-    net: NamespaceNet | LoopbackNet, specs: list[dict[str, object]], cfg: MeasureConfig
+    net: MultiHomedTestbed | MultiHomedLoopback, specs: list[dict[str, object]], cfg: MeasureConfig
 ) -> tuple[dict[int, list[dict[str, float]]], dict[int, list[int]], str]:
-    """Start the servers, then the groups; release the groups together; collect their records."""
-    procs: dict[int, subprocess.Popen[bytes]] = {}
-    for spec in specs:
-        node = int(spec["node"])  # type: ignore[call-overload]
+    """Start every process (rank r runs ``specs[r]`` on its node), wait until every group is
+    connected, release the groups together, collect their records; results keyed by node."""
+    nodes = [int(s["node"]) for s in specs]  # type: ignore[call-overload]
+    for spec, node in zip(specs, nodes, strict=True):
         spec["listen"] = list(net.listen(node))
-        argv = [sys.executable, str(WORKER), json.dumps(spec)]
-        kw: dict[str, object] = {"stdout": subprocess.DEVNULL, "stderr": subprocess.PIPE}
-        if spec["role"] == "group":
-            kw.update(stdin=subprocess.PIPE, stdout=subprocess.PIPE)
-        procs[node] = net.spawn(node, argv, **kw)
-    groups = [int(s["node"]) for s in specs if s["role"] == "group"]  # type: ignore[call-overload]
+    groups = [r for r, s in enumerate(specs) if s["role"] == "group"]
     deadline = time.monotonic() + cfg.timeout_s
-    waiting = set(groups)
-    while waiting:  # every group connected to its peers and servers; fail fast if a process dies
-        outs = {n: procs[n].stdout for n in waiting}
-        ready, _, _ = select.select([o for o in outs.values() if o is not None], [], [], 0.2)
-        for node, out in outs.items():
-            if out is not None and out in ready:
-                if not out.readline():
-                    return {}, {}, _why(specs, node, procs[node])
-                waiting.discard(node)
-        for node, p in procs.items():
-            if p.poll() is not None and (node not in groups or node in waiting):
-                return {}, {}, _why(specs, node, p)
-        if time.monotonic() > deadline:
-            return {}, {}, f"timeout: {_name(specs, min(waiting))} did not connect within {cfg.timeout_s:g} s"
-    for node in groups:  # release every group at once
-        stdin = procs[node].stdin
-        assert stdin is not None
-        stdin.write(b"go\n")
-        stdin.flush()
-    records: dict[int, list[dict[str, float]]] = {}
-    paced: dict[int, list[int]] = {}
-    for node in groups:
-        p = procs[node]
-        assert p.stdout is not None
-        try:
-            p.wait(timeout=max(1.0, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            return {}, {}, f"timeout: {_name(specs, node)} did not finish within {cfg.timeout_s:g} s"
-        lines = p.stdout.read().decode().strip().splitlines()
-        if p.returncode != 0 or not lines:
-            return {}, {}, _why(specs, node, p)
-        out = json.loads(lines[-1])
-        records[node] = out["records"]
-        paced[node] = out["paced"]
+
+    def argv(rank: int) -> list[str]:
+        return [sys.executable, str(WORKER), json.dumps(specs[rank])]
+
+    with Gang(net, nodes, argv, dist=False, pipes=groups) as gang:
+        procs = gang.procs
+        waiting = set(groups)
+        while waiting:  # every group connected to its peers and servers; fail fast if a process dies
+            outs = {r: procs[r].stdout for r in waiting}
+            ready, _, _ = select.select([o for o in outs.values() if o is not None], [], [], 0.2)
+            for r, out in outs.items():
+                if out is not None and out in ready:
+                    if not out.readline():
+                        return {}, {}, _why(specs, gang, r)
+                    waiting.discard(r)
+            for r, p in enumerate(procs):
+                if p.poll() is not None and (r not in groups or r in waiting):
+                    return {}, {}, _why(specs, gang, r)
+            if time.monotonic() > deadline:
+                return (
+                    {},
+                    {},
+                    f"timeout: {_name(specs[min(waiting)])} did not connect within {cfg.timeout_s:g} s",
+                )
+        for r in groups:  # release every group at once
+            stdin = procs[r].stdin
+            assert stdin is not None
+            stdin.write(b"go\n")
+            stdin.flush()
+        records: dict[int, list[dict[str, float]]] = {}
+        paced: dict[int, list[int]] = {}
+        for r in groups:
+            p = procs[r]
+            assert p.stdout is not None
+            try:
+                p.wait(timeout=max(1.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                return {}, {}, f"timeout: {_name(specs[r])} did not finish within {cfg.timeout_s:g} s"
+            lines = p.stdout.read().decode().strip().splitlines()
+            if p.returncode != 0 or not lines:
+                return {}, {}, _why(specs, gang, r)
+            out = json.loads(lines[-1])
+            records[nodes[r]] = out["records"]
+            paced[nodes[r]] = out["paced"]
     return records, paced, ""
 
 
-def _name(specs: list[dict[str, object]], node: int) -> str:
-    s = next(s for s in specs if s["node"] == node)
-    if s["role"] == "group":
-        return f"stage {s['stage']} group {s['group']}"
-    return f"{s['role']} (node {node})"
+def _name(spec: dict[str, object]) -> str:
+    if spec["role"] == "group":
+        return f"stage {spec['stage']} group {spec['group']}"
+    return f"{spec['role']} (node {spec['node']})"
 
 
-def _why(specs: list[dict[str, object]], node: int, p: subprocess.Popen[bytes]) -> str:
+def _why(specs: list[dict[str, object]], gang: Gang, rank: int) -> str:
+    p = gang.procs[rank]
     with contextlib.suppress(subprocess.TimeoutExpired):
         p.wait(timeout=5)
-    err = p.stderr.read().decode().strip().splitlines() if p.stderr else []
-    return f"{_name(specs, node)} failed (exit {p.returncode}): {err[-1] if err else 'no output'}"
+    return f"{_name(specs[rank])} failed (exit {p.returncode}): {gang.stderr_tail(rank) or 'no output'}"
 
 
 __all__ = ["GBPS", "HeterogeneousRun", "MeasureConfig", "StageMeasurement", "measure_plan"]

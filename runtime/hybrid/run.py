@@ -22,10 +22,7 @@ refuses them as ``unsupported`` rather than keep a second pipeline executor.
 from __future__ import annotations
 
 import json
-import socket
 import statistics
-import subprocess
-import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -38,7 +35,7 @@ from runtime.hybrid.config import HybridConfig
 from runtime.hybrid.layout import Layout
 from runtime.hybrid.net import unsupported_reason
 from runtime.hybrid.worker import OOM_EXIT
-from runtime.launch import Launcher
+from runtime.launch import Gang, GangResult, Launcher, free_port, python_module
 from simulator.spec import ClusterSpec, HybridPlan, ModelSpec, hybrid_issues
 from simulator.spec.measurement import Measurement
 
@@ -61,12 +58,6 @@ class HybridRun:
     params: dict[int, dict[str, torch.Tensor]] = field(default_factory=dict)
     # real mode: per rank and variable, the shard it holds as (axis, lo, hi), None for the whole
     slices: dict[int, dict[str, tuple[int, int, int] | None]] = field(default_factory=dict)
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def run_hybrid(
@@ -98,15 +89,14 @@ def run_hybrid(
     with tempfile.TemporaryDirectory(prefix="strategist-hybrid-") as tmp:
         out = Path(tmp)
         (out / "job.json").write_text(json.dumps(job))
-        master, port = launcher.address(nodes[0]), _free_port()
-        procs = []
-        for rank in range(layout.world):
-            argv = [sys.executable, "-m", "runtime.hybrid.worker", "--job", str(out), "--rank", str(rank)]
-            argv += ["--master", master, "--port", str(port)]
-            procs.append(
-                launcher.spawn(nodes[rank], argv, {}, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL)
-            )
-        status, reason = _wait(procs, time.monotonic() + config.deadline_s)
+        master, port = launcher.address(nodes[0]), free_port()
+
+        def argv(rank: int) -> list[str]:
+            return python_module("runtime.hybrid.worker", "--job", str(out), "--rank", str(rank),
+                                 "--master", master, "--port", str(port))  # fmt: skip
+
+        with Gang(launcher, nodes, argv, port=port) as gang:
+            status, reason = _status(gang.wait(time.monotonic() + config.deadline_s))
         if status == "oom":
             rec = next(
                 (json.loads(p.read_text()) for p in sorted(out.glob("rank*.json"))
@@ -130,31 +120,14 @@ def run_hybrid(
     return _measure(run, config, launcher)
 
 
-def _wait(procs: list[subprocess.Popen[bytes]], deadline: float) -> tuple[Status, str]:
-    """('ok', '') when every process exited 0; else the first failure (every process is killed)."""
-    status: Status = "ok"
-    reason = ""
-    while any(p.poll() is None for p in procs):
-        if any(p.poll() not in (None, 0) for p in procs) or time.monotonic() > deadline:
-            break
-        time.sleep(0.02)
-    bad = [(r, p) for r, p in enumerate(procs) if p.poll() not in (None, 0)]
-    oom = [(r, p) for r, p in bad if p.returncode == OOM_EXIT]
-    if oom:
-        status, reason = "oom", f"rank {oom[0][0]} ran out of memory"
-    elif bad:
-        r, p = bad[0]
-        err = (p.stderr.read() if p.stderr else b"").decode(errors="replace").strip().splitlines()
-        status, reason = "failed", f"rank {r} exited with code {p.returncode}: {err[-1] if err else ''}"
-    elif any(p.poll() is None for p in procs):
-        status, reason = "timeout", "timeout: the hybrid run took longer than timeout_s + startup_timeout_s"
-    for p in procs:
-        if p.poll() is None:
-            p.kill()
-        p.wait()
-        if p.stderr:
-            p.stderr.close()
-    return status, reason
+def _status(ended: GangResult) -> tuple[Status, str]:
+    """The run's status: any rank that exited with ``OOM_EXIT`` makes it 'oom'."""
+    oom = [e.rank for e in ended.exits if e.returncode == OOM_EXIT]
+    if ended.status == "failed" and oom:
+        return "oom", f"rank {oom[0]} ran out of memory"
+    if ended.status == "timeout":
+        return "timeout", "timeout: the hybrid run took longer than timeout_s + startup_timeout_s"
+    return ended.status, ended.reason
 
 
 def _measure(run: HybridRun, cfg: HybridConfig, launcher: Launcher) -> HybridRun:

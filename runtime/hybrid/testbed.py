@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import contextlib
 import statistics
-from collections.abc import Iterator
 from typing import Literal
 
 from runtime.executor.config import ExecutorConfig
@@ -37,19 +36,6 @@ from simulator.spec.profile import Profile
 
 #: The planner's memory assumptions, the defaults of ``measure_plan``.
 PLANNER = MemoryConfig()
-
-
-@contextlib.contextmanager
-def _launcher(cluster: ClusterSpec, link_scale: float, testbed: bool) -> Iterator[Launcher]:
-    if not testbed:
-        from runtime.executor import LocalLauncher
-
-        yield LocalLauncher()
-        return
-    from runtime.testbed import make_launcher
-
-    with make_launcher(cluster, link_scale) as launcher:
-        yield launcher
 
 
 def measure_plan(
@@ -84,7 +70,7 @@ def measure_plan(
     'float16' = mixed precision on tensor cores); pipelined plans replay the model's own dtype
     (``runtime.pipeline`` has no such setting) and refuse another one as ``unsupported``.
     """
-    from runtime.testbed import dilated_scales
+    from runtime.testbed import dilated_scales, make_launcher
 
     if scale is None:
         scale, d = dilated_scales(cluster, dilation)
@@ -116,7 +102,7 @@ def measure_plan(
             return HybridRun("oom", oom)
     with contextlib.ExitStack() as stack:
         if launcher is None:
-            launcher = stack.enter_context(_launcher(cluster, scale * d, testbed))
+            launcher = stack.enter_context(make_launcher(cluster, scale * d, testbed=testbed))
         if plan.num_micro_batches > 1:
             if compute_dtype is not None:
                 return HybridRun(

@@ -16,10 +16,7 @@ from __future__ import annotations
 
 import json
 import math
-import socket
 import statistics
-import subprocess
-import sys
 import tempfile
 import time
 from collections.abc import Collection, Sequence
@@ -31,7 +28,7 @@ import torch
 
 from runtime.executor.config import ComputeMode, ExecutorConfig
 from runtime.executor.probe import call_seconds
-from runtime.launch import Launcher
+from runtime.launch import Gang, Launcher, free_port, python_module
 from runtime.pipeline.stage_net import unsupported_layers
 from runtime.pipeline.tuner import TunerConfig
 from simulator.analytical.params import CostParams
@@ -138,12 +135,6 @@ def unsupported_plan_reason(model: ModelSpec, plan: Plan) -> str | None:
     return None
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def _replay_job(
     model: ModelSpec, cluster: ClusterSpec, plans: Sequence[Plan], cfg: PipelineConfig
 ) -> dict[str, Any]:
@@ -247,18 +238,21 @@ def run_pipeline(
     with tempfile.TemporaryDirectory(prefix="strategist-pp-") as tmp:
         out = Path(tmp)
         (out / "job.json").write_text(json.dumps(job))
-        master, port = launcher.address(nodes[0]), _free_port()
-        procs = []
+        master, port = launcher.address(nodes[0]), free_port()
         started = time.monotonic()
-        for rank in range(P * D):
-            argv = [sys.executable, "-m", "runtime.pipeline.worker", "--job", str(out), "--rank", str(rank)]
-            argv += ["--master", master, "--port", str(port)]
-            procs.append(
-                launcher.spawn(nodes[rank], argv, {}, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL)
+
+        def argv(rank: int) -> list[str]:
+            return python_module("runtime.pipeline.worker", "--job", str(out), "--rank", str(rank),
+                                 "--master", master, "--port", str(port))  # fmt: skip
+
+        with Gang(launcher, nodes, argv, port=port) as gang:
+            ended = gang.wait(
+                started + config.executor.timeout_s + config.executor.startup_timeout_s,
+                timeout_reason="timeout: the pipeline run took longer than its timeout_s",
+                poll_s=0.05,
             )
-        failure = _wait(procs, started + config.executor.timeout_s + config.executor.startup_timeout_s)
-        if failure:
-            failed = Measurement(failure=failure, compute_mode=config.compute, scale=config.scale)
+        if not ended.ok:
+            failed = Measurement(failure=ended.reason, compute_mode=config.compute, scale=config.scale)
             return PipelineRun((failed,) * (1 if tuner else len(phases)))
         records = {r: json.loads((out / f"rank{r}.json").read_text()) for r in range(P * D)}
         grads: dict[int, list[dict[str, torch.Tensor]]] = {}
@@ -272,30 +266,6 @@ def run_pipeline(
     else:
         measured = (_measure(records, None, config, launcher),)
     return PipelineRun(measured, records, grads, params, tuple(records[0].get("tuner") or ()))
-
-
-def _wait(procs: list[subprocess.Popen[bytes]], deadline: float) -> str | None:
-    """None when every process exited 0; otherwise the first failure (all processes are killed)."""
-    failure = None
-    while any(p.poll() is None for p in procs):
-        bad = [(r, p) for r, p in enumerate(procs) if p.poll() not in (None, 0)]
-        if bad or time.monotonic() > deadline:
-            break
-        time.sleep(0.05)
-    bad = [(r, p) for r, p in enumerate(procs) if p.poll() not in (None, 0)]
-    if bad:
-        r, p = bad[0]
-        err = (p.stderr.read() if p.stderr else b"").decode(errors="replace").strip().splitlines()
-        failure = f"rank {r} exited with code {p.returncode}: {err[-1] if err else ''}"
-    elif any(p.poll() is None for p in procs):
-        failure = "timeout: the pipeline run took longer than its timeout_s"
-    for p in procs:
-        if p.poll() is None:
-            p.kill()
-        p.wait()
-        if p.stderr:
-            p.stderr.close()
-    return failure
 
 
 def _measure(

@@ -116,13 +116,22 @@ def _local_launcher() -> Launcher:
 
 @contextlib.contextmanager
 def make_launcher(
-    cluster: ClusterSpec, scale: float, *, allow_fallback: bool = True, **testbed_kwargs: Any
-) -> Iterator[Testbed | UnshapedLauncher]:
+    cluster: ClusterSpec,
+    scale: float,
+    *,
+    allow_fallback: bool = True,
+    testbed: bool = True,
+    **testbed_kwargs: Any,
+) -> Iterator[Launcher]:
     """A built Testbed for ``cluster``; where namespaces are unavailable and ``allow_fallback``,
-    an unshaped loopback launcher instead (with a warning, and ``environment["shaped"] = False``).
+    an unshaped loopback launcher instead (with a warning, and ``environment["shaped"] = False``);
+    with ``testbed=False`` the plain loopback launcher (logic tests; no ``environment``).
 
-    Either way the result has ``environment`` (a dict for Measurement.environment).
+    Otherwise the result has ``environment`` (a dict for Measurement.environment).
     """
+    if not testbed:
+        yield _local_launcher()
+        return
     bed = Testbed(cluster, scale, **testbed_kwargs)
     try:
         bed.build()

@@ -24,9 +24,9 @@ import os
 import re
 import secrets
 import subprocess
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from types import TracebackType
-from typing import Any
+from typing import Any, Self
 
 from runtime.testbed import netns
 from runtime.testbed.shaping import Shape, tc_commands
@@ -61,15 +61,119 @@ def cleanup_stale() -> list[str]:
     return removed
 
 
-class Testbed:
-    """An emulated ``cluster`` whose NIC rates are divided by ``scale``; a context manager.
+class Namespaces:
+    """What every emulated network shares: a switch namespace and one namespace per node, named
+    for ``cleanup_stale``; built on entry (refused with TestbedUnavailable where namespaces cannot
+    be used), torn down by ``close`` (also run by ``__exit__``, atexit and SIGTERM): it kills the
+    processes left in the namespaces and deletes them; idempotent. Subclasses build the links
+    (``_build``) and say what a process of a node needs in its environment (``_node_env``).
 
-    Implements ``runtime.launch.Launcher``. Not thread-safe to build or tear down; ``spawn`` may be
-    called from any thread once built. Teardown (``close``, also run by ``__exit__``, atexit and
-    SIGTERM) kills the processes left in its namespaces and deletes them; it is idempotent.
+    Implements ``runtime.launch.Launcher`` with the subclass's ``address``. Not thread-safe to
+    build or tear down; ``spawn`` may be called from any thread once built.
     """
 
     __test__ = False  # not a pytest test class
+
+    def __init__(self, nodes: int, *, clean_stale: bool = True) -> None:
+        self.clean_stale = clean_stale
+        self.id = secrets.token_hex(3)
+        self._base = f"{PREFIX}-{os.getpid()}-{self.id}"
+        self.switch_ns = f"{self._base}-sw"
+        self.node_ns = [f"{self._base}-n{i}" for i in range(nodes)]
+        self._created: list[str] = []
+        self._built = False
+        self._old_sigterm: Any = None
+
+    def address(self, node: int) -> str:
+        raise NotImplementedError
+
+    @property
+    def master_addr(self) -> str:
+        return self.address(0)
+
+    def _node_env(self, node: int) -> dict[str, str]:
+        return {}
+
+    def _build(self) -> None:
+        raise NotImplementedError
+
+    def spawn(
+        self, node: int, argv: Sequence[str], env: Mapping[str, str] | None = None, **popen_kwargs: Any
+    ) -> subprocess.Popen[bytes]:
+        """Start ``argv`` inside node ``node``'s namespace with ``env`` added to the environment."""
+        if not self._built:
+            raise RuntimeError(f"{type(self).__name__}.spawn: not built (use it as a context manager)")
+        if not 0 <= node < len(self.node_ns):
+            raise IndexError(f"node: {node} is not in 0..{len(self.node_ns) - 1}")
+        full = {**os.environ, **(env or {}), **self._node_env(node)}
+        return subprocess.Popen(netns.in_ns(self.node_ns[node], argv), env=full, **popen_kwargs)
+
+    def __enter__(self) -> Self:
+        self.build()
+        return self
+
+    def __exit__(
+        self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+    def build(self) -> None:
+        """Create the namespaces and links; tear down if any step fails."""
+        if self._built:
+            return
+        reason = netns.namespaces_usable()
+        if reason is not None:
+            raise TestbedUnavailable(f"cannot build the emulated cluster: {reason}")
+        if self.clean_stale:
+            cleanup_stale()
+        atexit.register(self.close)
+        self._old_sigterm = netns.sigterm_as_exit()
+        try:
+            # Recorded before it exists: a SIGTERM during `ip netns add` still has it deleted by close().
+            self._created.append(self.switch_ns)
+            netns.add_namespace(self.switch_ns)
+            self._build()
+        except BaseException:
+            self.close()
+            raise
+        self._built = True
+
+    def _add_node(self, node: int) -> str:
+        """Create node ``node``'s namespace (recorded first, as the switch's); its name."""
+        ns = self.node_ns[node]
+        self._created.append(ns)
+        netns.add_namespace(ns)
+        return ns
+
+    def _link(self, node: int, dev: str, port: str, bridge: str, cidr: str) -> None:
+        """A veth from node ``node`` (``dev``, address ``cidr``) to ``bridge``'s port ``port``, up."""
+        ns = self.node_ns[node]
+        netns.add_veth(ns, dev, self.switch_ns, port)
+        netns.run(["ip", "-n", self.switch_ns, "link", "set", port, "master", bridge])
+        netns.run(["ip", "-n", self.switch_ns, "link", "set", port, "up"])
+        netns.run(["ip", "-n", ns, "addr", "add", cidr, "dev", dev])
+        netns.run(["ip", "-n", ns, "link", "set", dev, "up"])
+
+    def _shape(self, node: int, dev: str, port: str, cmds: Callable[[str], list[list[str]]]) -> None:
+        """Run ``cmds(device)`` for both directions: the node's ``dev`` and its bridge ``port``."""
+        for ns, d in ((self.node_ns[node], dev), (self.switch_ns, port)):
+            for cmd in cmds(d):
+                netns.run(netns.in_ns(ns, cmd))
+
+    def close(self) -> None:
+        """Kill what still runs in the namespaces and delete them (idempotent)."""
+        for ns in reversed(self._created):
+            netns.destroy_namespace(ns)
+        self._created.clear()
+        self._built = False
+        atexit.unregister(self.close)
+        netns.restore_sigterm(self._old_sigterm)
+        self._old_sigterm = None
+
+
+class Testbed(Namespaces):
+    """An emulated ``cluster`` whose NIC rates are divided by ``scale``, one shaped NIC per node;
+    a context manager (see ``Namespaces``)."""
 
     def __init__(
         self,
@@ -84,41 +188,23 @@ class Testbed:
             raise ValueError(f"scale: must be > 0, got {scale}")
         if len(cluster.nodes) > 253:
             raise ValueError(f"cluster.nodes: at most 253 nodes fit a /24, got {len(cluster.nodes)}")
+        super().__init__(len(cluster.nodes), clean_stale=clean_stale)
         self.cluster = cluster
         self.scale = scale
         self.emulate_latency = emulate_latency
         self.flow_cap = flow_cap
-        self.clean_stale = clean_stale
-        self.id = secrets.token_hex(3)
         subnet = int(self.id, 16) % 512
         self._net = f"198.{18 + subnet // 256}.{subnet % 256}"
-        self._base = f"{PREFIX}-{os.getpid()}-{self.id}"
-        self.switch_ns = f"{self._base}-sw"
-        self.node_ns = [f"{self._base}-n{i}" for i in range(len(cluster.nodes))]
-        self._created: list[str] = []
         self._latency_emulated = False
-        self._built = False
-        self._old_sigterm: Any = None
-
-    # ----------------------------------------------------------------- Launcher protocol
-    @property
-    def master_addr(self) -> str:
-        return self.address(0)
 
     def address(self, node: int) -> str:
         if not 0 <= node < len(self.cluster.nodes):
             raise IndexError(f"node: {node} is not in 0..{len(self.cluster.nodes) - 1}")
         return f"{self._net}.{node + 1}"
 
-    def spawn(
-        self, node: int, argv: Sequence[str], env: Mapping[str, str], **popen_kwargs: Any
-    ) -> subprocess.Popen[bytes]:
-        """Start ``argv`` inside node ``node``'s namespace, gloo bound to the node's interface."""
-        if not self._built:
-            raise RuntimeError("Testbed.spawn: the testbed is not built (use it as a context manager)")
-        self.address(node)
-        full = {**os.environ, **env, "GLOO_SOCKET_IFNAME": NODE_IF, "TP_SOCKET_IFNAME": NODE_IF}
-        return subprocess.Popen(netns.in_ns(self.node_ns[node], argv), env=full, **popen_kwargs)
+    def _node_env(self, node: int) -> dict[str, str]:
+        """gloo (and tensorpipe) bound to the node's one interface."""
+        return {"GLOO_SOCKET_IFNAME": NODE_IF, "TP_SOCKET_IFNAME": NODE_IF}
 
     # ----------------------------------------------------------------- description
     def rate_mbit(self, node: int) -> float:
@@ -144,67 +230,22 @@ class Testbed:
             "intra_node": "loopback, unshaped",
         }
 
-    # ----------------------------------------------------------------- lifecycle
-    def __enter__(self) -> Testbed:
-        self.build()
-        return self
-
-    def __exit__(
-        self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.close()
-
-    def build(self) -> None:
-        """Create the namespaces, bridge, veths, addresses and shapers; tear down if any step fails."""
-        if self._built:
-            return
-        reason = netns.namespaces_usable()
-        if reason is not None:
-            raise TestbedUnavailable(f"cannot build the emulated cluster: {reason}")
-        if self.clean_stale:
-            cleanup_stale()
-        atexit.register(self.close)
-        self._old_sigterm = netns.sigterm_as_exit()
-        try:
-            self._build()
-        except BaseException:
-            self.close()
-            raise
-        self._built = True
-
     def _build(self) -> None:
-        # Recorded before it exists: a SIGTERM during `ip netns add` still has it deleted by close().
-        self._created.append(self.switch_ns)
-        netns.add_namespace(self.switch_ns)
         netns.add_bridge(self.switch_ns, BRIDGE)
         has_netem = self.emulate_latency and any(n.latency_us > 0 for n in self.cluster.nodes)
         has_netem = has_netem and netns.qdisc_available("netem")
         self._latency_emulated = has_netem or not any(n.latency_us > 0 for n in self.cluster.nodes)
         cap = self.flow_cap_mbit()
+        n = len(self.cluster.nodes)
         for i, node in enumerate(self.cluster.nodes):
-            ns, port = self.node_ns[i], f"p{i}"
-            self._created.append(ns)
-            netns.add_namespace(ns)
-            netns.add_veth(ns, NODE_IF, self.switch_ns, port)
-            netns.run(["ip", "-n", self.switch_ns, "link", "set", port, "master", BRIDGE])
-            netns.run(["ip", "-n", self.switch_ns, "link", "set", port, "up"])
-            netns.run(["ip", "-n", ns, "addr", "add", f"{self.address(i)}/24", "dev", NODE_IF])
-            netns.run(["ip", "-n", ns, "link", "set", NODE_IF, "up"])
+            self._add_node(i)
+            port = f"p{i}"
+            self._link(i, NODE_IF, port, BRIDGE, f"{self.address(i)}/24")
             rate, delay = self.rate_mbit(i), node.latency_us / 2
-            caps = {}
-            if cap is not None:
-                caps = {self.address(j): cap for j in range(len(self.cluster.nodes)) if j != i}
-            for cmd in tc_commands(NODE_IF, Shape(rate, delay, caps), netem=has_netem):
-                netns.run(netns.in_ns(ns, cmd))
-            for cmd in tc_commands(port, Shape(rate, delay), netem=has_netem):
-                netns.run(netns.in_ns(self.switch_ns, cmd))
-
-    def close(self) -> None:
-        """Kill what still runs in the testbed's namespaces and delete them (idempotent)."""
-        for ns in reversed(self._created):
-            netns.destroy_namespace(ns)
-        self._created.clear()
-        self._built = False
-        atexit.unregister(self.close)
-        netns.restore_sigterm(self._old_sigterm)
-        self._old_sigterm = None
+            caps = {self.address(j): cap for j in range(n) if j != i} if cap is not None else {}
+            # the node's egress bounds what it sends (with the per-destination caps), the bridge
+            # port's what it receives
+            for dev, shape in ((NODE_IF, Shape(rate, delay, caps)), (port, Shape(rate, delay))):
+                where = self.node_ns[i] if dev == NODE_IF else self.switch_ns
+                for cmd in tc_commands(dev, shape, netem=has_netem):
+                    netns.run(netns.in_ns(where, cmd))

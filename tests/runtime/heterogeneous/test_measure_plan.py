@@ -114,8 +114,8 @@ def test_one_direction_diagnostic_runs_without_gradients() -> None:
 
 CHILD = """
 import sys, time
-from runtime.heterogeneous.net import NamespaceNet, NodeSpec
-with NamespaceNet([NodeSpec("a", {"data": 50.0, "sync": None}), NodeSpec("b", {"data": 50.0})]) as net:
+from runtime.testbed.multihomed import HomedNode, MultiHomedTestbed
+with MultiHomedTestbed([HomedNode("a", {"data": 50.0, "sync": None}), HomedNode("b", {"data": 50.0})]) as net:
     print(net.id, flush=True)
     time.sleep(60)
 """
