@@ -50,7 +50,14 @@ import numpy as np
 from simulator.analytical.compute import LayerWork, layer_work, roofline
 from simulator.analytical.params import CostParams
 from simulator.spec import DeviceType, ModelSpec
-from simulator.threed.layers import E, stage_spec
+from simulator.threed.layers import (
+    HOST_CALLS_BWD,
+    HOST_CALLS_CHECKPOINT,
+    HOST_CALLS_FWD,
+    SYNCS_PER_LAYER,
+    E,
+    stage_spec,
+)
 from simulator.threed.nccl import Collectives
 from simulator.threed.plan import GPTConfig, ThreeDPlan
 
@@ -69,6 +76,16 @@ class FrameworkParams:
     # middle of that range (15 us) less the 5 us launch the zoo's devices already charge. A
     # property of the host framework, not of the GPU; 0 for a graph-captured or compiled step.
     host_per_kernel_us: float = 10.0
+    # Host microseconds per call that launches no kernel (a view, transpose, split, module call,
+    # RNG-state call, an autograd node with no kernel): the same chain less the backend and the
+    # driver: Python ~1 + pybind11 ~1 + autograd recording 1-3 + dispatcher 1-2 (J. Lin, lesson 18
+    # above): 5, the middle. Counted per layer in ``simulator.threed.layers.HOST_CALLS_*``.
+    host_per_call_us: float = 5.0
+    # Host-device synchronisations per transformer-layer forward (``layers.SYNCS_PER_LAYER``: 2 in
+    # Megatron-DeepSpeed). With any, a micro-batch's stage time is a sum over segments (a layer's
+    # forward; a layer's recompute + backward; the embedding / head) of each segment's
+    # max(host, GPU); with none, one max over the whole micro-batch (the host runs ahead freely).
+    syncs_per_layer: int = SYNCS_PER_LAYER
     # Host seconds per micro-batch and stage (Python schedule, p2p/collective launches, loss scaling).
     micro_overhead_s: float = 1e-3
     # Host seconds per iteration (optimizer launch, gradient-norm reduction, overflow check, logging).
@@ -172,6 +189,112 @@ def tp_comm_seconds(cfg: GPTConfig, plan: ThreeDPlan, stage: int, comms: Collect
     return sec
 
 
+@dataclass(frozen=True)
+class Segment:
+    """Work between two host-device synchronisations: GPU seconds (kernels + collectives), the
+    kernels and collective calls the host launches, and its host calls that launch nothing."""
+
+    gpu: float
+    launches: float
+    calls: float
+
+    def host(self, launch: float, call: float) -> float:
+        return self.launches * launch + self.calls * call
+
+
+@dataclass(frozen=True)
+class Segments:
+    """One micro-batch of one stage: per transformer layer its forward segment and its
+    (recompute +) backward segment, then the rest (embedding, head, loss)."""
+
+    items: tuple[Segment, ...]
+
+    def pairs(self, launch: float, call: float) -> list[tuple[float, float]]:
+        return [(sg.gpu, sg.host(launch, call)) for sg in self.items]
+
+    def gpu_total(self) -> float:
+        return sum(sg.gpu for sg in self.items)
+
+    def host_total(self, launch: float, call: float) -> float:
+        return sum(sg.host(launch, call) for sg in self.items)
+
+
+def _segments(
+    cfg: GPTConfig,
+    plan: ThreeDPlan,
+    stage: int,
+    spec: ModelSpec,
+    work: LayerWork,
+    t_fb: np.ndarray,
+    again: np.ndarray,
+    comms: Collectives,
+    device: DeviceType,
+    params: CostParams,
+    m: int,
+    syncs: int,
+) -> Segments:
+    """Split one micro-batch of ``stage`` at Megatron-DeepSpeed's per-layer synchronisations.
+
+    Layer j's forward: its kernels' GPU seconds + 2 TP all-reduces; host: its kernels, the 2
+    all-reduce calls and the ``SYNCS_PER_LAYER`` copies as launches, ``HOST_CALLS_FWD`` calls.
+    Layer j's backward: its backward kernels, with full recompute its forward again (and its 2
+    all-reduces, copies and calls, plus ``HOST_CALLS_CHECKPOINT``), 2 TP all-reduces, and the
+    gradient accumulation into ``.grad`` of micro-batches after the first ((m−1)/m of an element-wise
+    kernel per parameter tensor, reading two and writing one fp16 copy of its bytes);
+    ``HOST_CALLS_BWD`` calls. The rest: the embedding / head layers, their collectives (the
+    vocab-parallel embedding's and logits' all-reduces, the cross-entropy's 3) and accumulations.
+    """
+    t = plan.tp
+    full = plan.recompute == "full"
+    ar = comms.allreduce(plan.micro_batch * cfg.seq * cfg.hidden * E, t) if t > 1 else 0.0
+    n_ar = 2 if t > 1 else 0
+    acc_share = (m - 1) / m
+    bw = device.memory_bw_gbs * 1e9 * params.op_efficiency.memory
+    blocks: dict[str, list[int]] = {}
+    rest: list[int] = []
+    for idx, ly in enumerate(spec.layers):
+        head = ly.name.split(".", 1)[0]
+        if ly.name.startswith("l") and "." in ly.name:
+            blocks.setdefault(head, []).append(idx)
+        else:
+            rest.append(idx)
+
+    def accumulate(idx: list[int]) -> tuple[float, float]:
+        tensors = sum(len(spec.layers[j].variables) for j in idx)
+        nbytes = sum(v.bytes for j in idx for v in spec.layers[j].variables)
+        return acc_share * tensors, acc_share * 3.0 * nbytes / bw
+
+    items: list[Segment] = []
+    layer_comm = 0.0
+    for idx in blocks.values():
+        sel = np.array(idx)
+        f_gpu = float(t_fb[0][sel].sum())
+        f_k = float(work.kernels[0][sel].sum())
+        items.append(Segment(f_gpu + n_ar * ar, f_k + n_ar + syncs, float(HOST_CALLS_FWD)))
+        r_mask = again[sel]
+        r_gpu = float(t_fb[0][sel][r_mask].sum())
+        r_k = float(work.kernels[0][sel][r_mask].sum())
+        acc_k, acc_gpu = accumulate(idx)
+        b_ar = n_ar * (2 if full else 1)
+        calls = HOST_CALLS_BWD + (HOST_CALLS_FWD + HOST_CALLS_CHECKPOINT if full else 0)
+        launches = r_k + float(work.kernels[1][sel].sum()) + b_ar + acc_k + (syncs if full else 0.0)
+        items.append(Segment(r_gpu + float(t_fb[1][sel].sum()) + b_ar * ar + acc_gpu, launches, float(calls)))
+        layer_comm += (n_ar + b_ar) * ar
+    if rest:
+        sel = np.array(rest)
+        acc_k, acc_gpu = accumulate(rest)
+        rest_comm = max(0.0, tp_comm_seconds(cfg, plan, stage, comms) - layer_comm)
+        rest_calls = tp_comm_calls(cfg, plan, stage) - sum(n_ar * (1 + (2 if full else 1)) for _ in blocks)
+        items.append(
+            Segment(
+                float(t_fb[:, sel].sum()) + rest_comm + acc_gpu,
+                float(work.kernels[:, sel].sum()) + max(0, rest_calls) + acc_k,
+                0.0,
+            )
+        )
+    return Segments(tuple(items))
+
+
 def predict(
     cfg: GPTConfig,
     plan: ThreeDPlan,
@@ -187,7 +310,14 @@ def predict(
     p, m, d = plan.pp, plan.num_micro_batches, plan.dp
     gpu_only = device.model_copy(update={"launch_overhead_us": 0.0})
     launch = (device.launch_overhead_us + fw.host_per_kernel_us) * 1e-6
-    fwd, bwd, rec, tpc, host = [], [], [], [], []
+    call = fw.host_per_call_us * 1e-6
+    k = fw.overlap_sharpness
+
+    def smax(g: float, hst: float) -> float:
+        top = max(g, hst)  # scaled: (g/top)^k cannot underflow for large k
+        return float(top * ((g / top) ** k + (hst / top) ** k) ** (1.0 / k)) if top > 0 else 0.0
+
+    fwd, bwd, rec, tpc, host, x = [], [], [], [], [], []
     for i in range(p):
         spec = _spec(cfg, plan.tp, p, i, plan.sequence_parallel, plan.fused_attention, plan.micro_batch)
         work = _work(
@@ -201,21 +331,20 @@ def predict(
             params.compute_dtype,
         )
         t_fb = roofline(work, gpu_only, params)
-        kernels = work.kernels
         again = _recomputed(spec, plan.recompute)
         fwd.append(float(t_fb[0].sum()))
         bwd.append(float(t_fb[1].sum()))
         rec.append(float(t_fb[0][again].sum()))
-        calls = tp_comm_calls(cfg, plan, i)
         tpc.append(tp_comm_seconds(cfg, plan, i, comms))
-        host.append(float(kernels.sum() + kernels[0][again].sum() + calls) * launch)
-    # The host issues kernels asynchronously: a stage's micro-batch takes the longer of its GPU
-    # time and its host time (launch-bound when the kernels are small).
-    k = fw.overlap_sharpness
-    x = [
-        ((f + b + r + c) ** k + hst**k) ** (1.0 / k) + fw.micro_overhead_s
-        for f, b, r, c, hst in zip(fwd, bwd, rec, tpc, host, strict=True)
-    ]
+        seg = _segments(cfg, plan, i, spec, work, t_fb, again, comms, device, params, m, fw.syncs_per_layer)
+        host.append(seg.host_total(launch, call))
+        # The host issues kernels asynchronously: a segment takes the longer of its GPU time and
+        # its host time (launch-bound when the kernels are small).
+        if fw.syncs_per_layer > 0:
+            t_mb = sum(smax(g, h) for g, h in seg.pairs(launch, call))
+        else:
+            t_mb = smax(seg.gpu_total(), seg.host_total(launch, call))
+        x.append(t_mb + fw.micro_overhead_s)
     q = comms.send(plan.micro_batch * cfg.seq * cfg.hidden * E) if p > 1 else 0.0
     pipeline = sum(x) + 2 * (p - 1) * q + (m - 1) * (max(x) + 2 * q)
 
