@@ -42,7 +42,7 @@ Shapes: every time in seconds; ``stage_*`` tuples have one entry per pipeline st
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cache
 
 import numpy as np
@@ -56,7 +56,9 @@ from simulator.threed.layers import (
     HOST_CALLS_FWD,
     SYNCS_PER_LAYER,
     E,
+    sm_count,
     stage_spec,
+    wave_efficiency,
 )
 from simulator.threed.nccl import Collectives
 from simulator.threed.plan import GPTConfig, ThreeDPlan
@@ -86,6 +88,8 @@ class FrameworkParams:
     # forward; a layer's recompute + backward; the embedding / head) of each segment's
     # max(host, GPU); with none, one max over the whole micro-batch (the host runs ahead freely).
     syncs_per_layer: int = SYNCS_PER_LAYER
+    # GEMM FLOPs divided by their wave efficiency on the device's SMs (``layers.wave_efficiency``).
+    wave_quantisation: bool = True
     # Host seconds per micro-batch and stage (Python schedule, p2p/collective launches, loss scaling).
     micro_overhead_s: float = 1e-3
     # Host seconds per iteration (optimizer launch, gradient-norm reduction, overflow check, logging).
@@ -139,6 +143,35 @@ def _work(
 ) -> LayerWork:
     """``layer_work`` of a stage spec, kept for the process (its own cache holds 64 specs)."""
     return layer_work(_spec(cfg, tp, pp, stage, sp, fused, micro), micro, dtype)
+
+
+def quantised(
+    work: LayerWork, spec: ModelSpec, cfg: GPTConfig, tp: int, micro: int, sms: int | None
+) -> LayerWork:
+    """``work`` with every GEMM's FLOPs divided by its wave efficiency on ``sms`` SMs.
+
+    A linear layer of K inputs and N outputs over M = b·s tokens: forward output M x N; backward
+    dgrad M x K and wgrad N x K, each half the backward FLOPs. The logits (K = h, N = V/t) alike.
+    FLOPs / efficiency is the work of the SM slots the GEMM holds, idle ones included, so the
+    roofline's compute ceiling applies to it unchanged. Attention cores (batched, mostly
+    memory-bound) and vector kernels keep their FLOPs. None SMs: ``work`` unchanged.
+    """
+    if sms is None:
+        return work
+    flops = work.flops.copy()
+    tokens = micro * cfg.seq
+    for i, ly in enumerate(spec.layers):
+        if ly.kind == "linear" and ly.variables:
+            n, k = ly.variables[0].shape
+        elif ly.name == "logits":
+            n, k = cfg.padded_vocab(tp) // tp, cfg.hidden
+        else:
+            continue
+        q_f = wave_efficiency(tokens, n, sms)
+        q_b = 2.0 / (1.0 / wave_efficiency(tokens, k, sms) + 1.0 / wave_efficiency(n, k, sms))
+        flops[0, i] /= q_f
+        flops[1, i] /= q_b
+    return replace(work, flops=flops)
 
 
 def _recomputed(spec: ModelSpec, recompute: str) -> np.ndarray:
@@ -311,6 +344,7 @@ def predict(
     gpu_only = device.model_copy(update={"launch_overhead_us": 0.0})
     launch = (device.launch_overhead_us + fw.host_per_kernel_us) * 1e-6
     call = fw.host_per_call_us * 1e-6
+    sms = sm_count(device.name) if fw.wave_quantisation else None
     k = fw.overlap_sharpness
 
     def smax(g: float, hst: float) -> float:
@@ -330,6 +364,7 @@ def predict(
             plan.micro_batch,
             params.compute_dtype,
         )
+        work = quantised(work, spec, cfg, plan.tp, plan.micro_batch, sms)
         t_fb = roofline(work, gpu_only, params)
         again = _recomputed(spec, plan.recompute)
         fwd.append(float(t_fb[0].sum()))

@@ -246,3 +246,47 @@ def stage_spec(
         source="simulator.threed.layers: Megatron GPT, one tensor-parallel rank of one stage",
         compute_dtype="float16",
     )
+
+
+#: Streaming multiprocessors per GPU, from the vendors' architecture whitepapers / datasheets
+#: (NVIDIA A100 Tensor Core GPU Architecture: 108 SMs; H100 / GH200 SXM5: 132; V100: 80; P100: 56;
+#: T4: 40; L4: 58; L40S: 142; RTX 3090: 82; RTX 4090: 128; M60: 16 per GPU; Maxwell TITAN X: 24;
+#: MI300X: 304 CUs). Matched as a prefix of the zoo's device name; unknown devices: no wave term.
+SM_COUNT: dict[str, int] = {
+    "A100": 108,
+    "H100": 132,
+    "H200": 132,
+    "GH200": 132,
+    "V100": 80,
+    "P100": 56,
+    "T4": 40,
+    "L40S": 142,
+    "L4": 58,
+    "RTX3090": 82,
+    "RTX4090": 128,
+    "M60": 16,
+    "TITAN-X": 24,
+    "MI300X": 304,
+}
+#: Output tile of one thread block of a tensor-core GEMM (cuBLAS / CUTLASS fp16 on Volta-Hopper:
+#: 128 x 128 is the common choice, NVIDIA "Matrix Multiplication Background User's Guide", §
+#: "Dimension Quantization Effects").
+GEMM_TILE = (128, 128)
+
+
+def sm_count(device_name: str) -> int | None:
+    """SMs of the zoo device ``device_name`` (longest matching prefix), None when not listed."""
+    hits = [k for k in SM_COUNT if device_name.upper().startswith(k)]
+    return SM_COUNT[max(hits, key=len)] if hits else None
+
+
+def wave_efficiency(
+    rows: int, cols: int, sms: int, batch: int = 1, tile: tuple[int, int] = GEMM_TILE
+) -> float:
+    """Share of the GPU's SM slots a GEMM with a ``rows`` x ``cols`` output (``batch`` of them) keeps
+    busy: tiles / (waves · SMs), tiles = batch · ⌈rows/128⌉ · ⌈cols/128⌉, waves = ⌈tiles / SMs⌉
+    (NVIDIA, "Matrix Multiplication Background User's Guide": tile and wave quantisation; on an
+    A100 a GEMM of 108 tiles runs one full wave, one of 109 tiles two waves at half occupancy)."""
+    tiles = batch * math.ceil(rows / tile[0]) * math.ceil(cols / tile[1])
+    waves = math.ceil(tiles / sms)
+    return tiles / (waves * sms)
