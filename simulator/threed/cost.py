@@ -230,6 +230,9 @@ class Segment:
     gpu: float
     launches: float
     calls: float
+    # GPU seconds of the work the host issues last before the synchronisation that ends the
+    # segment: the host waits for it however early the rest finished (max(G, H + tail)).
+    tail: float = 0.0
 
     def host(self, launch: float, call: float) -> float:
         return self.launches * launch + self.calls * call
@@ -243,7 +246,7 @@ class Segments:
     items: tuple[Segment, ...]
 
     def pairs(self, launch: float, call: float) -> list[tuple[float, float]]:
-        return [(sg.gpu, sg.host(launch, call)) for sg in self.items]
+        return [(sg.gpu, sg.host(launch, call) + sg.tail) for sg in self.items]
 
     def gpu_total(self) -> float:
         return sum(sg.gpu for sg in self.items)
@@ -303,7 +306,12 @@ def _segments(
         sel = np.array(idx)
         f_gpu = float(t_fb[0][sel].sum())
         f_k = float(work.kernels[0][sel].sum())
-        items.append(Segment(f_gpu + n_ar * ar, f_k + n_ar + syncs, float(HOST_CALLS_FWD)))
+        # the forward's sync sits after the attention block: its proj all-reduce, the
+        # bias-dropout-add and the second norm are issued last and waited for
+        names = [spec.layers[j].name.split(".", 1)[1] for j in idx]
+        last = sel[[nm in ("drop_add1", "ln2") for nm in names]]
+        tail = (float(t_fb[0][last].sum()) + (ar if t > 1 else 0.0)) if syncs else 0.0
+        items.append(Segment(f_gpu + n_ar * ar, f_k + n_ar + syncs, float(HOST_CALLS_FWD), tail))
         r_mask = again[sel]
         r_gpu = float(t_fb[0][sel][r_mask].sum())
         r_k = float(work.kernels[0][sel][r_mask].sum())
@@ -311,7 +319,14 @@ def _segments(
         b_ar = n_ar * (2 if full else 1)
         calls = HOST_CALLS_BWD + (HOST_CALLS_FWD + HOST_CALLS_CHECKPOINT if full else 0)
         launches = r_k + float(work.kernels[1][sel].sum()) + b_ar + acc_k + (syncs if full else 0.0)
-        items.append(Segment(r_gpu + float(t_fb[1][sel].sum()) + b_ar * ar + acc_gpu, launches, float(calls)))
+        items.append(
+            Segment(
+                r_gpu + float(t_fb[1][sel].sum()) + b_ar * ar + acc_gpu,
+                launches,
+                float(calls),
+                tail if full else 0.0,  # the recomputed forward's sync: the same tail
+            )
+        )
         layer_comm += (n_ar + b_ar) * ar
     if rest:
         sel = np.array(rest)

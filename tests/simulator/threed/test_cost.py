@@ -203,6 +203,27 @@ def test_per_layer_sync_sums_segment_maxima() -> None:
     assert synced.pipeline - free.pipeline == pytest.approx(24 * (380e-6 - layer_fwd), rel=1e-3)
 
 
+def test_sync_waits_for_the_attention_allreduce() -> None:
+    # Host-bound (1 ms per call and kernel) at tp 2: without syncs the host hides every collective;
+    # with Megatron-DeepSpeed's sync after each layer's attention block, the proj all-reduce (and
+    # the bias-dropout-add and norm after it) is waited for: once per layer forward.
+    fw = FrameworkParams(
+        micro_overhead_s=0.0,
+        step_overhead_s=0.0,
+        host_per_kernel_us=1000.0,
+        host_per_call_us=1000.0,
+        overlap_sharpness=50.0,
+    )
+    plan = ThreeDPlan(tp=2)
+    synced = predict(CFG, plan, FLOPS_ONLY, COMMS, UNIT, fw)
+    free = predict(CFG, plan, FLOPS_ONLY, COMMS, UNIT, replace(fw, syncs_per_layer=0))
+    ar = 10e-6 + 1.0 * (2**21 + 1e6) / 100e9  # 2 MiB among 2 GPUs
+    # the 2 torch.tensor copies per layer are launches too: 48 x 1 ms more host time
+    assert synced.stage_host[0] - free.stage_host[0] == pytest.approx(48e-3)
+    assert free.pipeline == pytest.approx(free.stage_host[0], rel=1e-6)
+    assert synced.pipeline - free.pipeline == pytest.approx(48e-3 + 24 * ar, rel=1e-4)
+
+
 @pytest.mark.parametrize(
     ("kwargs", "field"),
     [
