@@ -174,13 +174,39 @@ def quantised(
     return replace(work, flops=flops)
 
 
-def _recomputed(spec: ModelSpec, recompute: str) -> np.ndarray:
+@cache
+def _recomputed(
+    cfg: GPTConfig, tp: int, pp: int, stage: int, sp: bool, fused: bool, micro: int, recompute: str
+) -> np.ndarray:
     """Mask of the layers whose forward runs again before the backward."""
+    spec = _spec(cfg, tp, pp, stage, sp, fused, micro)
     if recompute == "full":
         return np.array([ly.name.startswith("l") and "." in ly.name for ly in spec.layers])
     if recompute == "selective":
         return np.array([ly.name.endswith("attn_core") for ly in spec.layers])
     return np.zeros(len(spec.layers), dtype=bool)
+
+
+@cache
+def _qwork(
+    cfg: GPTConfig,
+    tp: int,
+    pp: int,
+    stage: int,
+    sp: bool,
+    fused: bool,
+    micro: int,
+    dtype: str | None,
+    sms: int | None,
+) -> LayerWork:
+    """``quantised`` ``_work``, kept for the process."""
+    spec = _spec(cfg, tp, pp, stage, sp, fused, micro)
+    return quantised(_work(cfg, tp, pp, stage, sp, fused, micro, dtype), spec, cfg, tp, micro, sms)
+
+
+#: Roofline seconds per (stage, dtype, SMs, device and efficiency figures): rows of a benchmark
+#: share stages, and a calibration re-evaluates them with new efficiencies (new keys).
+_ROOFLINE: dict[object, np.ndarray] = {}
 
 
 def stage_params(cfg: GPTConfig, tp: int, pp: int, stage: int) -> float:
@@ -222,44 +248,85 @@ def tp_comm_seconds(cfg: GPTConfig, plan: ThreeDPlan, stage: int, comms: Collect
     return sec
 
 
-@dataclass(frozen=True)
-class Segment:
-    """Work between two host-device synchronisations: GPU seconds (kernels + collectives), the
-    kernels and collective calls the host launches, and its host calls that launch nothing."""
+@dataclass(frozen=True, eq=False)
+class Segments:
+    """One micro-batch of one stage split at host-device synchronisations: per transformer layer
+    its forward segment and its (recompute +) backward segment, then the rest (embedding, head,
+    loss). Arrays (n,), one entry per segment: GPU seconds (kernels + collectives), kernels and
+    collective calls the host launches, host calls that launch nothing, and the tail: GPU seconds
+    of the work the host issues last before the synchronisation that ends the segment, which the
+    host waits for however early the rest finished (a segment takes max(G, H + tail))."""
 
-    gpu: float
-    launches: float
-    calls: float
-    # GPU seconds of the work the host issues last before the synchronisation that ends the
-    # segment: the host waits for it however early the rest finished (max(G, H + tail)).
-    tail: float = 0.0
+    gpu: np.ndarray
+    launches: np.ndarray
+    calls: np.ndarray
+    tail: np.ndarray
 
-    def host(self, launch: float, call: float) -> float:
+    def host(self, launch: float, call: float) -> np.ndarray:
         return self.launches * launch + self.calls * call
 
-
-@dataclass(frozen=True)
-class Segments:
-    """One micro-batch of one stage: per transformer layer its forward segment and its
-    (recompute +) backward segment, then the rest (embedding, head, loss)."""
-
-    items: tuple[Segment, ...]
-
     def pairs(self, launch: float, call: float) -> list[tuple[float, float]]:
-        return [(sg.gpu, sg.host(launch, call) + sg.tail) for sg in self.items]
+        return list(zip(self.gpu.tolist(), (self.host(launch, call) + self.tail).tolist(), strict=True))
 
     def gpu_total(self) -> float:
-        return sum(sg.gpu for sg in self.items)
+        return float(self.gpu.sum())
 
     def host_total(self, launch: float, call: float) -> float:
-        return sum(sg.host(launch, call) for sg in self.items)
+        return float(self.host(launch, call).sum())
+
+
+@dataclass(frozen=True, eq=False)
+class _Structure:
+    """Which layers of a stage spec form each transformer layer (``blocks`` (n, L) 0/1), the rest
+    (L,) 0/1, each block's forward tail (L,) 0/1: its bias-dropout-add after attention and second
+    norm), and parameter tensors / bytes per layer (L,)."""
+
+    blocks: np.ndarray
+    rest: np.ndarray
+    tail: np.ndarray
+    tensors: np.ndarray
+    nbytes: np.ndarray
+
+
+def _smax_sum(g: np.ndarray, h: np.ndarray, k: float) -> float:
+    """Σ (g^k + h^k)^(1/k), scaled by max(g, h) so that large k cannot underflow."""
+    top = np.maximum(g, h)
+    ok = top > 0
+    g, h, top = g[ok], h[ok], top[ok]
+    return float((top * ((g / top) ** k + (h / top) ** k) ** (1.0 / k)).sum())
+
+
+@cache
+def _structure(cfg: GPTConfig, tp: int, pp: int, stage: int, sp: bool, fused: bool, micro: int) -> _Structure:
+    spec = _spec(cfg, tp, pp, stage, sp, fused, micro)
+    heads: list[str] = []
+    owner = []
+    for ly in spec.layers:
+        if ly.name.startswith("l") and "." in ly.name:
+            head = ly.name.split(".", 1)[0]
+            if head not in heads:
+                heads.append(head)
+            owner.append(heads.index(head))
+        else:
+            owner.append(-1)
+    n_layers = len(spec.layers)
+    blocks = np.zeros((len(heads), n_layers))
+    for j, o in enumerate(owner):
+        if o >= 0:
+            blocks[o, j] = 1.0
+    return _Structure(
+        blocks=blocks,
+        rest=np.array([1.0 if o < 0 else 0.0 for o in owner]),
+        tail=np.array([1.0 if ly.name.endswith((".drop_add1", ".ln2")) else 0.0 for ly in spec.layers]),
+        tensors=np.array([float(len(ly.variables)) for ly in spec.layers]),
+        nbytes=np.array([float(sum(v.bytes for v in ly.variables)) for ly in spec.layers]),
+    )
 
 
 def _segments(
     cfg: GPTConfig,
     plan: ThreeDPlan,
     stage: int,
-    spec: ModelSpec,
     work: LayerWork,
     t_fb: np.ndarray,
     again: np.ndarray,
@@ -272,75 +339,50 @@ def _segments(
     """Split one micro-batch of ``stage`` at Megatron-DeepSpeed's per-layer synchronisations.
 
     Layer j's forward: its kernels' GPU seconds + 2 TP all-reduces; host: its kernels, the 2
-    all-reduce calls and the ``SYNCS_PER_LAYER`` copies as launches, ``HOST_CALLS_FWD`` calls.
-    Layer j's backward: its backward kernels, with full recompute its forward again (and its 2
-    all-reduces, copies and calls, plus ``HOST_CALLS_CHECKPOINT``), 2 TP all-reduces, and the
-    gradient accumulation into ``.grad`` of micro-batches after the first ((m−1)/m of an element-wise
-    kernel per parameter tensor, reading two and writing one fp16 copy of its bytes);
+    all-reduce calls and the ``syncs`` copies as launches, ``HOST_CALLS_FWD`` calls; its tail (the
+    sync sits after the attention block): the proj all-reduce, the bias-dropout-add and the second
+    norm. Layer j's backward: its backward kernels, with full recompute its forward again (its 2
+    all-reduces, copies, calls and tail, plus ``HOST_CALLS_CHECKPOINT``), 2 TP all-reduces, and the
+    gradient accumulation into ``.grad`` of micro-batches after the first ((m−1)/m of an
+    element-wise kernel per parameter tensor, reading two and writing one fp16 copy of its bytes);
     ``HOST_CALLS_BWD`` calls. The rest: the embedding / head layers, their collectives (the
     vocab-parallel embedding's and logits' all-reduces, the cross-entropy's 3) and accumulations.
     """
+    st = _structure(
+        cfg, plan.tp, plan.pp, stage, plan.sequence_parallel, plan.fused_attention, plan.micro_batch
+    )
     t = plan.tp
     full = plan.recompute == "full"
     ar = comms.allreduce(plan.micro_batch * cfg.seq * cfg.hidden * E, t) if t > 1 else 0.0
     n_ar = 2 if t > 1 else 0
-    acc_share = (m - 1) / m
+    b_ar = n_ar * (2 if full else 1)
+    share = (m - 1) / m
     bw = device.memory_bw_gbs * 1e9 * params.op_efficiency.memory
-    blocks: dict[str, list[int]] = {}
-    rest: list[int] = []
-    for idx, ly in enumerate(spec.layers):
-        head = ly.name.split(".", 1)[0]
-        if ly.name.startswith("l") and "." in ly.name:
-            blocks.setdefault(head, []).append(idx)
-        else:
-            rest.append(idx)
-
-    def accumulate(idx: list[int]) -> tuple[float, float]:
-        tensors = sum(len(spec.layers[j].variables) for j in idx)
-        nbytes = sum(v.bytes for j in idx for v in spec.layers[j].variables)
-        return acc_share * tensors, acc_share * 3.0 * nbytes / bw
-
-    items: list[Segment] = []
-    layer_comm = 0.0
-    for idx in blocks.values():
-        sel = np.array(idx)
-        f_gpu = float(t_fb[0][sel].sum())
-        f_k = float(work.kernels[0][sel].sum())
-        # the forward's sync sits after the attention block: its proj all-reduce, the
-        # bias-dropout-add and the second norm are issued last and waited for
-        names = [spec.layers[j].name.split(".", 1)[1] for j in idx]
-        last = sel[[nm in ("drop_add1", "ln2") for nm in names]]
-        tail = (float(t_fb[0][last].sum()) + (ar if t > 1 else 0.0)) if syncs else 0.0
-        items.append(Segment(f_gpu + n_ar * ar, f_k + n_ar + syncs, float(HOST_CALLS_FWD), tail))
-        r_mask = again[sel]
-        r_gpu = float(t_fb[0][sel][r_mask].sum())
-        r_k = float(work.kernels[0][sel][r_mask].sum())
-        acc_k, acc_gpu = accumulate(idx)
-        b_ar = n_ar * (2 if full else 1)
-        calls = HOST_CALLS_BWD + (HOST_CALLS_FWD + HOST_CALLS_CHECKPOINT if full else 0)
-        launches = r_k + float(work.kernels[1][sel].sum()) + b_ar + acc_k + (syncs if full else 0.0)
-        items.append(
-            Segment(
-                r_gpu + float(t_fb[1][sel].sum()) + b_ar * ar + acc_gpu,
-                launches,
-                float(calls),
-                tail if full else 0.0,  # the recomputed forward's sync: the same tail
-            )
-        )
-        layer_comm += (n_ar + b_ar) * ar
-    if rest:
-        sel = np.array(rest)
-        acc_k, acc_gpu = accumulate(rest)
-        rest_comm = max(0.0, tp_comm_seconds(cfg, plan, stage, comms) - layer_comm)
-        rest_calls = tp_comm_calls(cfg, plan, stage) - sum(n_ar * (1 + (2 if full else 1)) for _ in blocks)
-        items.append(
-            Segment(
-                float(t_fb[:, sel].sum()) + rest_comm + acc_gpu,
-                float(work.kernels[:, sel].sum()) + max(0, rest_calls) + acc_k,
-                0.0,
-            )
-        )
-    return Segments(tuple(items))
+    acc_k = share * st.tensors
+    acc_g = share * 3.0 * st.nbytes / bw
+    rec_f = t_fb[0] * again
+    rec_k = work.kernels[0] * again
+    B = st.blocks
+    n = B.shape[0]
+    tail = (B @ (t_fb[0] * st.tail) + ar) if syncs else np.zeros(n)
+    f_gpu = B @ t_fb[0] + n_ar * ar
+    f_k = B @ work.kernels[0] + n_ar + syncs
+    b_gpu = B @ (rec_f + t_fb[1] + acc_g) + b_ar * ar
+    b_k = B @ (rec_k + work.kernels[1] + acc_k) + b_ar + (syncs if full else 0)
+    b_calls = HOST_CALLS_BWD + (HOST_CALLS_FWD + HOST_CALLS_CHECKPOINT if full else 0)
+    rest_comm = max(0.0, tp_comm_seconds(cfg, plan, stage, comms) - n * (n_ar + b_ar) * ar)
+    rest_calls = max(0, tp_comm_calls(cfg, plan, stage) - n * (n_ar + b_ar))
+    r = st.rest
+    rest_gpu = float((t_fb[0] + t_fb[1] + acc_g) @ r) + rest_comm
+    rest_k = float((work.kernels[0] + work.kernels[1] + acc_k) @ r) + rest_calls
+    # interleave: forward 0, backward 0, forward 1, ... (the order does not change the sum)
+    gpu = np.concatenate([np.ravel(np.column_stack([f_gpu, b_gpu])), [rest_gpu]])
+    launches = np.concatenate([np.ravel(np.column_stack([f_k, b_k])), [rest_k]])
+    calls = np.concatenate(
+        [np.ravel(np.column_stack([np.full(n, float(HOST_CALLS_FWD)), np.full(n, float(b_calls))])), [0.0]]
+    )
+    tails = np.concatenate([np.ravel(np.column_stack([tail, tail if full else np.zeros(n)])), [0.0]])
+    return Segments(gpu, launches, calls, tails)
 
 
 def predict(
@@ -366,32 +408,38 @@ def predict(
         top = max(g, hst)  # scaled: (g/top)^k cannot underflow for large k
         return float(top * ((g / top) ** k + (hst / top) ** k) ** (1.0 / k)) if top > 0 else 0.0
 
+    dev_key = (
+        device.name,
+        device.fp32_tflops,
+        device.fp16_tflops,
+        device.tf32_tflops,
+        device.bf16_tflops,
+        device.memory_bw_gbs,
+        device.first_touch_gbs,
+        params.op_efficiency,
+        params.efficiency_of(device.name),
+    )
     fwd, bwd, rec, tpc, host, x = [], [], [], [], [], []
     for i in range(p):
-        spec = _spec(cfg, plan.tp, p, i, plan.sequence_parallel, plan.fused_attention, plan.micro_batch)
-        work = _work(
-            cfg,
-            plan.tp,
-            p,
-            i,
-            plan.sequence_parallel,
-            plan.fused_attention,
-            plan.micro_batch,
-            params.compute_dtype,
-        )
-        work = quantised(work, spec, cfg, plan.tp, plan.micro_batch, sms)
-        t_fb = roofline(work, gpu_only, params)
-        again = _recomputed(spec, plan.recompute)
+        key = (cfg, plan.tp, p, i, plan.sequence_parallel, plan.fused_attention, plan.micro_batch)
+        work = _qwork(*key, params.compute_dtype, sms)
+        t_fb = _ROOFLINE.get((key, params.compute_dtype, sms, dev_key))
+        if t_fb is None:
+            t_fb = roofline(work, gpu_only, params)
+            if len(_ROOFLINE) > 4096:
+                _ROOFLINE.clear()
+            _ROOFLINE[(key, params.compute_dtype, sms, dev_key)] = t_fb
+        again = _recomputed(*key, plan.recompute)
         fwd.append(float(t_fb[0].sum()))
         bwd.append(float(t_fb[1].sum()))
         rec.append(float(t_fb[0][again].sum()))
         tpc.append(tp_comm_seconds(cfg, plan, i, comms))
-        seg = _segments(cfg, plan, i, spec, work, t_fb, again, comms, device, params, m, fw.syncs_per_layer)
+        seg = _segments(cfg, plan, i, work, t_fb, again, comms, device, params, m, fw.syncs_per_layer)
         host.append(seg.host_total(launch, call))
         # The host issues kernels asynchronously: a segment takes the longer of its GPU time and
         # its host time (launch-bound when the kernels are small).
         if fw.syncs_per_layer > 0:
-            t_mb = sum(smax(g, h) for g, h in seg.pairs(launch, call))
+            t_mb = _smax_sum(seg.gpu, seg.host(launch, call) + seg.tail, k)
         else:
             t_mb = smax(seg.gpu_total(), seg.host_total(launch, call))
         x.append(t_mb + fw.micro_overhead_s)
