@@ -81,6 +81,40 @@ def _vec(name: str, kind: str, tokens: int, width: int, passes: float, inputs: t
     )
 
 
+#: Host calls per transformer layer *forward* that launch no kernel, counted in Megatron-DeepSpeed's
+#: ``ParallelTransformerLayer`` / ``ParallelAttention`` / ``ParallelMLP`` forward
+#: (microsoft/Megatron-DeepSpeed, megatron/model/transformer.py and megatron/mpu/layers.py, the
+#: 2022-23 code vTrain ran): 16 view / transpose / split / permute / expand_as calls (QKV view,
+#: split, q and k views, 3 transposes, scores view, v view, probs view, v transpose, context view,
+#: permute, context view, 2 bias expand_as), 1 ``torch.empty`` (the baddbmm buffer), 4 CUDA RNG
+#: tracker calls around the attention dropout (``get_cuda_rng_tracker().fork()``: get and set
+#: the state on entry and on exit), 4 tensor-parallel autograd Functions (copy-to-region before
+#: QKV and fc1, reduce-from-region after proj and fc2; called at t = 1 too), 2 TorchScript
+#: bias-dropout-add calls and 11 ``nn.Module`` calls (layer, 2 norms, attention, QKV, softmax,
+#: dropout, proj, MLP, fc1, fc2): 38.
+HOST_CALLS_FWD = 38
+#: Autograd nodes of the backward that launch no kernel: the 14 view / transpose / split /
+#: permute nodes above, the 4 tensor-parallel Functions' backward (identity without TP; the
+#: all-reduce itself is counted as a collective) and the 2 TorchScript autodiff graphs: 20.
+HOST_CALLS_BWD = 20
+#: Host calls of Megatron's ``CheckpointFunction`` per recomputed layer (megatron/mpu/random.py):
+#: forward saves the CPU, CUDA and tracker RNG states (3) and detaches the input; backward restores
+#: and re-saves the three states (6), detaches the inputs, and runs a nested
+#: ``torch.autograd.backward`` (engine start and its output/gradient bookkeeping, ~4): 15.
+HOST_CALLS_CHECKPOINT = 15
+#: Host-device synchronisations per transformer layer forward: Megatron-DeepSpeed's
+#: ``ParallelTransformerLayer.forward`` creates ``moe_loss`` and ``mlp_bias`` with
+#: ``torch.tensor(0.0, device=...)``: a pageable host-to-device copy with ``non_blocking=False``,
+#: which PyTorch issues as ``cudaMemcpyAsync`` + ``cudaStreamSynchronize`` (``memcpy_and_sync``):
+#: the host waits for the GPU to drain before the MLP, so host and GPU overlap only within a
+#: layer, not across layers.
+SYNCS_PER_LAYER = 2
+#: Parameter tensors of one transformer layer (QKV, proj, fc1, fc2 weight + bias; 2 norms' weight +
+#: bias): each micro-batch after the first adds its gradient into ``.grad`` (autograd's
+#: AccumulateGrad: one element-wise kernel per tensor).
+PARAM_TENSORS_PER_LAYER = 12
+
+
 def softmax_fused(cfg: GPTConfig, tp: int, micro_batch: int) -> bool:
     """Whether Megatron's fused scale-mask-softmax kernel takes b·(a/t) attention batches of ``cfg``."""
     return 16 < cfg.seq <= 4096 and cfg.seq % 4 == 0 and micro_batch * (cfg.heads // tp) % 4 == 0
@@ -212,3 +246,47 @@ def stage_spec(
         source="simulator.threed.layers: Megatron GPT, one tensor-parallel rank of one stage",
         compute_dtype="float16",
     )
+
+
+#: Streaming multiprocessors per GPU, from the vendors' architecture whitepapers / datasheets
+#: (NVIDIA A100 Tensor Core GPU Architecture: 108 SMs; H100 / GH200 SXM5: 132; V100: 80; P100: 56;
+#: T4: 40; L4: 58; L40S: 142; RTX 3090: 82; RTX 4090: 128; M60: 16 per GPU; Maxwell TITAN X: 24;
+#: MI300X: 304 CUs). Matched as a prefix of the zoo's device name; unknown devices: no wave term.
+SM_COUNT: dict[str, int] = {
+    "A100": 108,
+    "H100": 132,
+    "H200": 132,
+    "GH200": 132,
+    "V100": 80,
+    "P100": 56,
+    "T4": 40,
+    "L40S": 142,
+    "L4": 58,
+    "RTX3090": 82,
+    "RTX4090": 128,
+    "M60": 16,
+    "TITAN-X": 24,
+    "MI300X": 304,
+}
+#: Output tile of one thread block of a tensor-core GEMM (cuBLAS / CUTLASS fp16 on Volta-Hopper:
+#: 128 x 128 is the common choice, NVIDIA "Matrix Multiplication Background User's Guide", §
+#: "Dimension Quantization Effects").
+GEMM_TILE = (128, 128)
+
+
+def sm_count(device_name: str) -> int | None:
+    """SMs of the zoo device ``device_name`` (longest matching prefix), None when not listed."""
+    hits = [k for k in SM_COUNT if device_name.upper().startswith(k)]
+    return SM_COUNT[max(hits, key=len)] if hits else None
+
+
+def wave_efficiency(
+    rows: int, cols: int, sms: int, batch: int = 1, tile: tuple[int, int] = GEMM_TILE
+) -> float:
+    """Share of the GPU's SM slots a GEMM with a ``rows`` x ``cols`` output (``batch`` of them) keeps
+    busy: tiles / (waves · SMs), tiles = batch · ⌈rows/128⌉ · ⌈cols/128⌉, waves = ⌈tiles / SMs⌉
+    (NVIDIA, "Matrix Multiplication Background User's Guide": tile and wave quantisation; on an
+    A100 a GEMM of 108 tiles runs one full wave, one of 109 tiles two waves at half occupancy)."""
+    tiles = batch * math.ceil(rows / tile[0]) * math.ceil(cols / tile[1])
+    waves = math.ceil(tiles / sms)
+    return tiles / (waves * sms)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import pytest
 
@@ -37,7 +38,9 @@ FLOPS_ONLY = DeviceType(
     launch_overhead_us=0.0,
 )
 UNIT = CostParams(op_efficiency=OpEfficiency(gemm=1.0, attention=1.0, memory=1.0))
-NO_HOST = FrameworkParams(micro_overhead_s=0.0, step_overhead_s=0.0, host_per_kernel_us=0.0)
+NO_HOST = FrameworkParams(
+    micro_overhead_s=0.0, step_overhead_s=0.0, host_per_kernel_us=0.0, host_per_call_us=0.0
+)
 
 
 def test_stage_flops_are_megatrons_count() -> None:
@@ -137,7 +140,12 @@ def test_zero_stages_dp_sync_by_hand() -> None:
 def test_1f1b_length_by_hand() -> None:
     plan = ThreeDPlan(tp=1, pp=4, dp=1, micro_batch=1, num_micro_batches=8)
     c = predict(CFG, plan, FLOPS_ONLY, COMMS, UNIT, NO_HOST)
-    x = [f + b for f, b in zip(c.stage_forward, c.stage_backward, strict=True)]
+    # + each micro-batch after the first adds its gradients into .grad: 7/8 x 3 x the fp16 bytes
+    acc = [
+        7 / 8 * 3 * sum(v.bytes for ly in stage_spec(CFG, 1, 4, i).layers for v in ly.variables) / 1e15
+        for i in range(4)
+    ]
+    x = [f + b + a for f, b, a in zip(c.stage_forward, c.stage_backward, acc, strict=True)]
     q = 10e-6 + (2**21 + 1e6) / 100e9
     assert c.p2p == pytest.approx(q)
     assert c.pipeline == pytest.approx(sum(x) + 2 * 3 * q + 7 * (max(x) + 2 * q), rel=1e-6)
@@ -154,6 +162,66 @@ def test_host_bound_micro_batches() -> None:
     c = predict(CFG, plan, slow_host, COMMS, UNIT, NO_HOST)
     assert c.stage_host[0] > 100 * (c.stage_forward[0] + c.stage_backward[0])
     assert c.pipeline == pytest.approx(c.stage_host[0], rel=1e-3)
+
+
+def test_host_calls_of_a_megatron_layer_by_hand() -> None:
+    # 2 layers, tp 1, b 1 (16 heads: fused softmax), one micro-batch, no recompute; 5 us launch +
+    # 10 us dispatch per kernel, 5 us per call that launches nothing
+    cfg = GPTConfig(hidden=1024, heads=16, layers=2, seq=1024)
+    dev = FLOPS_ONLY.model_copy(update={"launch_overhead_us": 5.0})
+    fw = FrameworkParams(
+        micro_overhead_s=0.0, step_overhead_s=0.0, host_per_kernel_us=10.0, host_per_call_us=5.0
+    )
+    c = predict(cfg, ThreeDPlan(), dev, COMMS, UNIT, fw)
+    # forward: ln, qkv, core 6, proj, drop-add, ln, fc1, gelu, fc2, drop-add = 15 kernels + the 2
+    # torch.tensor(0.0, device=...) copies; 38 calls (views, RNG tracker, Functions, modules)
+    fwd = 17 * 15 + 38 * 5
+    # backward: 4 linears x 3 (dgrad, wgrad, bias), core 12, 2 norms, 2 drop-adds, gelu = 29; 20 calls
+    bwd = 29 * 15 + 20 * 5
+    # embedding (wte 4 + 8, wpe 1 + 2, dropout 1 + 1), final norm 1 + 1, logits 1 + 2, xent 8 + 8
+    rest = 38 * 15
+    assert c.stage_host[0] == pytest.approx((2 * (fwd + bwd) + rest) * 1e-6)
+
+
+def test_per_layer_sync_sums_segment_maxima() -> None:
+    # Megatron-DeepSpeed synchronises host and GPU in every layer's forward: each layer's forward
+    # and backward is its own max(host, GPU). Only calls cost host time here (10 us each): forward
+    # 38 calls = 380 us > its GPU (28·2^30 FLOP / 100 TFLOPS = 300.6 us); backward 20 calls =
+    # 200 us < its GPU (601.3 us). Without syncs the stage is GPU-bound as a whole.
+    fw = FrameworkParams(
+        micro_overhead_s=0.0,
+        step_overhead_s=0.0,
+        host_per_kernel_us=0.0,
+        host_per_call_us=10.0,
+        overlap_sharpness=50.0,
+    )
+    plan = ThreeDPlan()
+    synced = predict(CFG, plan, FLOPS_ONLY, COMMS, UNIT, fw)
+    free = predict(CFG, plan, FLOPS_ONLY, COMMS, UNIT, replace(fw, syncs_per_layer=0))
+    layer_fwd = 28 * 2**30 / 100e12
+    assert free.pipeline == pytest.approx(free.stage_forward[0] + free.stage_backward[0], rel=1e-6)
+    assert synced.pipeline - free.pipeline == pytest.approx(24 * (380e-6 - layer_fwd), rel=1e-3)
+
+
+def test_sync_waits_for_the_attention_allreduce() -> None:
+    # Host-bound (1 ms per call and kernel) at tp 2: without syncs the host hides every collective;
+    # with Megatron-DeepSpeed's sync after each layer's attention block, the proj all-reduce (and
+    # the bias-dropout-add and norm after it) is waited for: once per layer forward.
+    fw = FrameworkParams(
+        micro_overhead_s=0.0,
+        step_overhead_s=0.0,
+        host_per_kernel_us=1000.0,
+        host_per_call_us=1000.0,
+        overlap_sharpness=50.0,
+    )
+    plan = ThreeDPlan(tp=2)
+    synced = predict(CFG, plan, FLOPS_ONLY, COMMS, UNIT, fw)
+    free = predict(CFG, plan, FLOPS_ONLY, COMMS, UNIT, replace(fw, syncs_per_layer=0))
+    ar = 10e-6 + 1.0 * (2**21 + 1e6) / 100e9  # 2 MiB among 2 GPUs
+    # the 2 torch.tensor copies per layer are launches too: 48 x 1 ms more host time
+    assert synced.stage_host[0] - free.stage_host[0] == pytest.approx(48e-3)
+    assert free.pipeline == pytest.approx(free.stage_host[0], rel=1e-6)
+    assert synced.pipeline - free.pipeline == pytest.approx(48e-3 + 24 * ar, rel=1e-4)
 
 
 @pytest.mark.parametrize(
