@@ -24,16 +24,13 @@ import time
 import traceback
 from datetime import timedelta
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import torch
-import torch.distributed as dist
+if TYPE_CHECKING:  # torch and the executor are imported in main(), after the watchdog is up
+    import torch
 
-from runtime.executor.config import ExecutorConfig
-from runtime.executor.groups import build_groups
-from runtime.executor.layout import RankLayout
-from runtime.executor.worker import Context, run_trial
-from simulator.spec import ClusterSpec, ModelSpec, Strategy
-from simulator.spec.profile import Profile
+    from runtime.executor.config import ExecutorConfig
+    from runtime.executor.layout import RankLayout
 
 PR_SET_PDEATHSIG = 1
 AGENT_PID_ENV = "STRATEGIST_AGENT_PID"
@@ -46,6 +43,10 @@ def die_with_parent(poll_s: float = 0.2) -> None:
     outlived its SIGKILLed parent with the signal set, and a rank's parent is torchrun, not the
     agent. So a watchdog thread also polls the agent's pid (``STRATEGIST_AGENT_PID``, which
     torchrun passes on in the environment) and torchrun's, and exits once either is gone.
+
+    It runs before torch is imported: importing torch and the executor takes a rank 10-30 s on a
+    loaded 2-core host, and an agent killed meanwhile left ranks running past the heartbeat
+    timeout (the 10-kills test, kill 1, 2026-12-06) when the watchdog only started after it.
     """
     if sys.platform.startswith("linux"):
         ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
@@ -83,6 +84,8 @@ def layout_rank(layout: RankLayout, node: int, local: int) -> int:
 
 
 def _device(cfg: ExecutorConfig, layout: RankLayout, rank: int, local: int) -> torch.device:
+    import torch
+
     if cfg.backend != "nccl" or not layout.is_worker(rank):
         return torch.device("cpu")
     if local >= torch.cuda.device_count():
@@ -100,6 +103,16 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--job", required=True, type=Path)
     ap.add_argument("--node-rank", required=True, type=int)
     args = ap.parse_args(argv)
+    import torch
+    import torch.distributed as dist
+
+    from runtime.executor.config import ExecutorConfig
+    from runtime.executor.groups import build_groups
+    from runtime.executor.layout import RankLayout
+    from runtime.executor.worker import Context, run_trial
+    from simulator.spec import ClusterSpec, ModelSpec, Strategy
+    from simulator.spec.profile import Profile
+
     torch.set_num_threads(1)
     job = json.loads(args.job.read_text())
     model = ModelSpec.model_validate(job["model"])

@@ -37,6 +37,9 @@ class ClaimedTrial:
     # A sync search's Strategy, else another plan kind's document as JSON (its "kind" names it;
     # the trial process validates and runs it: runtime.worker.plans).
     strategy: Strategy | dict[str, Any]
+    # The search's own model ('module:function'); a gpu-pool worker trains that module
+    # (``runtime.worker.factory_trial``); None: the ModelSpec's layers.
+    model_factory: str | None = None
 
     @classmethod
     def of(cls, claim: TrialClaim) -> ClaimedTrial:
@@ -50,6 +53,7 @@ class ClaimedTrial:
             model=model,
             cluster=cluster,
             strategy=parse_as(Strategy, doc) if document_kind(doc) == "strategy" else dict(doc),
+            model_factory=claim.model_factory,
         )
 
 

@@ -50,6 +50,8 @@ class TrialContext:
         self._stack = contextlib.ExitStack()
         self._session: Any = None
         self.environment: dict[str, Any] = {}
+        # (trial id, attempt) of the trial being run (the trial process sets it per trial line).
+        self.trial: tuple[int, int] = (0, 0)
 
     def session(self) -> Any:
         """The ``runtime.executor.ExecutorSession`` (its ``launcher`` and ``config`` too)."""

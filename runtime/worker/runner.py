@@ -12,6 +12,9 @@ Contract (the queue delivers at least once; the database is the source of truth)
   cluster and the executor's processes up between trials of one domain; it has its own process
   group, so a cancel stops everything it started, and it dies with the worker (PR_SET_PDEATHSIG);
 - one trial at a time: a trial occupies the whole emulated cluster (or the host's GPUs);
+- a 'gpu' pool trial of a search naming a model factory trains the user's own module, launched by
+  torchrun on this host as the agents launch it (``runtime.worker.factory_trial``); the 'testbed'
+  pool replays the ModelSpec extracted from it (replay stays the testbed's default);
 - a 'gpu' pool worker with no trial to claim runs one profile job (``profile_jobs``) instead;
 - a normal stop *drains* (``drain``: SIGTERM, Ctrl-C, Celery's warm shutdown): the running trial is
   stopped, its processes (the trial process, its group and every descendant: the executor's ranks
@@ -173,6 +176,8 @@ class Worker:
     def _process(self, trial: ClaimedTrial) -> TrialProcess:
         """The trial process for this trial's domain: the current one, or a fresh one."""
         options = {"pool": self.config.pool, **self.config.trial_options}
+        if trial.model_factory and self.config.pool == "gpu":  # the user's own module (factory_trial)
+            options["model_factory"] = trial.model_factory
         key = session_key(trial.model, trial.cluster, options)
         proc = self._proc
         if proc is not None and (proc.key != key or not proc.alive):
@@ -215,7 +220,7 @@ class Worker:
         )
         beat.start()
         try:
-            measurement = proc.run(trial.id, trial.strategy, self.config.trial_timeout_s)
+            measurement = proc.run(trial.id, trial.strategy, self.config.trial_timeout_s, trial.attempt)
         finally:
             stop.set()
             beat.join()

@@ -175,13 +175,15 @@ class TrialProcess:
                 self._lines.put(line)
         self._lines.put(None)  # end of output: the process exited
 
-    def run(self, trial_id: int, strategy: Strategy | dict[str, Any], timeout_s: float) -> Measurement:
+    def run(
+        self, trial_id: int, strategy: Strategy | dict[str, Any], timeout_s: float, attempt: int = 0
+    ) -> Measurement:
         """Run one trial (a Strategy or another kind's plan document); a timeout, a kill or a dead
         process is a failed Measurement."""
         self.last_used = time.monotonic()
         doc = strategy.model_dump(mode="json") if isinstance(strategy, Strategy) else strategy
         try:
-            self._send({"trial_id": trial_id, "strategy": doc})
+            self._send({"trial_id": trial_id, "attempt": attempt, "strategy": doc})
         except (BrokenPipeError, ValueError):
             return Measurement(failure=f"trial process exited with code {self.child.poll()}")
         try:

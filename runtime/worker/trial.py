@@ -3,9 +3,11 @@
 Protocol (stdin → stdout, one JSON object per line):
 - first line: ``{"model", "cluster", "options"}``, where ``options`` holds the worker's ``pool``
   ('testbed' or 'gpu') and ExecutorConfig fields (compute, warmup, iterations, ...);
-- then one line per trial: ``{"trial_id", "strategy"}`` → one line with the Measurement, where
-  ``strategy`` is the trial's plan document: a Strategy, or another plan kind's document, run by
-  the runner its ``kind`` names (``runtime.worker.plans``);
+- then one line per trial: ``{"trial_id", "attempt", "strategy"}`` → one line with the Measurement,
+  where ``strategy`` is the trial's plan document: a Strategy, or another plan kind's document, run
+  by the runner its ``kind`` names (``runtime.worker.plans``); with ``options.model_factory`` (a
+  gpu-pool worker's trial of a search naming the user's own model) a Strategy is run by
+  ``runtime.worker.factory_trial`` instead: the user's module under torchrun, as the agents run it;
 - end of input: the session and the testbed are torn down and the process exits.
 
 The testbed pool builds the emulated cluster (network namespaces shaped with tc) once, falling
@@ -26,7 +28,7 @@ from collections.abc import Iterator
 from dataclasses import fields
 from typing import Any
 
-from runtime.worker.plans import TrialContext, document_kind, runner
+from runtime.worker.plans import Runner, TrialContext, document_kind, runner
 from simulator.spec import ClusterSpec, ModelSpec, Strategy
 from simulator.spec.io import parse_as
 from simulator.spec.measurement import Measurement
@@ -81,6 +83,16 @@ def run_strategy(document: dict[str, Any], context: TrialContext) -> Measurement
     return context.session().run(parse_as(Strategy, document))
 
 
+def trial_runner(kind: str, context: TrialContext) -> Runner:
+    """The runner of a document of ``kind`` in this trial process: a Strategy of a search naming a
+    model factory runs the user's module (``factory_trial``); anything else, ``plans.runner``."""
+    if kind == "strategy" and context.options.get("model_factory"):
+        from runtime.worker import factory_trial
+
+        return factory_trial.run
+    return runner(kind)
+
+
 def main() -> None:
     head = json.loads(sys.stdin.readline())
     model = parse_as(ModelSpec, head["model"])
@@ -91,8 +103,10 @@ def main() -> None:
             if not line.strip():
                 continue
             try:
-                document = json.loads(line)["strategy"]
-                m = runner(document_kind(document))(document, context)
+                msg = json.loads(line)
+                document = msg["strategy"]
+                context.trial = (int(msg.get("trial_id", 0)), int(msg.get("attempt", 0)))
+                m = trial_runner(document_kind(document), context)(document, context)
                 m = m.model_copy(update={"environment": {**context.environment, **m.environment}})
             except Exception as e:  # a trial that cannot run is a failed measurement, never lost
                 traceback.print_exc(file=sys.stderr)

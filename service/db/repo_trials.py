@@ -216,6 +216,7 @@ def claim_trial(
                 claim_token=token,
                 model=dict(model.body),
                 cluster=dict(cluster.body),
+                model_factory=search.model_factory,
             )
     return None
 

@@ -89,6 +89,11 @@ class TrialClaim(_Answer, Generic[TrialT]):
     claim_token: str
     model: dict[str, Any]
     cluster: dict[str, Any]
+    model_factory: str | None = Field(
+        None,
+        description="The search's own model ('module:function', importable on the worker) whose module a"
+        " gpu-pool trial trains; None: the ModelSpec's layers.",
+    )
 
     def specs(self) -> tuple[ModelSpec, ClusterSpec]:
         """The model and cluster, validated (SpecError naming the field path otherwise)."""

@@ -34,7 +34,8 @@ def test_claim_heartbeat_report(
     )
     assert r.status_code == 200
     claim = r.json()
-    assert set(claim) == {"trial", "attempt", "claim_token", "model", "cluster"}
+    assert set(claim) == {"trial", "attempt", "claim_token", "model", "cluster", "model_factory"}
+    assert claim["model_factory"] is None  # a search of the ModelSpec's layers
     assert claim["attempt"] == 1 and len(claim["claim_token"]) == 32
     assert claim["model"]["name"] == "tiny-mlp" and claim["cluster"]["name"] == "two-node"
     assert claim["model"]["layers"][1]["inputs"] == ["fc1"]

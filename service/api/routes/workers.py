@@ -45,6 +45,7 @@ def claim(
         claim_token=got.claim_token,
         model=got.model,
         cluster=got.cluster,
+        model_factory=got.model_factory,
     )
 
 
