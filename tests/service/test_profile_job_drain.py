@@ -24,7 +24,6 @@ from fastapi.testclient import TestClient
 from runtime.worker import WorkerConfig
 from runtime.worker.profile_jobs import ProfileJobClient
 from runtime.worker.runner import Worker
-from runtime.worker.session import descendants
 
 API = "/api/v1"
 PROFILER = "runtime.worker.profile_jobs"
@@ -42,6 +41,24 @@ def _cmdline(pid: int) -> str:
         return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
     except OSError:
         return ""
+
+
+def descendants(pid: int) -> list[int]:
+    """Every live descendant of ``pid`` (from /proc)."""
+    kids: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                ppid = int(Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[-1].split()[1])
+            except (OSError, ValueError, IndexError):
+                continue
+            kids.setdefault(ppid, []).append(int(entry))
+    out, todo = [], [pid]
+    while todo:
+        for child in kids.get(todo.pop(), []):
+            out.append(child)
+            todo.append(child)
+    return out
 
 
 def profilers() -> list[int]:
@@ -74,9 +91,7 @@ def test_drain_ends_a_running_profile_job_and_hands_it_back(
     assert r.status_code == 201, r.text
     job_id = r.json()["id"]
     token = tokens["worker"]["Authorization"].removeprefix("Bearer ")
-    config = WorkerConfig(
-        api_url="http://testserver", token=token, pool="gpu", clusters=(), name="gpu-1", drain_grace_s=5.0
-    )
+    config = WorkerConfig(api_url="http://testserver", token=token, pool="gpu", clusters=(), name="gpu-1")
     worker = Worker(config, api=NoTrials())  # type: ignore[arg-type]
     assert worker.profile_jobs is not None
     # the worker's own runner, talking to the TestClient
