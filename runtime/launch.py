@@ -14,7 +14,6 @@ from __future__ import annotations
 import contextlib
 import socket
 import subprocess
-import sys
 import tempfile
 import time
 from collections.abc import Callable, Collection, Mapping, Sequence
@@ -109,11 +108,7 @@ class Gang:
         self.pipes = set(pipes)
         self.procs: list[subprocess.Popen[bytes]] = []
         self._errs: list[IO[bytes]] = []
-        self._failed: tuple[float, int] | None = None  # (when seen, rank) of the first failure
-
-    @property
-    def world(self) -> int:
-        return len(self.nodes)
+        self._failed: int | None = None  # the first rank seen to exit non-zero
 
     def rank_env(self, rank: int) -> dict[str, str]:
         """The variables rank ``rank`` starts with (torchrun's names, plus ``env``)."""
@@ -128,7 +123,7 @@ class Gang:
             "MASTER_ADDR": self.launcher.address(self.nodes[0]),
             "MASTER_PORT": str(self.port),
             "RANK": str(rank),
-            "WORLD_SIZE": str(self.world),
+            "WORLD_SIZE": str(len(self.nodes)),
             "LOCAL_RANK": str(local.index(rank)),
             "LOCAL_WORLD_SIZE": str(len(local)),
         }
@@ -137,13 +132,11 @@ class Gang:
         """Start every rank, in rank order; a failing spawn kills the ranks already started."""
         try:
             for rank, node in enumerate(self.nodes):
-                err = tempfile.TemporaryFile(prefix=f"strategist-rank{rank}-")  # noqa: SIM115 (closed by close)
-                self._errs.append(err)
+                self._errs.append(tempfile.TemporaryFile(prefix=f"strategist-rank{rank}-"))  # noqa: SIM115
                 io = subprocess.PIPE if rank in self.pipes else subprocess.DEVNULL
+                argv, env = list(self.argv(rank)), self.rank_env(rank)
                 self.procs.append(
-                    self.launcher.spawn(
-                        node, list(self.argv(rank)), self.rank_env(rank), stdin=io, stdout=io, stderr=err
-                    )
+                    self.launcher.spawn(node, argv, env, stdin=io, stdout=io, stderr=self._errs[-1])
                 )
         except BaseException:
             self.close()
@@ -160,11 +153,9 @@ class Gang:
 
     def poll_failure(self) -> int | None:
         """The first rank seen to exit non-zero so far (None: none yet)."""
-        now = time.monotonic()
-        for rank, p in enumerate(self.procs):
-            if p.poll() not in (None, 0) and self._failed is None:
-                self._failed = (now, rank)
-        return None if self._failed is None else self._failed[1]
+        if self._failed is None:
+            self._failed = next((r for r, p in enumerate(self.procs) if p.poll() not in (None, 0)), None)
+        return self._failed
 
     def wait(self, deadline: float, *, timeout_reason: str = "timeout: the run took longer than its deadline",
              poll_s: float = 0.02) -> GangResult:  # fmt: skip
@@ -213,15 +204,6 @@ class Gang:
     def close(self) -> None:
         """``kill``, then close the pipes and the stderr files (idempotent)."""
         self.kill()
-        for p in self.procs:
-            for stream in (p.stdin, p.stdout):
-                if stream is not None:
-                    with contextlib.suppress(OSError):
-                        stream.close()
-        for f in self._errs:
-            f.close()
-
-
-def python_module(module: str, *args: str) -> list[str]:
-    """``python -m module args...`` with this interpreter."""
-    return [sys.executable, "-m", module, *args]
+        for f in [*self._errs, *(s for p in self.procs for s in (p.stdin, p.stdout) if s is not None)]:
+            with contextlib.suppress(OSError):
+                f.close()

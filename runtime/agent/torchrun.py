@@ -38,12 +38,18 @@ class NodeLaunch:
 
 
 def torchrun_argv(n: NodeLaunch) -> list[str]:
+    return [*torchrun_prefix(n), "-m", "runtime.agent.rank_main", "--job", str(n.job),
+            "--node-rank", str(n.node_rank)]  # fmt: skip
+
+
+def torchrun_prefix(n: NodeLaunch) -> list[str]:
+    """``python -m torch.distributed.run`` and its options for node ``n``, without the entry point
+    (``-m module args`` or ``script args`` follow): the agents' and the launch benchmarks' one argv."""
     conf = f"join_timeout={int(n.join_timeout_s)},is_host={'true' if n.node_rank == 0 else 'false'}"
     return [sys.executable, "-m", "torch.distributed.run", "--nnodes", str(n.nnodes),
             "--nproc-per-node", str(n.nproc), "--node-rank", str(n.node_rank), "--rdzv-backend", "c10d",
             "--rdzv-endpoint", n.rdzv_endpoint, "--rdzv-id", n.rdzv_id, "--rdzv-conf", conf,
-            "--max-restarts", "0", "--local-addr", n.local_addr, "--monitor-interval", "0.2",
-            "-m", "runtime.agent.rank_main", "--job", str(n.job), "--node-rank", str(n.node_rank)]  # fmt: skip
+            "--max-restarts", "0", "--local-addr", n.local_addr, "--monitor-interval", "0.2"]  # fmt: skip
 
 
 def _pdeathsig() -> None:

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 import statistics
+import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -35,7 +36,7 @@ from runtime.hybrid.config import HybridConfig
 from runtime.hybrid.layout import Layout
 from runtime.hybrid.net import unsupported_reason
 from runtime.hybrid.worker import OOM_EXIT
-from runtime.launch import Gang, GangResult, Launcher, free_port, python_module
+from runtime.launch import Gang, GangResult, Launcher, free_port
 from simulator.spec import ClusterSpec, HybridPlan, ModelSpec, hybrid_issues
 from simulator.spec.measurement import Measurement
 
@@ -92,8 +93,8 @@ def run_hybrid(
         master, port = launcher.address(nodes[0]), free_port()
 
         def argv(rank: int) -> list[str]:
-            return python_module("runtime.hybrid.worker", "--job", str(out), "--rank", str(rank),
-                                 "--master", master, "--port", str(port))  # fmt: skip
+            return [sys.executable, "-m", "runtime.hybrid.worker", "--job", str(out), "--rank", str(rank),
+                    "--master", master, "--port", str(port)]  # fmt: skip
 
         with Gang(launcher, nodes, argv, port=port) as gang:
             status, reason = _status(gang.wait(time.monotonic() + config.deadline_s))

@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import math
 import statistics
+import sys
 import tempfile
 import time
 from collections.abc import Collection, Sequence
@@ -28,7 +29,7 @@ import torch
 
 from runtime.executor.config import ComputeMode, ExecutorConfig
 from runtime.executor.probe import call_seconds
-from runtime.launch import Gang, Launcher, free_port, python_module
+from runtime.launch import Gang, Launcher, free_port
 from runtime.pipeline.stage_net import unsupported_layers
 from runtime.pipeline.tuner import TunerConfig
 from simulator.analytical.params import CostParams
@@ -242,8 +243,8 @@ def run_pipeline(
         started = time.monotonic()
 
         def argv(rank: int) -> list[str]:
-            return python_module("runtime.pipeline.worker", "--job", str(out), "--rank", str(rank),
-                                 "--master", master, "--port", str(port))  # fmt: skip
+            return [sys.executable, "-m", "runtime.pipeline.worker", "--job", str(out), "--rank", str(rank),
+                    "--master", master, "--port", str(port)]  # fmt: skip
 
         with Gang(launcher, nodes, argv, port=port) as gang:
             ended = gang.wait(
