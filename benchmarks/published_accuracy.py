@@ -9,7 +9,9 @@ and prints per group (model, GPUs, global batch): pairwise ranking accuracy, Spe
 regret and the median |log(pred/meas)|.
 
 Three settings, all printed: no calibration at all (the zoo A100's datasheet figures and the
-compute model's default efficiencies); and calibrated on a seeded half of the rows, figures for
+compute model's default efficiencies, and ``FrameworkParams``' defaults: the host calls and
+host-device synchronisations counted in Megatron-DeepSpeed's layer code, wave quantisation of
+the GEMMs on the A100's 108 SMs; nothing in them is fitted to these rows); and calibrated on a seeded half of the rows, figures for
 the calibration half and for the held-back half. Calibration fits physics only: the fraction of
 peak the GEMM and attention kernels reach, the fraction of memory bandwidth streaming kernels
 reach, the per-kernel launch cost, the framework's host cost per micro-batch and per iteration,

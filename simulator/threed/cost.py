@@ -3,7 +3,10 @@
 Per pipeline stage i and micro-batch (one TP rank; b = micro-batch, s = seq, h = hidden, t = tp):
     f_i, b_i   forward / backward GPU seconds of the rank's layers (``simulator.threed.layers.stage_spec``
                through ``simulator.analytical.compute.roofline``, the one compute model's roofline
-               that ``layer_times`` applies, with the launch cost taken out: it is the host's, k_i)
+               that ``layer_times`` applies, with the launch cost taken out: it is the host's, k_i).
+               GEMM FLOPs are first divided by their wave efficiency on the device's SMs
+               (``layers.wave_efficiency``: 128 x 128 output tiles, NVIDIA's matrix-multiplication
+               guide), so small GEMMs (TP 8, micro-batch 1) run below the 70 % of peak big ones reach
     r_i        recompute: full = the transformer layers' forward again before their backward,
                selective = the attention cores' forward again (Korthikanti et al. 2022, §4-5)
     c_i        TP collectives (Megatron, Shoeybi et al. 2019 §3): per transformer layer 2 all-reduces
@@ -13,12 +16,21 @@ Per pipeline stage i and micro-batch (one TP rank; b = micro-batch, s = seq, h =
                and the vocab-parallel cross-entropy's 3 fp32 all-reduces of b·s (max, sum, target).
                With sequence parallelism each all-reduce becomes a reduce-scatter + all-gather of
                the same ring bytes (same time).
-    k_i        host seconds issuing them: (kernels of f_i, b_i, r_i + collective calls) x (the device's
-               ``launch_overhead_us``, the driver's launch, + ``FrameworkParams.host_per_kernel_us``,
-               the framework's eager dispatch before it; kernels run asynchronously)
-    x_i = smax(f_i + b_i + r_i + c_i, k_i) + o_μ   (launch-bound when the kernels are small;
+    k_i        host seconds issuing them: (kernels + collective calls + gradient-accumulation adds)
+               x (the device's ``launch_overhead_us``, the driver's launch, +
+               ``FrameworkParams.host_per_kernel_us``, the framework's eager dispatch before it),
+               + calls that launch no kernel (views, RNG tracker, autograd Functions, module calls,
+               checkpointing: ``layers.HOST_CALLS_*``, counted in Megatron-DeepSpeed's layer code)
+               x ``host_per_call_us``; kernels run asynchronously
+    x_i        Megatron-DeepSpeed synchronises host and GPU in every layer's forward
+               (``layers.SYNCS_PER_LAYER``), so the host runs ahead only within a segment: each
+               layer's forward, each layer's recompute + backward, the embedding / head. Per segment
+               smax(G, H + tail) (G its GPU seconds incl. its collectives, H its host seconds, tail
+               the GPU work issued just before the sync, which the host waits for: the attention
+               proj all-reduce, bias-dropout-add and norm); x_i = Σ_segments + o_μ. With
+               ``syncs_per_layer`` = 0: x_i = smax(f_i + b_i + r_i + c_i, k_i) + o_μ.
                smax(g, h) = (g^k + h^k)^(1/k), ``FrameworkParams.overlap_sharpness``; o_μ: the
-               framework's host cost per micro-batch)
+               framework's host cost per micro-batch
 Pipeline (1F1B and GPipe have the same length; Narayanan et al. 2021 §2.2): with m micro-batches,
 p stages and a point-to-point send of b·s·h fp16 between stages costing q,
     T_pipe = Σ_i x_i + 2(p−1)·q + (m−1)·max_i (x_i + 2q·[p>1])

@@ -245,3 +245,30 @@ def test_iteration_is_finite_for_every_kind() -> None:
                 tp=tp, pp=2, dp=2, micro_batch=2, num_micro_batches=4, zero_stage=zero, recompute="full"
             )
             assert math.isfinite(predict(CFG, plan, FLOPS_ONLY, COMMS).total)
+
+
+def test_wave_quantisation_by_hand() -> None:
+    from simulator.threed.layers import sm_count, wave_efficiency
+
+    assert sm_count("A100-SXM4-80GB") == 108
+    assert sm_count("GH200-96GB") == 132 and sm_count("L4-24GB") == 58 and sm_count("L40S-48GB") == 142
+    assert sm_count("flops-only") is None
+    # TP 8, b 1, h 1024: QKV output 1024 x 384 = 8 x 3 = 24 tiles on 108 SMs: one wave, 24/108 busy
+    assert wave_efficiency(1024, 384, 108) == pytest.approx(24 / 108)
+    # 109 tiles: two waves, 109/216
+    assert wave_efficiency(109 * 128, 128, 108) == pytest.approx(109 / 216)
+    # the forward GEMM of a spec'd linear costs FLOPs / efficiency on an A100-named device
+    a100 = FLOPS_ONLY.model_copy(update={"name": "A100-test"})
+    plan = ThreeDPlan(tp=8)
+    fw = replace(NO_HOST, syncs_per_layer=0)
+    q = predict(CFG, plan, a100, COMMS, UNIT, fw)
+    flat = predict(CFG, plan, a100, COMMS, UNIT, replace(fw, wave_quantisation=False))
+    s, h = 1024, 1024
+    # per layer: qkv 24 tiles, proj 1024 x 1024 = 64, fc1 1024 x 512 = 32, fc2 64 (all one wave)
+    extra = sum(
+        2 * s * k * n / 100e12 * (108 / tiles - 1)
+        for k, n, tiles in [(h, 3 * h // 8, 24), (h // 8, h, 64), (h, 4 * h // 8, 32), (4 * h // 8, h, 64)]
+    )
+    # logits: 1024 x 6400 (V padded to 51200 = 50 x 1024, / 8): 8 x 50 = 400 tiles, 4 waves (432 slots)
+    extra_logits = 2 * s * h * 6400 / 100e12 * (432 / 400 - 1)
+    assert q.stage_forward[0] - flat.stage_forward[0] == pytest.approx(24 * extra + extra_logits, rel=1e-6)
