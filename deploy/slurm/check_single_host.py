@@ -4,9 +4,14 @@ Needs root and Debian's ``slurm-wlm`` (``apt-get install -y slurm-wlm``: slurmct
 What it does, every step on this host:
 
 1. starts ``munged`` (the package's key) and a throw-away Slurm: ``slurmctld`` and ``slurmd`` with a
-   generated ``slurm.conf`` (one node, this host, one partition) in a temporary folder;
+   generated ``slurm.conf`` (this host, one partition) in a temporary folder. ``--nodes N`` > 1:
+   N Slurm nodes ``n0..`` on this one host, each its own ``slurmd -N nI`` on its own port
+   (``NodeHostname`` this host, ``NodeAddr`` 127.0.0.1; Debian's slurm-wlm 22.05.8 accepts
+   ``slurmd -N`` and several NodeName lines on one host), so the allocation has N nodes;
 2. starts strategist (API + search loop, no embedded worker) on an SQLite file;
-3. ``sbatch deploy/slurm/agents.sbatch``: ``srun`` starts one agent on the allocated node;
+3. ``sbatch --nodes N deploy/slurm/agents.sbatch``: ``srun`` starts one agent per allocated node
+   (named by ``SLURMD_NODENAME``); the pool's cluster must have N nodes and every trial's
+   torchrun gang must hold all N agents;
 4. stores the agent pool as a cluster and creates a search through the API whose ``model_factory``
    is ``tests.runtime.agent.factory_models:tiny_lm`` (a transformer with tied embeddings); the
    search loop queues its baselines and candidates, the agent runs each trial with torchrun;
@@ -14,7 +19,10 @@ What it does, every step on this host:
    peak RSS, then ``scancel``s the job and checks that no agent, torchrun or rank process and no
    job is left; stops what it started (by pid).
 
-    python deploy/slurm/check_single_host.py [--budget 2] [--timeout 900] [--json out.json]
+    python deploy/slurm/check_single_host.py [--nodes 2] [--budget 2] [--timeout 900] [--json out.json]
+
+What this does not show: a real network between the Slurm nodes (both are this host, their
+agents reach each other over the host's own address), or GPUs.
 """
 
 from __future__ import annotations
@@ -59,9 +67,20 @@ def _wait(check: Any, timeout_s: float, what: str, poll_s: float = 0.5) -> Any:
     raise RuntimeError(f"timed out waiting for {what}")
 
 
-def slurm_conf(work: Path, host: str, cpus: int, mem_mb: int) -> Path:
-    for d in ("state", "spool", "log"):
+def node_names(nodes: int, host: str) -> list[str]:
+    """Slurm node names: this host's name for one node, else ``n0..n{N-1}`` (all on this host)."""
+    return [host] if nodes == 1 else [f"n{i}" for i in range(nodes)]
+
+
+def slurm_conf(work: Path, host: str, cpus: int, mem_mb: int, nodes: int = 1) -> Path:
+    names = node_names(nodes, host)
+    for d in ("state", "log", *(f"spool/{n}" for n in names)):
         (work / d).mkdir(parents=True, exist_ok=True)
+    if nodes == 1:
+        node_lines = [f"NodeName={host} CPUs={cpus} RealMemory={mem_mb} State=UNKNOWN"]
+    else:  # several slurmd on this host: one port each, found by address (slurmd -N name)
+        node_lines = [f"NodeName={n} NodeHostname={host} NodeAddr=127.0.0.1 Port={_free_port()} CPUs={cpus}"
+                      f" RealMemory={mem_mb} State=UNKNOWN" for n in names]  # fmt: skip
     conf = work / "slurm.conf"
     conf.write_text(
         "\n".join(
@@ -75,11 +94,11 @@ def slurm_conf(work: Path, host: str, cpus: int, mem_mb: int) -> Path:
                 f"SlurmctldPort={_free_port()}",
                 f"SlurmdPort={_free_port()}",
                 f"StateSaveLocation={work / 'state'}",
-                f"SlurmdSpoolDir={work / 'spool'}",
+                f"SlurmdSpoolDir={work / 'spool' / '%n'}",
                 f"SlurmctldPidFile={work / 'slurmctld.pid'}",
-                f"SlurmdPidFile={work / 'slurmd.pid'}",
+                f"SlurmdPidFile={work / 'slurmd.%n.pid'}",
                 f"SlurmctldLogFile={work / 'log' / 'slurmctld.log'}",
-                f"SlurmdLogFile={work / 'log' / 'slurmd.log'}",
+                f"SlurmdLogFile={work / 'log' / 'slurmd.%n.log'}",
                 "ProctrackType=proctrack/linuxproc",
                 "TaskPlugin=task/none",
                 "SelectType=select/cons_tres",
@@ -89,8 +108,8 @@ def slurm_conf(work: Path, host: str, cpus: int, mem_mb: int) -> Path:
                 "MpiDefault=none",
                 "JobAcctGatherType=jobacct_gather/none",
                 "AccountingStorageType=accounting_storage/none",
-                f"NodeName={host} CPUs={cpus} RealMemory={mem_mb} State=UNKNOWN",
-                f"PartitionName=check Nodes={host} Default=YES MaxTime=INFINITE State=UP",
+                *node_lines,
+                f"PartitionName=check Nodes={','.join(names)} Default=YES MaxTime=INFINITE State=UP",
                 "",
             ]
         )
@@ -121,6 +140,7 @@ def _pids_with(text: str, job: str) -> list[int]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--nodes", type=int, default=1, help="Slurm nodes (slurmd daemons) on this host.")
     ap.add_argument("--budget", type=int, default=2, help="Candidate trials of the search.")
     ap.add_argument("--timeout", type=float, default=900.0, help="Seconds the search may take.")
     ap.add_argument("--iterations", type=int, default=5)
@@ -143,7 +163,7 @@ def main() -> None:
         "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
     }
     stack: Stack | None = None
-    result: dict[str, Any] = {"host": host, "work": str(work)}
+    result: dict[str, Any] = {"host": host, "work": str(work), "slurm_nodes": node_names(args.nodes, host)}
     try:
         munge_sock = Path("/run/munge/munge.socket.2")
         if not munge_sock.exists():
@@ -153,14 +173,25 @@ def main() -> None:
                     subprocess.Popen(["munged", "--foreground", "--force"], stdout=log, stderr=log)
                 )
             _wait(munge_sock.exists, 20, "munged")
-        conf = slurm_conf(work, host, os.cpu_count() or 1, 4096)
+        conf = slurm_conf(work, host, os.cpu_count() or 1, 4096, args.nodes)
         env["SLURM_CONF"] = str(conf)
-        for daemon in ("slurmctld", "slurmd"):
-            with (work / f"{daemon}.out").open("wb") as log:
-                started.append(subprocess.Popen([daemon, "-D", "-f", str(conf)], env=env, stdout=log,
+        daemons = [("slurmctld", ["slurmctld"])] + [
+            (f"slurmd-{n}", ["slurmd"] + (["-N", n] if args.nodes > 1 else []))
+            for n in node_names(args.nodes, host)
+        ]
+        for label, argv in daemons:
+            with (work / f"{label}.out").open("wb") as log:
+                started.append(subprocess.Popen([*argv, "-D", "-f", str(conf)], env=env, stdout=log,
                                                 stderr=subprocess.STDOUT))  # fmt: skip
-        _wait(lambda: subprocess.run(["sinfo", "-h", "-o", "%T"], env=env, capture_output=True, text=True)
-              .stdout.strip() in ("idle",), 60, "the Slurm node idle")  # fmt: skip
+
+        def all_idle() -> bool:
+            out = subprocess.run(
+                ["sinfo", "-h", "-N", "-o", "%N %T"], env=env, capture_output=True, text=True
+            )
+            states = dict(line.split() for line in out.stdout.strip().splitlines() if line.strip())
+            return sorted(states) == sorted(node_names(args.nodes, host)) and set(states.values()) == {"idle"}
+
+        _wait(all_idle, 60, "every Slurm node idle")
 
         settings = Settings(data_dir=work / "data", database_url=f"sqlite:///{work / 'api.db'}",
                             broker_url="memory://", heartbeat_timeout_s=15.0, api_host="127.0.0.1")  # fmt: skip
@@ -179,7 +210,7 @@ def main() -> None:
         job_env = {**env, "STRATEGIST_API": stack.url, "STRATEGIST_TOKEN": worker, "STRATEGIST_POOL": POOL,
                    "STRATEGIST_BIN": str(wrapper), "STRATEGIST_RDZV_PORT": str(_free_port()),
                    "STRATEGIST_AGENT_ARGS": f"--executor-json {work / 'executor.json'} --heartbeat-s 0.5"}  # fmt: skip
-        sb = subprocess.run(["sbatch", "--parsable", "--output", str(work / "job-%j.out"),
+        sb = subprocess.run(["sbatch", "--parsable", "--nodes", str(args.nodes), "--output", str(work / "job-%j.out"),
                              str(ROOT / "deploy" / "slurm" / "agents.sbatch")],
                             env=job_env, capture_output=True, text=True, check=True, cwd=str(ROOT))  # fmt: skip
         job = sb.stdout.strip().split(";")[0]
@@ -192,7 +223,13 @@ def main() -> None:
             )
             return r.json() if r.status_code == 201 else None
 
-        cluster = _wait(cluster_stored, 120, "the agent registered (srun)", poll_s=1.0)
+        def every_agent() -> bool:  # looked at first: a stored cluster is kept under its name
+            r = httpx.get(f"{stack.url}/api/v1/agents/pools/{POOL}/cluster", headers=auth, timeout=30)
+            return r.status_code == 200 and len(r.json()["nodes"]) == args.nodes
+
+        _wait(every_agent, 120, f"{args.nodes} agents registered (srun)", poll_s=1.0)
+        cluster = _wait(cluster_stored, 30, "the pool's cluster stored", poll_s=1.0)
+        result["pool_nodes"] = [n["name"] for n in cluster["spec"]["nodes"]]
         model = factory_spec(FACTORY, 4)
         with stack.sessions() as s:
             repo.store_spec(s, spec=model, owner_id=alice.info.user_id)
@@ -220,10 +257,14 @@ def main() -> None:
                          "state": t["state"], "median_s": t.get("median_time"),
                          "peak_rss_mb": round(env_t.get("peak_memory_bytes", 0) / 2**20, 1),
                          "launcher": env_t.get("launcher"), "torchrun_run_id": env_t.get("torchrun_run_id"),
-                         "failure": t.get("failure_reason")})  # fmt: skip
+                         "agents": env_t.get("agents"), "failure": t.get("failure_reason")})  # fmt: skip
         result["trials"] = rows
         ok = [x for x in rows if x["state"] == "succeeded"]
         result["trials_succeeded"] = len(ok)
+        # every successful trial's torchrun gang held one agent per Slurm node
+        result["trials_on_every_node"] = sum(
+            1 for x in ok if sorted(x["agents"] or []) == sorted(result["pool_nodes"])
+        )
         if ok:
             result["median_of_medians_s"] = statistics.median(x["median_s"] for x in ok)
             result["max_peak_rss_mb"] = max(x["peak_rss_mb"] for x in ok)

@@ -19,7 +19,12 @@ from service.db import repository as repo
 from service.loop.simulators import RetrainConfig, Retrainer
 from simulator.analytical import AnalyticalSimulator
 
-CLUSTER_ON: dict[str, Any] = {"site": "cluster", "pool": "lab", "gpu_types": ["A100"], "torchrun_run_id": "trial7-1"}
+CLUSTER_ON: dict[str, Any] = {
+    "site": "cluster",
+    "pool": "lab",
+    "gpu_types": ["A100"],
+    "torchrun_run_id": "trial7-1",
+}
 TESTBED_ON: dict[str, Any] = {"site": "testbed", "pool": "testbed", "gpu_types": [], "torchrun_run_id": None}
 
 
